@@ -1,0 +1,148 @@
+"""The ``skyrl-rewards`` command line.
+
+Commands::
+
+    skyrl-rewards score --config CFG --input IN.jsonl --output OUT.jsonl [key=value ...]
+    skyrl-rewards check --config CFG --input IN.jsonl [key=value ...]
+    skyrl-rewards bench [bench options]
+    skyrl-rewards pool start --config CFG [key=value ...]
+    skyrl-rewards pool status --name NAME [--address ADDR]
+    skyrl-rewards pool stop --name NAME [--address ADDR]
+
+``CFG`` is an omegaconf YAML file: a reward mix (``configs/rec.yaml``,
+``configs/detection.yaml``, ``configs/math.yaml``) and/or pool settings
+(``configs/pool.yaml``); ``key=value`` arguments override it
+(``num_workers=4 rewards.iou.weight=2``).
+
+``score`` starts a local reward pool (or joins ``address=auto`` /
+``pool=NAME``), scores every row with a progress bar, writes each row with
+its ``reward`` (total, components, statuses, errors) to ``OUT.jsonl``, prints
+a summary table per component and writes one histogram PNG per component
+next to the output. ``check`` is the pre-flight pass: it lists the rows that
+would score as dataset errors and exits 1 if there are any.
+
+Exit codes: 0 success, 1 the dataset has problems (``check``), 2 bad usage,
+config or input (the message names the field and the row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf.errors import OmegaConfBaseException
+
+from skyrl_rewards.jsonl import read_rows, to_samples, write_rows
+from skyrl_rewards.pool_config import PoolConfig, load_pool_config
+from skyrl_rewards.result import RewardResult
+
+PROGRESS_CHUNK = 16
+
+
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> PoolConfig:
+    """Pool defaults <- the YAML at ``path`` <- ``key=value`` overrides.
+
+    Raises ``ValueError`` naming the file, the key or the override that is wrong.
+    """
+    try:
+        return load_pool_config(Path(path), overrides)
+    except OmegaConfBaseException as e:
+        raise ValueError(f"config {path} with overrides {list(overrides)}: {e}") from e
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def score_samples(pool: Any, samples: Sequence[dict[str, Any]], *, progress: bool = True) -> list[RewardResult]:
+    """Score ``samples`` through ``pool`` in chunks, with a tqdm progress bar."""
+    from tqdm import tqdm
+
+    results: list[RewardResult] = []
+    with tqdm(total=len(samples), unit="row", desc="scoring", disable=not progress, file=sys.stderr) as bar:
+        for chunk in _chunks(samples, PROGRESS_CHUNK):
+            results.extend(pool.score(list(chunk)))
+            bar.update(len(chunk))
+    return results
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    """``score``: rows in, scored rows, summary table and histograms out."""
+    from skyrl_rewards.pool import RewardPool
+    from skyrl_rewards.summary import format_table, summarize, write_histograms
+
+    cfg = load_config(args.config, args.overrides)
+    input_path = Path(args.input)
+    rows = read_rows(input_path)
+    samples = to_samples(rows, input_path.resolve().parent)
+    pool = RewardPool.from_config(cfg)
+    try:
+        results = score_samples(pool, samples, progress=not args.no_progress)
+        metrics = pool.metrics()
+    finally:
+        pool.shutdown()
+    output = Path(args.output)
+    write_rows(output, ({**row, "reward": result.to_dict()} for row, result in zip(rows, results)))
+    print(format_table(summarize(results)))
+    print(f"\nscored {len(results)} rows -> {output}")
+    for path in write_histograms(results, output):
+        print(f"histogram: {path}")
+    print(f"pool: {', '.join(f'{k}={v}' for k, v in sorted(metrics.items()))}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """``check``: list rows that would score as dataset errors; exit 1 if any."""
+    from skyrl_rewards.data_check import check_rows
+    from skyrl_rewards.mix import RewardMix
+
+    cfg = load_config(args.config, args.overrides)
+    mix = RewardMix.from_config(cfg.rewards)
+    input_path = Path(args.input)
+    rows = read_rows(input_path)
+    problems = check_rows(rows, input_path.resolve().parent, mix)
+    for problem in problems:
+        print(problem)
+    bad_rows = len({p.index for p in problems})
+    print(f"checked {len(rows)} rows with rewards {', '.join(mix.names)}: {bad_rows} with problems")
+    return 1 if problems else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse tree of all commands."""
+    parser = argparse.ArgumentParser(prog="skyrl-rewards", description="Score, check and serve SkyRL rewards.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    score = commands.add_parser("score", help="score a JSONL file through a reward pool")
+    score.add_argument("--config", required=True, help="YAML with a rewards mix and optional pool settings")
+    score.add_argument("--input", required=True, help="JSONL rows with completion, solution and columns")
+    score.add_argument("--output", required=True, help="JSONL to write; histograms go next to it")
+    score.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    score.add_argument("overrides", nargs="*", help="config overrides key=value")
+    score.set_defaults(func=cmd_score)
+
+    check = commands.add_parser("check", help="pre-flight: list rows that would be dataset errors")
+    check.add_argument("--config", required=True, help="YAML with a rewards mix")
+    check.add_argument("--input", required=True, help="JSONL rows with solution and columns")
+    check.add_argument("overrides", nargs="*", help="config overrides key=value")
+    check.set_defaults(func=cmd_check)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (see the module docstring)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (ValueError, FileNotFoundError) as e:
+        print(f"skyrl-rewards {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

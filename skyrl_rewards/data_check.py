@@ -1,0 +1,88 @@
+"""Pre-flight check of a dataset before training: rows that would score as dataset errors.
+
+For every row, in this process (no Ray needed):
+
+1. ``solution`` is present;
+2. each image named by ``image_path`` exists and Pillow can read it;
+3. every configured reward scores the row (its ``completion``, or the
+   solution itself when the row has no completion) without an ``error`` or
+   ``timeout`` outcome: a malformed ground truth, a missing image size or a
+   wrong column shows up here, named by component.
+
+The result is a list of :class:`Problem`; an empty list means the file is
+ready.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, UnidentifiedImageError
+
+from skyrl_rewards.jsonl import resolve_image_path
+from skyrl_rewards.mix import RewardMix
+from skyrl_rewards.result import MASKING_STATUSES, Status
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason a row would be a dataset error."""
+
+    index: int
+    row_id: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        label = f"row {self.index}" + (f" (id {self.row_id})" if self.row_id else "")
+        return f"{label}: {self.field}: {self.message}"
+
+
+def _image_paths(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, str)]
+    return []
+
+
+def check_image(path: str) -> str:
+    """Empty string when ``path`` is a readable image, else why not."""
+    try:
+        with Image.open(path) as image:
+            image.verify()
+    except FileNotFoundError:
+        return f"image not found: {path}"
+    except (UnidentifiedImageError, OSError, SyntaxError) as e:
+        return f"image unreadable: {path} ({e})"
+    return ""
+
+
+def check_row(row: Mapping[str, Any], index: int, base_dir: Path, mix: RewardMix) -> list[Problem]:
+    """Every problem of one row (see the module docstring)."""
+    row_id = str(row.get("id", ""))
+    if "solution" not in row:
+        return [Problem(index, row_id, "solution", "missing field")]
+    problems = []
+    sample = dict(row)
+    if "image_path" in row:
+        sample["image_path"] = resolve_image_path(row["image_path"], base_dir)
+        for path in _image_paths(sample["image_path"]):
+            if message := check_image(path):
+                problems.append(Problem(index, row_id, "image_path", message))
+    sample.setdefault("completion", row["solution"])
+    result = mix.score(sample)
+    for name, status in result.status.items():
+        if Status(status) in MASKING_STATUSES:
+            message = result.errors.get(name, status)
+            problems.append(Problem(index, row_id, name, f"{status}: {message}"))
+    return problems
+
+
+def check_rows(rows: Sequence[Mapping[str, Any]], base_dir: Path, mix: RewardMix) -> list[Problem]:
+    """Problems of all rows, in row order (rows indexed from 0)."""
+    return [problem for i, row in enumerate(rows) for problem in check_row(row, i, base_dir, mix)]
+

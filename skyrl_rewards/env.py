@@ -1,0 +1,184 @@
+"""The single-turn SkyRL environment that pays the reward mix: ``skyrl_rewards``.
+
+SkyRL's generator makes one env per trajectory,
+``skyrl_gym.make("skyrl_rewards", env_config=cfg.environment.skyrl_gym.skyrl_rewards,
+extras=row)``, and calls :meth:`SkyRLRewardEnv.step` once with the model's
+text, from a thread pool. ``step`` scores that text against the row's ground
+truth and returns the weighted reward with ``done=True``.
+
+``env_config`` (dict, omegaconf node or :class:`RewardEnvConfig`):
+
+- ``pool``: name of a running reward pool (``skyrl-rewards pool start``);
+  default: the default pool name of :class:`PoolConfig`. The env connects once
+  per process and every ``step`` goes through it; the pool gathers concurrent
+  ``step`` calls into micro-batches before they cross to Ray. In this mode the
+  pool's own reward mix is used and ``rewards`` is ignored.
+- ``in_process``: score in this process with a :class:`RewardMix` built from
+  ``rewards`` (for debugging, tests and small runs; no Ray needed).
+- ``rewards``: ``{name: {weight, **params}}``, as in ``configs/*.yaml``.
+
+``extras`` (one dataset row, as SkyRL passes it):
+
+- ``reward_spec.ground_truth``: the solution (required).
+- every other top-level column (``image_path``, ``image_grid_thw``,
+  ``accu_reward_method``, ...) is handed to the rewards as is, except the
+  SkyRL bookkeeping keys ``reward_spec`` and ``max_turns`` and columns that
+  are null in this row (a parquet file with mixed tasks fills a column that
+  a row lacks with null).
+
+The step ``metadata`` is :meth:`RewardResult.to_dict`: ``total``, each
+component's value, status and error, ``latency_s`` and ``should_mask`` (a
+component timed out or hit a dataset error: mask the sample rather than train
+on its fallback value).
+
+Importing this module registers the env with skyrl-gym under the id
+``skyrl_rewards`` (the package's ``skyrl_gym.envs`` entry point names the same
+class).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+from skyrl_gym.envs.registration import register, registry
+
+from skyrl_rewards.mix import RewardMix
+from skyrl_rewards.pool_config import PoolConfig
+from skyrl_rewards.result import RewardResult
+
+if TYPE_CHECKING:
+    from skyrl_rewards.pool import RewardPool
+
+ENV_ID = "skyrl_rewards"
+ENTRY_POINT = "skyrl_rewards.env:SkyRLRewardEnv"
+SKYRL_BOOKKEEPING_KEYS = frozenset({"reward_spec", "max_turns"})
+
+
+@dataclass(frozen=True)
+class RewardEnvConfig:
+    """Settings of :class:`SkyRLRewardEnv` (the ``env_config`` SkyRL passes)."""
+
+    pool: str = PoolConfig.name
+    """Name of a running reward pool; every step is scored through it."""
+    in_process: bool = False
+    """Score in this process with ``rewards`` instead of a pool."""
+    rewards: Mapping[str, Any] = field(default_factory=dict)
+    """Reward mix ``{name: {weight, **params}}``; required when ``in_process``."""
+
+    def __post_init__(self) -> None:
+        if self.in_process and not self.rewards:
+            raise ValueError("env_config.rewards: in_process=true needs a reward mix {name: {weight, ...}}")
+        if not self.in_process and not self.pool:
+            raise ValueError("env_config.pool: must name the running reward pool (skyrl-rewards pool start)")
+
+    @classmethod
+    def from_any(cls, env_config: Any) -> RewardEnvConfig:
+        """Build from ``None``, a dict, an omegaconf node or an instance."""
+        if isinstance(env_config, cls):
+            return env_config
+        if env_config is None:
+            return cls()
+        if hasattr(env_config, "_metadata"):  # an omegaconf node
+            from omegaconf import OmegaConf
+
+            env_config = OmegaConf.to_container(env_config, resolve=True)
+        if not isinstance(env_config, Mapping):
+            raise ValueError(f"env_config: expected a mapping, got {type(env_config).__name__}")
+        unknown = set(env_config) - {"pool", "in_process", "rewards"}
+        if unknown:
+            raise ValueError(f"env_config: unknown keys {sorted(unknown)}; expected pool, in_process, rewards")
+        return cls(
+            pool=str(env_config.get("pool") or PoolConfig.name),
+            in_process=bool(env_config.get("in_process", False)),
+            rewards=dict(env_config.get("rewards") or {}),
+        )
+
+
+_lock = threading.Lock()
+_pools: dict[str, RewardPool] = {}
+_mixes: dict[str, RewardMix] = {}
+
+
+def _connected_pool(name: str) -> RewardPool:
+    """The process-wide client of the pool ``name`` (connected on first use)."""
+    from skyrl_rewards.pool import RewardPool
+
+    with _lock:
+        if name not in _pools:
+            _pools[name] = RewardPool.connect(name)
+        return _pools[name]
+
+
+def _shared_mix(rewards: Mapping[str, Any]) -> RewardMix:
+    """The process-wide mix for this rewards mapping (built once: it may load a tokenizer)."""
+    key = json.dumps(rewards, sort_keys=True, default=str)
+    with _lock:
+        if key not in _mixes:
+            _mixes[key] = RewardMix.from_config(rewards)
+        return _mixes[key]
+
+
+class SkyRLRewardEnv(BaseTextEnv):
+    """One scored answer per episode: ``step(text)`` returns the mix's weighted reward, ``done=True``.
+
+    >>> env = SkyRLRewardEnv(
+    ...     env_config={"in_process": True, "rewards": {"format": {"weight": 1.0}}},
+    ...     extras={"reward_spec": {"ground_truth": "<answer>1</answer>"}},
+    ... )
+    >>> env.step("<think>so</think><answer>1</answer>")["reward"]
+    1.0
+    """
+
+    def __init__(self, env_config: Any = None, extras: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self.config = RewardEnvConfig.from_any(env_config)
+        extras = dict(extras or {})
+        reward_spec = extras.get("reward_spec")
+        if not isinstance(reward_spec, Mapping) or "ground_truth" not in reward_spec:
+            raise ValueError(
+                "extras.reward_spec.ground_truth: missing; SkyRL rows carry "
+                "reward_spec: {method: rule, ground_truth: <solution>}"
+            )
+        self.ground_truth = reward_spec["ground_truth"]
+        self.columns = {
+            k: v for k, v in extras.items() if k not in SKYRL_BOOKKEEPING_KEYS and v is not None
+        }
+        self.result: RewardResult | None = None
+
+    def sample(self, action: str) -> dict[str, Any]:
+        """The sample the rewards see for ``action``: the row's columns, completion and solution."""
+        return {**self.columns, "completion": action, "solution": self.ground_truth}
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        """Score ``action``; reward is the weighted total, ``metadata`` the full result."""
+        self.turns += 1
+        sample = self.sample(action)
+        if self.config.in_process:
+            result = _shared_mix(self.config.rewards).score(sample)
+        else:
+            result = _connected_pool(self.config.pool).score([sample])[0]
+        self.result = result
+        return BaseTextEnvStepOutput(observations=[], reward=result.total, done=True, metadata=result.to_dict())
+
+    def get_metrics(self) -> dict[str, Any]:
+        """Per-episode numbers: ``reward/<component>``, ``reward/should_mask``, ``reward/latency_s``."""
+        if self.result is None:
+            return {}
+        metrics: dict[str, Any] = {f"reward/{name}": value for name, value in self.result.components.items()}
+        metrics["reward/should_mask"] = float(self.result.should_mask)
+        metrics["reward/latency_s"] = self.result.latency_s
+        return metrics
+
+
+def register_env() -> None:
+    """Register ``skyrl_rewards`` with skyrl-gym (no-op when already registered)."""
+    if ENV_ID not in registry:
+        register(id=ENV_ID, entry_point=ENTRY_POINT)
+
+
+register_env()
