@@ -1,0 +1,213 @@
+"""RewardPool: score samples on a group of Ray actors, one result per sample, in order.
+
+>>> pool = RewardPool.from_config("configs/pool.yaml", ["num_workers=2"])  # doctest: +SKIP
+>>> [r.total for r in pool.score([{"completion": "<answer>2</answer>", "solution": "2"}])]
+[1.0]
+>>> pool.shutdown()
+
+Five verbs hide Ray: :meth:`RewardPool.from_config` (or ``RewardPool(config)``)
+creates a pool, :meth:`RewardPool.connect` reaches a running one from another
+process of the cluster, :meth:`~RewardPool.score` / :meth:`~RewardPool.score_async`
+score, :meth:`~RewardPool.metrics` reports, :meth:`~RewardPool.shutdown` ends.
+
+Guarantees: every submitted sample gets exactly one
+:class:`~skyrl_rewards.result.RewardResult`, in submission order, also when a
+worker hangs (the pool kills it after ``timeout_s``: signals play no part),
+crashes, or its node goes away. Calls from many threads are gathered into
+batches before they cross to Ray. See docs/pool.md for the design.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from skyrl_rewards.batching import MicroBatcher
+from skyrl_rewards.mix import RewardMix
+from skyrl_rewards.pool_config import PoolConfig, load_pool_config
+from skyrl_rewards.pool_directory import PoolDirectory
+from skyrl_rewards.pool_metrics import ErrorRateAlarm, PoolMetrics
+from skyrl_rewards.replay_log import ReplayLog
+from skyrl_rewards.result import RewardResult
+from skyrl_rewards.scheduler import Item, Scheduler
+
+_SHUTDOWN_WAIT_S = 60.0
+
+
+class PoolClosedError(RuntimeError):
+    """Raised when scoring through a pool that was shut down."""
+
+
+class PoolExistsError(ValueError):
+    """Raised when creating a pool whose name is taken (use ``RewardPool.connect``)."""
+
+
+class RewardAlarmError(RuntimeError):
+    """Raised when the error-rate alarm fired on a pool configured with ``alarm_stop``."""
+
+
+class RewardPool:
+    """A client of a pool of reward workers (the pool's creator, or a connected process)."""
+
+    def __init__(self, config: PoolConfig | None = None) -> None:
+        """Create the pool ``config.name`` (starting a loopback Ray if none runs) and its workers.
+
+        Returns once every worker has loaded its reward functions.
+        """
+        config = config or PoolConfig()
+        owns_ray = _ensure_ray(config.address, config.namespace)
+        try:
+            ray.get_actor(config.name, namespace=config.namespace)
+        except ValueError:
+            pass
+        else:
+            raise PoolExistsError(f"name: a reward pool named {config.name!r} already runs in "
+                                  f"namespace {config.namespace!r}; use RewardPool.connect")
+        directory = ray.remote(PoolDirectory).options(
+            name=config.name, namespace=config.namespace, num_cpus=0).remote(config.to_dict())
+        self._open(config, directory, owner=True, owns_ray=owns_ray)
+
+    @classmethod
+    def from_config(cls, source: str | Path | Mapping[str, Any] | PoolConfig | None = None,
+                    overrides: Sequence[str] = ()) -> RewardPool:
+        """Create a pool from a YAML path, mapping or omegaconf node plus ``key=value`` overrides."""
+        return cls(load_pool_config(source, overrides))
+
+    @classmethod
+    def connect(cls, name: str, *, namespace: str = "skyrl_rewards",
+                address: str | None = None) -> RewardPool:
+        """Reach the running pool ``name`` from another process of the same Ray cluster.
+
+        The connected client shares the pool's workers; :meth:`shutdown` on it
+        closes only this client. Raises ``ValueError`` when no such pool runs.
+        """
+        owns_ray = _ensure_ray(address or "auto", namespace)
+        directory = ray.get_actor(name, namespace=namespace)
+        config = PoolConfig(**ray.get(directory.config.remote()))
+        pool = cls.__new__(cls)
+        pool._open(config, directory, owner=False, owns_ray=owns_ray)
+        return pool
+
+    def _open(self, config: PoolConfig, directory: Any, *, owner: bool, owns_ray: bool) -> None:
+        self._config = config
+        self._directory = directory
+        self._owner = owner
+        self._owns_ray = owns_ray
+        self._closed = False
+        self._metrics = PoolMetrics(config.name)
+        self._alarm = ErrorRateAlarm(window_items=config.alarm_window_items,
+                                     max_rate=config.alarm_error_rate,
+                                     min_items=config.alarm_min_items, stop=config.alarm_stop,
+                                     pool_name=config.name)
+        replay = (ReplayLog(config.replay_path, pool_name=config.name)
+                  if config.replay_path else None)
+        self._scheduler = Scheduler(config, RewardMix.from_config(config.rewards), directory,
+                                    self._metrics, self._alarm, replay)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever,
+                                        name=f"reward-pool-{config.name}", daemon=True)
+        self._thread.start()
+        self._batcher: MicroBatcher[Item] = self._call(self._make_batcher())
+        self._call(self._scheduler.start())
+
+    async def _make_batcher(self) -> MicroBatcher[Item]:
+        return MicroBatcher(self._scheduler.admit, batch_size=self._config.batch_size,
+                            batch_wait_s=self._config.batch_wait_s)
+
+    @property
+    def config(self) -> PoolConfig:
+        """The pool's settings."""
+        return self._config
+
+    def score(self, samples: Sequence[Mapping[str, Any]], *,
+              wait_timeout_s: float | None = None) -> list[RewardResult]:
+        """Score ``samples``; one result per sample, in order. Thread-safe.
+
+        Blocks until every result is in (bounded by the pool's per-item limits);
+        ``wait_timeout_s`` bounds the wait per result and raises ``TimeoutError``.
+        Raises ``PoolClosedError`` after :meth:`shutdown`, ``RewardAlarmError``
+        when a stopping alarm fired, ``ValueError`` when a sample is not a mapping.
+        """
+        futures = self._submit(samples)
+        return [future.result(timeout=wait_timeout_s) for future in futures]
+
+    async def score_async(self, samples: Sequence[Mapping[str, Any]]) -> list[RewardResult]:
+        """Like :meth:`score`, for ``await`` inside any event loop."""
+        futures = self._submit(samples)
+        return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
+
+    def metrics(self) -> dict[str, Any]:
+        """Counters, cache hit rate, latency histogram and p50/p99, alarm state, workers."""
+        described = self._call(self._describe()) if not self._closed else {}
+        return {**self._metrics.snapshot(), "alarm": self._alarm.snapshot(), **described}
+
+    async def _describe(self) -> dict[str, Any]:
+        return self._scheduler.describe()
+
+    def shutdown(self) -> None:
+        """Score what is unfinished as errors and stop. The creator also stops the workers.
+
+        Idempotent. Shuts Ray down too when this pool started it.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._call(self._close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(_SHUTDOWN_WAIT_S)
+        self._loop.close()
+        if self._owner:
+            ray.get(self._directory.shutdown.remote(), timeout=_SHUTDOWN_WAIT_S)
+            ray.kill(self._directory)
+        if self._owns_ray:
+            ray.shutdown()
+
+    async def _close(self) -> None:
+        await self._scheduler.close(self._batcher.drain())
+
+    def __enter__(self) -> RewardPool:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    def _submit(self, samples: Sequence[Mapping[str, Any]]) -> list[concurrent.futures.Future]:
+        if self._closed:
+            raise PoolClosedError(f"reward pool {self._config.name!r} was shut down")
+        if self._alarm.stopped:
+            raise RewardAlarmError(f"reward pool {self._config.name!r} stopped scoring: "
+                                   f"error rate {self._alarm.rate:.0%} (see the logs)")
+        for index, sample in enumerate(samples):
+            if not isinstance(sample, Mapping):
+                raise ValueError(f"samples[{index}]: expected a mapping with 'completion' and "
+                                 f"'solution', got {type(sample).__name__}")
+        now = time.perf_counter()
+        items = [Item(sample, concurrent.futures.Future(), now) for sample in samples]
+        if items:
+            self._loop.call_soon_threadsafe(self._batcher.add, items)
+        return [item.future for item in items]
+
+    def _call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+
+def _ensure_ray(address: str | None, namespace: str) -> bool:
+    """Connect to Ray unless connected; True when this call did it (so shutdown undoes it).
+
+    ``address=None`` starts a fresh local Ray bound to 127.0.0.1, no dashboard.
+    """
+    if ray.is_initialized():
+        return False
+    if address is None:
+        ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
+                 namespace=namespace, log_to_driver=False)
+    else:
+        ray.init(address=address, namespace=namespace, log_to_driver=False)
+    return True

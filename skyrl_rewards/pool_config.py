@@ -1,0 +1,171 @@
+"""Settings of a :class:`~skyrl_rewards.pool.RewardPool`: a frozen, typed dataclass.
+
+omegaconf lives at the edge only: :func:`load_pool_config` merges the defaults,
+a YAML file or mapping, and ``key=value`` overrides (SkyRL style), then
+converts once into :class:`PoolConfig`. Everything past that point sees plain,
+checked Python values.
+
+>>> cfg = load_pool_config(None, ["num_workers=3", "rewards.format.weight=0.5"])
+>>> cfg.num_workers, cfg.rewards["format"]["weight"]
+(3, 0.5)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PLACEMENTS = ("spread", "default")
+
+
+def _default_rewards() -> dict[str, dict[str, Any]]:
+    return {"accuracy": {"weight": 1.0}, "format": {"weight": 0.5}}
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """Every setting of a reward pool, with its unit in its name."""
+
+    name: str = "skyrl_rewards_pool"
+    """Name of the pool's directory actor; ``RewardPool.connect(name)`` finds it."""
+    namespace: str = "skyrl_rewards"
+    """Ray namespace of the named directory actor."""
+    address: str | None = None
+    """``None``: use the running Ray, else start a local one on 127.0.0.1;
+    ``"auto"`` or ``"host:port"``: join that cluster."""
+    num_workers: int = 2
+    """Number of worker actors (each a process holding the reward functions)."""
+    num_cpus_per_worker: float = 1.0
+    """Logical CPUs Ray reserves for each worker."""
+    placement: str = "spread"
+    """``spread``: workers across nodes (Ray SPREAD); ``default``: Ray decides (packs)."""
+    batch_size: int = 64
+    """Most items gathered into one batch and sent to one worker in one call."""
+    batch_wait_s: float = 0.005
+    """Longest a partial batch waits for more items before it is sent."""
+    timeout_s: float = 10.0
+    """Time limit of one reward component on one item; past it the worker is killed
+    and replaced and the component scores ``fallback`` with status ``timeout``."""
+    max_retries: int = 2
+    """Times an item is scored again after the worker scoring it died; then ``error``."""
+    fallback: float = 0.0
+    """Value of a component that timed out or errored."""
+    max_items_per_worker: int = 20000
+    """A worker is replaced (gracefully) after this many reward computations,
+    bounding sympy's memory growth; 0 never recycles."""
+    progress_interval_s: float = 0.002
+    """Workers report finished work at least this often; a reward whose mean time
+    is above it is reported item by item, so a hang is pinned on one item."""
+    start_timeout_s: float = 120.0
+    """Longest to wait for a new worker to load its reward functions."""
+    queue_timeout_s: float = 300.0
+    """Longest a call may wait behind other clients' calls on a shared worker."""
+    cache_size: int = 100000
+    """Finished work remembered (identical work in later batches is not redone),
+    and inputs that timed out remembered (answered as a timeout at once)."""
+    alarm_window_items: int = 500
+    """Items in the sliding window of the error-rate alarm."""
+    alarm_error_rate: float = 0.5
+    """Alarm when this fraction of the window's items must be masked (timeout or error)."""
+    alarm_min_items: int = 100
+    """The alarm stays quiet until the window holds at least this many items."""
+    alarm_stop: bool = False
+    """When the alarm fires, refuse further scoring (raise ``RewardAlarmError``)."""
+    replay_path: str | None = None
+    """JSONL file to which timed-out and crashed items are appended; ``None``: off."""
+    rewards: Mapping[str, Mapping[str, Any]] = field(default_factory=_default_rewards)
+    """Reward mix: registry name -> ``{weight: w, <param>: value, ...}``."""
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        positive = ("num_workers", "batch_size", "timeout_s", "start_timeout_s", "queue_timeout_s",
+                    "alarm_window_items", "num_cpus_per_worker", "progress_interval_s")
+        for key in positive:
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key}: must be > 0, got {getattr(self, key)!r}")
+        for key in ("batch_wait_s", "max_retries", "max_items_per_worker", "cache_size",
+                    "alarm_min_items"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key}: must be >= 0, got {getattr(self, key)!r}")
+        if not 0.0 < self.alarm_error_rate <= 1.0:
+            raise ValueError(f"alarm_error_rate: must be in (0, 1], got {self.alarm_error_rate!r}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement: expected one of {PLACEMENTS}, got {self.placement!r}")
+        if not self.name:
+            raise ValueError("name: must not be empty")
+        if not self.rewards:
+            raise ValueError("rewards: the reward mix is empty; name at least one reward")
+        for reward, entry in self.rewards.items():
+            if not isinstance(entry, Mapping):
+                raise ValueError(f"rewards.{reward}: expected a mapping {{weight: w, ...}}, "
+                                 f"got {entry!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form (what the directory actor hands to ``connect``)."""
+        data = dataclasses.asdict(self)
+        data["rewards"] = {k: dict(v) for k, v in self.rewards.items()}
+        return data
+
+
+def load_pool_config(
+    source: str | Path | Mapping[str, Any] | PoolConfig | None = None,
+    overrides: Sequence[str] = (),
+) -> PoolConfig:
+    """Defaults <- ``source`` (YAML path, mapping or omegaconf node) <- ``key=value`` overrides.
+
+    Raises ``ValueError`` naming the key for an unknown key or a wrong type.
+    """
+    from omegaconf import OmegaConf
+
+    if isinstance(source, PoolConfig):
+        source = source.to_dict()
+    merged = OmegaConf.create(PoolConfig().to_dict())
+    if source is not None:
+        loaded = OmegaConf.load(source) if isinstance(source, (str, Path)) else OmegaConf.create(
+            source if hasattr(source, "_metadata") else dict(source))
+        plain = OmegaConf.to_container(loaded, resolve=True)
+        if not isinstance(plain, dict):
+            raise ValueError(f"pool config: expected a mapping, got {type(plain).__name__}")
+        unknown = set(plain) - {f.name for f in dataclasses.fields(PoolConfig)}
+        if unknown:
+            raise ValueError(f"pool config: unknown keys {sorted(unknown)}")
+        if "rewards" in plain:  # a given mix replaces the default mix, it is not merged into it
+            merged.rewards = {}
+        merged = OmegaConf.merge(merged, loaded)
+    if overrides:
+        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+    data = OmegaConf.to_container(merged, resolve=True)
+    assert isinstance(data, dict)
+    unknown = set(data) - {f.name for f in dataclasses.fields(PoolConfig)}
+    if unknown:
+        raise ValueError(f"pool config: unknown keys {sorted(unknown)}")
+    return PoolConfig(**{str(k): v for k, v in data.items()})
+
+
+def _check_types(cfg: PoolConfig) -> None:
+    """Raise ``ValueError`` naming the first field whose value has the wrong type.
+
+    An int is accepted (and converted) where a float is expected; a bool is
+    never accepted as a number.
+    """
+    hints = typing.get_type_hints(PoolConfig)
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        expected = hints[f.name]
+        allowed = typing.get_args(expected) if isinstance(expected, types.UnionType) else (expected,)
+        if value is None and type(None) in allowed:
+            continue
+        base = next(t for t in allowed if t is not type(None))
+        origin = typing.get_origin(base) or base
+        if origin is float and isinstance(value, int) and not isinstance(value, bool):
+            object.__setattr__(cfg, f.name, float(value))
+            continue
+        if isinstance(value, bool) and origin is not bool:
+            raise ValueError(f"{f.name}: expected {base}, got {value!r}")
+        if not isinstance(value, origin):
+            raise ValueError(f"{f.name}: expected {base}, got {value!r}")

@@ -1,0 +1,154 @@
+"""What a reward pool counts: items, latency, timeouts, errors, retries, cache hits.
+
+Counters are kept in the pool's process (readable with ``pool.metrics()``) and
+exported through ``ray.util.metrics`` with the tag ``pool=<name>``, so
+Prometheus sees the sum over every process that scores through the pool.
+
+The error-rate alarm watches a sliding window of items: when too many of them
+must be masked (a component timed out or errored), it logs an error loudly and,
+if configured, stops the pool from scoring. A run whose rewards silently turned
+into fallbacks is then caught within one window.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections import deque
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+LATENCY_BOUNDARIES_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                        10.0, 30.0, 60.0)
+"""Upper bounds of the latency histogram buckets (the last bucket is open)."""
+
+COUNTERS = {
+    "items": "items scored (one per submitted sample)",
+    "tasks": "reward computations asked for (items x components)",
+    "cache_hits": "computations answered from identical work (same batch or recent batches)",
+    "remembered_timeouts": "computations answered as a timeout at once (input timed out before)",
+    "timeouts": "computations that ran past timeout_s (worker killed and replaced)",
+    "errors": "computations whose status is 'error'",
+    "retries": "computations scored again after their worker died",
+    "isolations": "computations re-run one by one to pin a hang on one of them",
+    "worker_restarts": "workers replaced after a crash, a hang or a lost node",
+    "workers_recycled": "workers replaced after max_items_per_worker computations",
+    "masked_items": "items with should_mask (some component timed out or errored)",
+}
+_RECENT_LATENCIES = 10000
+
+
+@functools.cache
+def _ray_exporters() -> tuple[dict[str, Any], Any]:
+    """The process-wide ``ray.util.metrics`` objects (created once per process)."""
+    from ray.util.metrics import Counter, Histogram
+
+    counters = {name: Counter(f"skyrl_rewards_pool_{name}", description=doc, tag_keys=("pool",))
+                for name, doc in COUNTERS.items()}
+    histogram = Histogram("skyrl_rewards_pool_latency_s",
+                          description="seconds from submission to result, per item",
+                          boundaries=list(LATENCY_BOUNDARIES_S), tag_keys=("pool",))
+    return counters, histogram
+
+
+class PoolMetrics:
+    """Thread-safe counters and a latency histogram for one pool client."""
+
+    def __init__(self, pool_name: str, *, export: bool = True) -> None:
+        self._tags = {"pool": pool_name}
+        self._export = export
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(COUNTERS, 0)
+        self._buckets = [0] * (len(LATENCY_BOUNDARIES_S) + 1)
+        self._recent_s: deque[float] = deque(maxlen=_RECENT_LATENCIES)
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``name`` (one of :data:`COUNTERS`)."""
+        if n <= 0:
+            return
+        with self._lock:
+            self._counts[name] += n
+        if self._export:
+            _ray_exporters()[0][name].inc(n, tags=self._tags)
+
+    def observe_latency(self, latency_s: float) -> None:
+        """Record one item's latency (submission to result)."""
+        bucket = next((i for i, bound in enumerate(LATENCY_BOUNDARIES_S) if latency_s <= bound),
+                      len(LATENCY_BOUNDARIES_S))
+        with self._lock:
+            self._buckets[bucket] += 1
+            self._recent_s.append(latency_s)
+        if self._export:
+            _ray_exporters()[1].observe(latency_s, tags=self._tags)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters, ``cache_hit_rate``, latency buckets and p50/p99 of recent items."""
+        with self._lock:
+            data: dict[str, Any] = dict(self._counts)
+            buckets = list(self._buckets)
+            recent = sorted(self._recent_s)
+        data["cache_hit_rate"] = data["cache_hits"] / data["tasks"] if data["tasks"] else 0.0
+        data["latency_s"] = {
+            "buckets": {**{f"le_{b:g}": n for b, n in zip(LATENCY_BOUNDARIES_S, buckets)},
+                        "inf": buckets[-1]},
+            "p50": _percentile(recent, 0.50),
+            "p99": _percentile(recent, 0.99),
+        }
+        return data
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+class ErrorRateAlarm:
+    """Fires when the share of masked items in the last ``window_items`` reaches ``max_rate``.
+
+    Logs at ERROR level when it fires and at WARNING when the rate falls back.
+    With ``stop=True`` a fired alarm stays fired: :attr:`stopped` is then True.
+    """
+
+    def __init__(self, *, window_items: int, max_rate: float, min_items: int, stop: bool,
+                 pool_name: str) -> None:
+        self._window: deque[bool] = deque(maxlen=window_items)
+        self._masked = 0
+        self._max_rate = max_rate
+        self._min_items = min_items
+        self._stop = stop
+        self._pool_name = pool_name
+        self.firing = False
+        self.stopped = False
+
+    @property
+    def rate(self) -> float:
+        """Share of masked items in the current window (0.0 when empty)."""
+        return self._masked / len(self._window) if self._window else 0.0
+
+    def record(self, masked: bool) -> None:
+        """Add one finished item to the window and update the alarm."""
+        if len(self._window) == self._window.maxlen:
+            self._masked -= self._window[0]
+        self._window.append(masked)
+        self._masked += masked
+        hot = len(self._window) >= self._min_items and self.rate >= self._max_rate
+        if hot and not self.firing:
+            self.firing = True
+            self.stopped = self.stopped or self._stop
+            logger.error(
+                "REWARD ALARM on pool %r: %.0f%% of the last %d items timed out or errored "
+                "(limit %.0f%%); their rewards are fallbacks, not judgements%s",
+                self._pool_name, 100 * self.rate, len(self._window), 100 * self._max_rate,
+                "; scoring is stopped" if self._stop else "")
+        elif not hot and self.firing:
+            self.firing = False
+            logger.warning("reward alarm on pool %r cleared: error rate %.0f%%",
+                           self._pool_name, 100 * self.rate)
+
+    def snapshot(self) -> dict[str, Any]:
+        """``{"firing", "stopped", "error_rate", "window_items"}``."""
+        return {"firing": self.firing, "stopped": self.stopped, "error_rate": self.rate,
+                "window_items": len(self._window)}

@@ -1,0 +1,400 @@
+"""The pool's engine: it turns items into reward computations and runs them on workers.
+
+Everything here runs on one asyncio event loop (the pool's background thread),
+so the state needs no locks. The life of a submitted item:
+
+1. It is split into one *task* per reward component. A task whose work key
+   (``mix.work_key``) matches finished work is answered from the cache; one
+   that matches work already queued or running waits for it; one whose input
+   timed out before is answered as a timeout at once. Only new work is queued.
+2. One coroutine per worker slot takes a chunk of queued tasks (at most
+   ``batch_size`` items' worth, fewer when the queue is short so every worker
+   gets a share) and streams it through the worker (see
+   :mod:`skyrl_rewards.worker`).
+3. A stream that stays quiet for ``timeout_s`` means a stuck task. The worker is
+   killed and replaced. When the stream pins the hang on one task, that task
+   scores ``fallback`` with status ``timeout``; when it could be one of a few
+   cheap tasks, those are re-run one by one (fenced), so the next hang is
+   pinned. Everything after them goes back to the front of the queue.
+4. A worker that dies (its process killed, its node gone) is replaced; its
+   unfinished tasks go back to the queue. The task it was on (or the few it
+   could have been on) is charged one attempt; past ``max_retries`` it scores
+   ``fallback`` with status ``error``.
+5. When all of an item's components have a score, its
+   :class:`~skyrl_rewards.result.RewardResult` resolves the item's future.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import math
+import time
+from collections import OrderedDict, deque
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.actor import ActorHandle
+from ray.exceptions import (
+    LocalRayletDiedError,
+    NodeDiedError,
+    ObjectLostError,
+    RayActorError,
+    RayTaskError,
+    WorkerCrashedError,
+)
+
+from skyrl_rewards.mix import RewardMix
+from skyrl_rewards.pool_config import PoolConfig
+from skyrl_rewards.pool_metrics import ErrorRateAlarm, PoolMetrics
+from skyrl_rewards.replay_log import ReplayLog
+from skyrl_rewards.result import ComponentScore, RewardResult, Status
+from skyrl_rewards.worker import Progress
+
+logger = logging.getLogger(__name__)
+
+WORKER_LOST = (RayActorError, WorkerCrashedError, ObjectLostError, NodeDiedError,
+               LocalRayletDiedError)
+"""What Ray raises when a worker's process or node is gone."""
+
+_RESTART_BACKOFF_S = 1.0
+
+
+@dataclass(eq=False)
+class Item:
+    """One submitted sample: its component scores so far and the future of its result."""
+
+    sample: Mapping[str, Any]
+    future: concurrent.futures.Future[RewardResult]
+    submitted_s: float
+    scores: dict[str, ComponentScore] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class _Task:
+    """One reward computation, shared by every item that needs identical work."""
+
+    name: str
+    key: Hashable | None
+    sample: Mapping[str, Any]
+    waiters: list[Item]
+    attempts: int = 0
+
+
+@dataclass(eq=False)
+class _Slot:
+    """This client's view of one worker slot of the directory."""
+
+    index: int
+    generation: int
+    actor: ActorHandle
+    pid: int = 0
+    node_id: str = ""
+    computations: int = 0
+
+
+class _LRU:
+    """A bounded mapping that forgets the least recently used key."""
+
+    def __init__(self, max_size: int) -> None:
+        self._data: OrderedDict[Hashable, Any] = OrderedDict()
+        self._max_size = max_size
+
+    def get(self, key: Hashable) -> Any:
+        value = self._data.get(key)
+        if value is not None:
+            self._data.move_to_end(key)
+        return value
+
+    def put(self, key: Hashable, value: Any) -> None:
+        if self._max_size == 0:
+            return
+        self._data[key] = value
+        self._data.move_to_end(key)
+        while len(self._data) > self._max_size:
+            self._data.popitem(last=False)
+
+
+class Scheduler:
+    """Runs items through the workers of one pool. Call every method on the loop thread."""
+
+    def __init__(self, config: PoolConfig, mix: RewardMix, directory: ActorHandle,
+                 metrics: PoolMetrics, alarm: ErrorRateAlarm, replay: ReplayLog | None) -> None:
+        self._config = config
+        self._mix = mix
+        self._directory = directory
+        self._metrics = metrics
+        self._alarm = alarm
+        self._replay = replay
+        self._slots: list[_Slot] = []
+        self._servers: list[asyncio.Task[None]] = []
+        self._queue: deque[_Task] = deque()
+        self._isolated: deque[_Task] = deque()
+        self._wakeup = asyncio.Event()
+        self._cache = _LRU(config.cache_size)
+        self._timed_out = _LRU(config.cache_size)
+        self._running: dict[tuple[str, Hashable], _Task] = {}
+        self._open: set[Item] = set()
+        self._max_chunk_tasks = config.batch_size * len(mix.names)
+
+    async def start(self) -> None:
+        """Wait until every worker has loaded its rewards, then start serving."""
+        workers = await self._directory.workers.remote()
+        self._slots = [_Slot(i, gen, actor) for i, (gen, actor) in enumerate(workers)]
+        await asyncio.gather(*(self._ensure_ready(slot) for slot in self._slots))
+        self._servers = [asyncio.create_task(self._serve(slot)) for slot in self._slots]
+
+    def admit(self, items: list[Item]) -> None:
+        """Take a batch of items: answer what is known, queue the new work."""
+        for item in items:
+            self._open.add(item)
+            for name in self._mix.names:
+                self._metrics.count("tasks")
+                self._admit_task(item, name)
+        self._wakeup.set()
+
+    async def close(self, pending: list[Item]) -> None:
+        """Stop serving; every unfinished item (and ``pending``) scores as an error."""
+        for server in self._servers:
+            server.cancel()
+        await asyncio.gather(*self._servers, return_exceptions=True)
+        message = "the reward pool was shut down before this item was scored"
+        for item in [*self._open, *pending]:
+            for name in self._mix.names:
+                if name not in item.scores:
+                    self._give(item, name, ComponentScore(self._config.fallback, Status.ERROR,
+                                                          message))
+
+    def describe(self) -> dict[str, Any]:
+        """Queue lengths and each worker's slot, generation, pid, node and load."""
+        return {
+            "queued_tasks": len(self._queue) + len(self._isolated),
+            "open_items": len(self._open),
+            "workers": [{"slot": s.index, "generation": s.generation, "pid": s.pid,
+                         "node_id": s.node_id, "computations": s.computations}
+                        for s in self._slots],
+        }
+
+    # -- admission -------------------------------------------------------
+
+    def _admit_task(self, item: Item, name: str) -> None:
+        key = self._work_key(name, item.sample)
+        if key is not None:
+            if self._timed_out.get((name, key)) is not None:
+                self._metrics.count("remembered_timeouts")
+                self._give(item, name, self._timeout_score(name, remembered=True))
+                return
+            cached = self._cache.get((name, key))
+            if cached is not None:
+                self._metrics.count("cache_hits")
+                self._give(item, name, cached)
+                return
+            running = self._running.get((name, key))
+            if running is not None:
+                self._metrics.count("cache_hits")
+                running.waiters.append(item)
+                return
+        task = _Task(name, key, item.sample, [item])
+        if key is not None:
+            self._running[(name, key)] = task
+        self._queue.append(task)
+
+    def _work_key(self, name: str, sample: Mapping[str, Any]) -> Hashable | None:
+        try:
+            key = self._mix.work_key(name, sample)
+            hash(key)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            logger.warning("work_key(%r) failed (%s); this work is not shared", name, exc)
+            return None
+        return key
+
+    # -- results ---------------------------------------------------------
+
+    def _finish(self, task: _Task, score: ComponentScore, *, cacheable: bool) -> None:
+        if task.key is not None:
+            self._running.pop((task.name, task.key), None)
+            if cacheable:
+                self._cache.put((task.name, task.key), score)
+        for item in task.waiters:
+            self._give(item, task.name, score)
+
+    def _give(self, item: Item, name: str, score: ComponentScore) -> None:
+        item.scores[name] = score
+        if len(item.scores) < len(self._mix.names):
+            return
+        self._open.discard(item)
+        latency_s = time.perf_counter() - item.submitted_s
+        result = RewardResult.from_components({n: item.scores[n] for n in self._mix.names},
+                                              self._mix.weights, latency_s)
+        self._metrics.count("items")
+        self._metrics.count("errors", sum(s == Status.ERROR.value for s in result.status.values()))
+        self._metrics.count("masked_items", int(result.should_mask))
+        self._metrics.observe_latency(latency_s)
+        self._alarm.record(result.should_mask)
+        if not item.future.done():
+            item.future.set_result(result)
+
+    def _timeout_score(self, name: str, *, remembered: bool) -> ComponentScore:
+        why = ("this input timed out before and is not scored again" if remembered else
+               f"ran past timeout_s={self._config.timeout_s:g}; the worker was killed and replaced")
+        return ComponentScore(self._config.fallback, Status.TIMEOUT, f"{name}: {why}")
+
+    # -- serving ---------------------------------------------------------
+
+    async def _serve(self, slot: _Slot) -> None:
+        while True:
+            chunk, fence_all = await self._next_chunk()
+            await self._run_chunk(slot, chunk, fence_all)
+            if 0 < self._config.max_items_per_worker <= slot.computations:
+                self._metrics.count("workers_recycled")
+                await self._replace(slot, graceful=True)
+
+    async def _next_chunk(self) -> tuple[list[_Task], bool]:
+        while not (self._queue or self._isolated):
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        if self._isolated:
+            source, fence_all = self._isolated, True
+        else:
+            source, fence_all = self._queue, False
+        share = math.ceil(len(source) / len(self._slots))
+        size = max(1, min(self._max_chunk_tasks, share))
+        return [source.popleft() for _ in range(min(size, len(source)))], fence_all
+
+    async def _run_chunk(self, slot: _Slot, tasks: list[_Task], fence_all: bool) -> None:
+        samples: list[Mapping[str, Any]] = []
+        index_of: dict[int, int] = {}
+        calls = []
+        for task in tasks:
+            if id(task.sample) not in index_of:
+                index_of[id(task.sample)] = len(samples)
+                samples.append(task.sample)
+            calls.append((index_of[id(task.sample)], task.name))
+        stream = slot.actor.score_tasks.options(num_returns="streaming").remote(
+            samples, calls, self._config.progress_interval_s, fence_all)
+        done = 0
+        fenced: tuple[bool, ...] | None = None
+        while True:
+            wait_s = self._config.queue_timeout_s if fenced is None else self._config.timeout_s
+            try:
+                ref = await asyncio.wait_for(stream.__anext__(), timeout=wait_s)
+                progress: Progress = await ref
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                await self._on_stall(slot, tasks, done, fenced)
+                return
+            except WORKER_LOST as exc:
+                await self._on_lost(slot, tasks, done, fenced, exc)
+                return
+            except RayTaskError as exc:  # our worker code raised: a bug, not the item's fault
+                logger.error("worker %d raised while scoring: %s", slot.index, exc)
+                for task in tasks[done:]:
+                    self._finish(task, ComponentScore(self._config.fallback, Status.ERROR,
+                                                      f"{task.name}: worker error: {exc}"),
+                                 cacheable=False)
+                return
+            if fenced is None:
+                fenced = progress.fenced
+            for value, status, error in progress.scores:
+                self._finish(tasks[done], ComponentScore(value, Status(status), error),
+                             cacheable=True)
+                done += 1
+        slot.computations += len(tasks)
+
+    def _suspects(self, tasks: list[_Task], done: int,
+                  fenced: tuple[bool, ...] | None) -> tuple[list[_Task], list[_Task]]:
+        """Split unfinished tasks into (could be the stuck one, surely not started)."""
+        if fenced is None:
+            return tasks[done:], []
+        end = next((i for i in range(done + 1, len(tasks)) if fenced[i]), len(tasks))
+        return tasks[done:end], tasks[end:]
+
+    def _requeue(self, tasks: list[_Task], *, isolated: bool) -> None:
+        target = self._isolated if isolated else self._queue
+        target.extendleft(reversed(tasks))
+        self._wakeup.set()
+
+    async def _on_stall(self, slot: _Slot, tasks: list[_Task], done: int,
+                        fenced: tuple[bool, ...] | None) -> None:
+        if fenced is not None and await self._node_lost(slot):
+            await self._on_lost(slot, tasks, done, fenced, NodeDiedError("node lost"))
+            return
+        suspects, rest = self._suspects(tasks, done, fenced)
+        self._metrics.count("worker_restarts")
+        replaced = asyncio.create_task(self._replace(slot, graceful=False))
+        if fenced is None:  # never started: stuck behind another client's call
+            logger.warning("worker %d did not start a call within queue_timeout_s=%g; replacing it",
+                           slot.index, self._config.queue_timeout_s)
+            self._requeue(suspects, isolated=False)
+        elif len(suspects) == 1:
+            task = suspects[0]
+            score = self._timeout_score(task.name, remembered=False)
+            logger.warning("%s timed out on worker %d (pid %d); killed and replaced",
+                           task.name, slot.index, slot.pid)
+            self._metrics.count("timeouts")
+            if task.key is not None:
+                self._timed_out.put((task.name, task.key), True)
+            if self._replay is not None:
+                self._replay.append("timeout", task.name, task.sample, score.error)
+            self._finish(task, score, cacheable=False)
+        else:
+            self._metrics.count("isolations", len(suspects))
+            self._requeue(suspects, isolated=True)
+        self._requeue(rest, isolated=False)
+        await replaced
+
+    async def _on_lost(self, slot: _Slot, tasks: list[_Task], done: int,
+                       fenced: tuple[bool, ...] | None, exc: BaseException) -> None:
+        logger.warning("worker %d (pid %d) was lost: %s", slot.index, slot.pid,
+                       type(exc).__name__)
+        self._metrics.count("worker_restarts")
+        replaced = asyncio.create_task(self._replace(slot, graceful=False))
+        suspects, rest = self._suspects(tasks, done, fenced)
+        again = []
+        for task in suspects:
+            task.attempts += 1
+            if task.attempts <= self._config.max_retries:
+                again.append(task)
+                continue
+            message = (f"{task.name}: the worker died {task.attempts} times while scoring this "
+                       f"({type(exc).__name__})")
+            if self._replay is not None:
+                self._replay.append("crash", task.name, task.sample, message)
+            self._finish(task, ComponentScore(self._config.fallback, Status.ERROR, message),
+                         cacheable=False)
+        if len(suspects) == 1 and again and self._replay is not None:
+            self._replay.append("crash", again[0].name, again[0].sample,
+                                f"worker died while scoring this ({type(exc).__name__}); retried")
+        self._metrics.count("retries", len(again) + len(rest))
+        self._requeue(again, isolated=len(again) > 1)
+        self._requeue(rest, isolated=False)
+        await replaced
+
+    # -- workers ---------------------------------------------------------
+
+    async def _replace(self, slot: _Slot, *, graceful: bool) -> None:
+        generation, actor = await self._directory.replace.remote(slot.index, slot.generation,
+                                                                 graceful)
+        slot.generation, slot.actor, slot.computations = generation, actor, 0
+        await self._ensure_ready(slot)
+
+    async def _ensure_ready(self, slot: _Slot) -> None:
+        """Wait for the slot's worker; replace it until one starts."""
+        while True:
+            try:
+                slot.pid, slot.node_id = await asyncio.wait_for(
+                    slot.actor.ready.remote(), timeout=self._config.start_timeout_s)
+                return
+            except (TimeoutError, *WORKER_LOST, RayTaskError) as exc:
+                logger.error("worker %d did not start (%s); starting another", slot.index, exc)
+                await asyncio.sleep(_RESTART_BACKOFF_S)
+                slot.generation, slot.actor = await self._directory.replace.remote(
+                    slot.index, slot.generation, False)
+
+    async def _node_lost(self, slot: _Slot) -> bool:
+        nodes = await asyncio.get_running_loop().run_in_executor(None, ray.nodes)
+        return any(n["NodeID"] == slot.node_id and not n["Alive"] for n in nodes)

@@ -1,0 +1,100 @@
+"""The body of one pool worker: a Ray actor that holds a reward mix and streams scores.
+
+A worker is a plain synchronous actor with ``max_concurrency=1``, so reward
+code runs on the actor's main thread, one task at a time. It builds its
+:class:`~skyrl_rewards.mix.RewardMix` (and any heavy state, such as a
+tokenizer) once, when it starts.
+
+:meth:`RewardWorker.score_tasks` is a streaming generator. It yields a
+:class:`Progress` marker before the first task, then finished scores in order,
+in small groups. The pool reads the stream to know how far a worker got, so
+that a hang is pinned on one task and nothing else of the call is lost:
+
+- a yield always comes immediately before the worker starts the next task;
+- a task marked *fenced* in the first marker always has a yield right before it.
+
+So when a stream goes quiet, the stuck task lies between the first unreported
+task and the next fenced one. A reward component whose mean time on this
+worker is at least ``progress_interval_s`` (or not yet measured) is fenced;
+cheap components are reported in groups at most ``progress_interval_s`` apart.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from skyrl_rewards.mix import RewardMix
+from skyrl_rewards.result import ComponentScore
+
+WARMUP_SAMPLE = {"completion": "<think>1</think><answer>1</answer>", "solution": "<answer>1</answer>"}
+"""Scored once per component when a worker starts, so lazy imports are not billed to real items."""
+
+_MEAN_DECAY = 0.8
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One message of a worker's stream.
+
+    ``scores`` continue the call's task list where the previous message stopped,
+    as ``(value, status, error)`` tuples. ``fenced`` is set on the first message
+    only: one flag per task, True when the worker yields right before that task.
+    """
+
+    scores: tuple[tuple[float, str, str], ...] = ()
+    fenced: tuple[bool, ...] = ()
+
+
+class RewardWorker:
+    """Ray actor body. Build it with ``ray.remote(RewardWorker).options(...)``."""
+
+    def __init__(self, rewards: Mapping[str, Mapping[str, Any]]) -> None:
+        self._mix = RewardMix.from_config(rewards)
+        self._mean_s: dict[str, float] = {}
+
+    def ready(self) -> tuple[int, str]:
+        """Warm every component up once; return ``(pid, node_id)`` of this worker."""
+        import ray
+
+        for name in self._mix.names:
+            self._timed_score(name, WARMUP_SAMPLE)
+        return os.getpid(), ray.get_runtime_context().get_node_id()
+
+    def score_tasks(
+        self,
+        samples: Sequence[Mapping[str, Any]],
+        tasks: Sequence[tuple[int, str]],
+        progress_interval_s: float,
+        fence_all: bool,
+    ) -> Iterator[Progress]:
+        """Score each ``(sample_index, component_name)`` task, streaming :class:`Progress`.
+
+        Scores never raise (the mix turns every failure into a status). With
+        ``fence_all`` every task is fenced, so a hang is pinned exactly.
+        """
+        fenced = tuple(fence_all or self._mean_s.get(name, progress_interval_s) >= progress_interval_s
+                       for _, name in tasks)
+        yield Progress(fenced=fenced)
+        last_yield = time.perf_counter()
+        pending: list[tuple[float, str, str]] = []
+        for index, (sample_index, name) in enumerate(tasks):
+            if pending and (fenced[index] or time.perf_counter() - last_yield >= progress_interval_s):
+                yield Progress(scores=tuple(pending))
+                pending = []
+                last_yield = time.perf_counter()
+            score = self._timed_score(name, samples[sample_index])
+            pending.append((float(score.value), score.status.value, score.error))
+        yield Progress(scores=tuple(pending))
+
+    def _timed_score(self, name: str, sample: Mapping[str, Any]) -> ComponentScore:
+        start = time.perf_counter()
+        score = self._mix.score_component(name, sample)
+        elapsed_s = time.perf_counter() - start
+        previous = self._mean_s.get(name)
+        self._mean_s[name] = elapsed_s if previous is None else (
+            _MEAN_DECAY * previous + (1 - _MEAN_DECAY) * elapsed_s)
+        return score
