@@ -1,0 +1,45 @@
+"""A SkyRL environment for tau-bench domains with tau-bench's binary episode reward.
+
+Importing the package registers the env with skyrl-gym under the id
+``tau_bench`` (entry point ``tau_bench_env.env:TauBenchEnv``).
+"""
+
+from skyrl_gym.envs.registration import register, registry
+
+from tau_bench_env.actions import ParsedTurn, parse_turn
+from tau_bench_env.backends import BackendUnavailableError, installed_backends, load_domain
+from tau_bench_env.config import TauBenchEnvConfig, UserConfig, env_config_from
+from tau_bench_env.env import TauBenchEnv
+from tau_bench_env.episode import Episode
+from tau_bench_env.hashing import HashIndex, data_hash
+from tau_bench_env.reward import RewardResult, score_episode
+from tau_bench_env.tasks import Action, Task, task_from_dict
+from tau_bench_env.users import OpenAIUser, ReplayUser, TauBenchUser, UserSimulatorError
+
+__all__ = [
+    "Action",
+    "BackendUnavailableError",
+    "Episode",
+    "HashIndex",
+    "OpenAIUser",
+    "ParsedTurn",
+    "ReplayUser",
+    "RewardResult",
+    "Task",
+    "TauBenchEnv",
+    "TauBenchEnvConfig",
+    "TauBenchUser",
+    "UserConfig",
+    "UserSimulatorError",
+    "data_hash",
+    "env_config_from",
+    "installed_backends",
+    "load_domain",
+    "parse_turn",
+    "score_episode",
+    "task_from_dict",
+]
+
+ENV_ID = "tau_bench"
+if ENV_ID not in registry:
+    register(id=ENV_ID, entry_point="tau_bench_env.env:TauBenchEnv")

@@ -1,0 +1,219 @@
+"""``TauBenchEnv``: a SkyRL text env for tau-bench's customer-service domains.
+
+Built by SkyRL as ``skyrl_gym.make("tau_bench", env_config=..., extras=row)``.
+The config (:class:`~tau_bench_env.config.TauBenchEnvConfig`) picks the
+backend, user simulator, turn limit and reward options; the row's ``extras``
+pick the task:
+
+- ``domain`` (default ``config.domain``), ``split`` (default ``config.split``),
+- one of ``task_index`` (int into the split), ``task_id`` (a task's id), or
+  ``task`` (an inline task in tau-bench's or tau2's JSON form),
+- ``user_turns`` (list of str) for the replay user,
+- ``max_turns`` (int, optional; SkyRL's generator sets it) overrides the config.
+
+``init`` returns the system prompt (policy, tools, call format) and the
+user's first message; the dataset prompt passed to ``init`` is replaced.
+Each ``step(text)`` is one agent turn: a tool call runs against this
+episode's data and its result comes back as a ``tool`` message; a reply goes
+to the user simulator and its answer comes back as a ``user`` message; a
+malformed tool call gets an error message and reaches nobody. The episode
+ends when the user says ``###STOP###``, a terminate tool runs, or the turn
+limit is hit (``metadata["truncated"]``). Every step pays 0.0 except the
+last, which pays the binary reward of :mod:`tau_bench_env.reward` with its
+checks in ``metadata["reward_info"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
+
+from tau_bench_env.actions import parse_turn
+from tau_bench_env.backends import BackendUnavailableError, Domain, installed_backends, load_domain
+from tau_bench_env.config import TauBenchEnvConfig, env_config_from
+from tau_bench_env.episode import Episode
+from tau_bench_env.prompts import system_prompt
+from tau_bench_env.reward import RewardResult
+from tau_bench_env.tasks import RESPOND, Task, task_from_dict
+from tau_bench_env.users import STOP, OpenAIUser, ReplayUser, TauBenchUser, UserSimulator
+
+
+class EpisodeEndedError(RuntimeError):
+    """``step`` was called before ``init`` or after the episode ended."""
+
+
+def resolve_task(domain: Domain, extras: Mapping[str, Any], default_split: str) -> Task:
+    """The task a dataset row names (see the module docstring for the keys).
+
+    Raises ``ValueError`` naming the ``extras`` field when the row is wrong.
+    """
+    if extras.get("task") is not None:
+        return task_from_dict(extras["task"], task_id=extras.get("task_id"))
+    split = str(extras.get("split") or default_split)
+    tasks = domain.tasks(split)
+    if extras.get("task_index") is not None:
+        index = extras["task_index"]
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(tasks):
+            raise ValueError(
+                f"extras.task_index must be an integer in [0, {len(tasks)}) for "
+                f"{domain.key} split {split!r}, got {index!r}"
+            )
+        return tasks[index]
+    if extras.get("task_id") is not None:
+        wanted = str(extras["task_id"])
+        for task in tasks:
+            if task.task_id == wanted:
+                return task
+        raise ValueError(f"extras.task_id {wanted!r} is not in {domain.key} split {split!r}")
+    raise ValueError("extras must name a task: task_index, task_id or task")
+
+
+def make_user(config: TauBenchEnvConfig, extras: Mapping[str, Any]) -> UserSimulator:
+    """The user simulator ``config.user`` asks for."""
+    user = config.user
+    if user.kind == "replay":
+        turns = extras.get("user_turns")
+        if turns is None:
+            raise ValueError("extras.user_turns is required when user.kind is 'replay'")
+        return ReplayUser(list(turns))
+    if user.kind == "tau_bench":
+        if "tau_bench" not in installed_backends():
+            raise BackendUnavailableError(
+                f"installed backends: {', '.join(installed_backends())}; "
+                "install tau-bench to use user.kind 'tau_bench'"
+            )
+        return TauBenchUser(strategy=user.strategy, model=user.model, provider=user.provider)
+    return OpenAIUser(
+        base_url=user.base_url,
+        model=user.model,
+        api_key_env=user.api_key_env,
+        temperature=user.temperature,
+        max_tokens=user.max_tokens,
+        timeout_s=user.timeout_s,
+        max_retries=user.max_retries,
+        backoff_s=user.backoff_s,
+    )
+
+
+def _max_turns(config: TauBenchEnvConfig, extras: Mapping[str, Any]) -> int:
+    value = extras.get("max_turns", config.max_turns)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"extras.max_turns must be an integer >= 1, got {value!r}")
+    return value
+
+
+class TauBenchEnv(BaseTextEnv):
+    """One tau-bench episode as a SkyRL ``BaseTextEnv`` (contract in the module docstring)."""
+
+    def __init__(self, env_config: Any = None, extras: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self.config = env_config_from(env_config)
+        extras = dict(extras or {})
+        domain_name = str(extras.get("domain") or self.config.domain)
+        self.domain = load_domain(self.config.backend, domain_name)
+        self.task = resolve_task(self.domain, extras, self.config.split)
+        self.max_turns = _max_turns(self.config, extras)
+        self.user = make_user(self.config, extras)
+        self.episode: Episode | None = None
+        self.result: RewardResult | None = None
+        self._reset_counters()
+
+    def _reset_counters(self) -> None:
+        self.turns = 0
+        self.tool_calls = 0
+        self.malformed_tool_calls = 0
+        self.unknown_tool_calls = 0
+        self.ignored_tool_calls = 0
+        self.truncated = False
+
+    def init(self, prompt: ConversationType | None = None) -> tuple[ConversationType, dict[str, Any]]:
+        """Reset to the task (no disk read) and return [system, first user message]."""
+        self.episode = Episode(self.domain, self.task)
+        self.result = None
+        self._reset_counters()
+        first = self.user.reset(self.task.instruction)
+        messages = [
+            {"role": "system", "content": system_prompt(self.domain)},
+            {"role": "user", "content": first},
+        ]
+        info = {
+            "backend": self.domain.backend,
+            "domain": self.domain.name,
+            "task_id": self.task.task_id,
+            "tools": list(self.domain.tool_schemas),
+        }
+        return messages, info
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        """One agent turn; see the module docstring."""
+        episode = self.episode
+        if episode is None or self.result is not None:
+            raise EpisodeEndedError("call init() before step(), and no step() after done")
+        self.turns += 1
+        parsed = parse_turn(action, max_chars=self.config.max_action_chars)
+        self.ignored_tool_calls += parsed.ignored_tool_calls
+        metadata: dict[str, Any] = {"turn": self.turns}
+        done = False
+        if parsed.action is None:
+            self.malformed_tool_calls += 1
+            metadata["action"] = None
+            metadata["malformed_tool_call"] = parsed.error
+            text = f"Error: malformed tool call: {parsed.error}. Nothing was run."
+            observations = [{"role": self.config.tool_observation_role, "content": text}]
+        elif parsed.action.name == RESPOND:
+            content = parsed.action.kwargs["content"]
+            episode.respond(content)
+            reply = self.user.step(content)
+            done = STOP in reply
+            metadata["action"] = RESPOND
+            observations = [{"role": "user", "content": reply}]
+        else:
+            name = parsed.action.name
+            self.tool_calls += 1
+            if name not in self.domain.tools:
+                self.unknown_tool_calls += 1
+            result = episode.call_tool(name, parsed.action.kwargs)
+            done = episode.is_terminal(name)
+            metadata["action"] = name
+            observations = [{"role": self.config.tool_observation_role, "content": result}]
+        metadata["malformed_tool_calls"] = self.malformed_tool_calls
+        metadata["ignored_tool_calls"] = self.ignored_tool_calls
+        reward = 0.0
+        if not done and self.turns >= self.max_turns:
+            self.truncated = True
+        if done or self.truncated:
+            self.result = episode.score(
+                truncated=self.truncated, score_truncated=self.config.score_truncated
+            )
+            reward = self.result.reward
+            metadata["reward_info"] = self.result.to_dict()
+            observations = []
+        metadata["truncated"] = self.truncated
+        return BaseTextEnvStepOutput(
+            observations=observations, reward=reward, done=done or self.truncated, metadata=metadata
+        )
+
+    def get_metrics(self) -> dict[str, Any]:
+        """Per-episode counters and, once done, the reward's checks."""
+        metrics: dict[str, Any] = {
+            "turns": self.turns,
+            "tool_calls": self.tool_calls,
+            "malformed_tool_calls": self.malformed_tool_calls,
+            "unknown_tool_calls": self.unknown_tool_calls,
+            "ignored_tool_calls": self.ignored_tool_calls,
+            "truncated": self.truncated,
+        }
+        if self.episode is not None:
+            metrics["own_records"] = self.episode.data.own_records()
+        if self.result is not None:
+            metrics["reward"] = self.result.reward
+            metrics["r_actions"] = self.result.r_actions
+            if self.result.r_outputs is not None:
+                metrics["r_outputs"] = self.result.r_outputs
+        return metrics
+
+    def close(self) -> None:
+        """Drop the episode's data."""
+        self.episode = None
