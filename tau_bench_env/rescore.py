@@ -1,0 +1,150 @@
+"""Re-score recorded runs in tau-bench's results format.
+
+A results file is a JSON list of runs, each ``{"task_id", "trial", "reward",
+"info": {"task": {...}}, "traj": [messages]}`` with OpenAI-format messages,
+as tau-bench's ``run.py`` writes with the tool-calling agent. Each run's
+assistant turns are replayed on fresh data: the first of a message's
+``tool_calls`` runs (as in tau-bench), a message without tool calls is a
+reply. A run is *done* when its last agent action was a terminate tool or
+the last user message contains ``###STOP###``; a run that is not done was cut
+off by the turn limit (or crashed: empty ``traj``) and scores 0.0.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from math import comb
+from typing import Any
+
+from tau_bench_env.backends.protocol import Domain
+from tau_bench_env.episode import Episode
+from tau_bench_env.reward import RewardResult
+from tau_bench_env.tasks import RESPOND, task_from_dict
+from tau_bench_env.users import STOP
+
+SUCCESS_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class RunScore:
+    """One recorded run, its recorded reward and our reward."""
+
+    task_id: Any
+    trial: int
+    recorded_reward: float
+    reward: float
+    result: RewardResult | None
+    """None when the run has no trajectory (it crashed in tau-bench)."""
+
+    @property
+    def agrees(self) -> bool:
+        """Whether our reward equals the recorded one."""
+        return abs(self.reward - self.recorded_reward) <= SUCCESS_TOLERANCE
+
+
+def _tool_call(message: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    calls = message.get("tool_calls") or []
+    if not calls or not isinstance(calls[0], Mapping) or calls[0].get("function") is None:
+        return None
+    function = calls[0]["function"]
+    arguments = function.get("arguments") or {}
+    if isinstance(arguments, str):
+        arguments = json.loads(arguments) if arguments.strip() else {}
+    return str(function["name"]), dict(arguments)
+
+
+def replay_run(domain: Domain, run: Mapping[str, Any], *, score_truncated: bool = False) -> RunScore:
+    """Replay one recorded run on fresh data and score it.
+
+    Raises ``ValueError`` naming the field when the run is malformed.
+    """
+    info = run.get("info") or {}
+    if "task" not in info:
+        raise ValueError(f"run task_id={run.get('task_id')!r}: info.task is required")
+    task = task_from_dict(info["task"], task_id=str(run.get("task_id")))
+    trial = int(run.get("trial", 0))
+    recorded = float(run.get("reward", 0.0))
+    traj = run.get("traj") or []
+    if not traj:
+        return RunScore(run.get("task_id"), trial, recorded, 0.0, None)
+    episode = Episode(domain, task)
+    done = False
+    for message in traj:
+        role = message.get("role")
+        if role == "assistant":
+            try:
+                call = _tool_call(message)
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f"run task_id={run.get('task_id')!r} trial={trial}: tool call arguments "
+                    f"are not JSON ({error.msg})"
+                ) from error
+            if call is None:
+                episode.respond(str(message.get("content") or ""))
+            else:
+                episode.call_tool(*call)
+                done = episode.is_terminal(call[0])
+        elif role == "user" and episode.actions:
+            done = episode.actions[-1].name == RESPOND and STOP in str(message.get("content", ""))
+    result = episode.score(truncated=not done, score_truncated=score_truncated)
+    return RunScore(run.get("task_id"), trial, recorded, result.reward, result)
+
+
+def pass_hat_k(scores: Sequence[RunScore]) -> dict[int, float]:
+    """tau-bench's pass^k for k = 1..number of trials, from our rewards.
+
+    pass^k averages, over tasks, C(c, k) / C(n, k) with c the task's successes
+    and n the number of trials.
+
+    >>> s = [RunScore(0, t, 0.0, r, None) for t, r in enumerate([1.0, 1.0, 0.0])]
+    >>> pass_hat_k(s)
+    {1: 0.6666666666666666, 2: 0.3333333333333333, 3: 0.0}
+    """
+    if not scores:
+        return {}
+    trials = len({score.trial for score in scores})
+    successes: dict[Any, int] = {}
+    for score in scores:
+        successes.setdefault(score.task_id, 0)
+        if abs(score.reward - 1.0) <= SUCCESS_TOLERANCE:
+            successes[score.task_id] += 1
+    return {
+        k: sum(comb(c, k) / comb(trials, k) for c in successes.values()) / len(successes)
+        for k in range(1, trials + 1)
+    }
+
+
+def summarize(scores: Sequence[RunScore]) -> dict[str, Any]:
+    """``{"runs", "success_rate", "agreement", "pass_hat_k", "disagreements"}``.
+
+    ``agreement`` is the share of runs whose reward equals the recorded one;
+    ``disagreements`` lists those runs with the check that failed.
+    """
+    runs = len(scores)
+    successes = sum(1 for s in scores if abs(s.reward - 1.0) <= SUCCESS_TOLERANCE)
+    return {
+        "runs": runs,
+        "success_rate": successes / runs if runs else 0.0,
+        "agreement": sum(1 for s in scores if s.agrees) / runs if runs else 0.0,
+        "pass_hat_k": {str(k): value for k, value in pass_hat_k(scores).items()},
+        "disagreements": [
+            {
+                "task_id": s.task_id,
+                "trial": s.trial,
+                "recorded_reward": s.recorded_reward,
+                "reward": s.reward,
+                "failed": list(s.result.failed) if s.result else ["no trajectory"],
+            }
+            for s in scores
+            if not s.agrees
+        ],
+    }
+
+
+def rescore(domain: Domain, runs: Sequence[Mapping[str, Any]], *, score_truncated: bool = False) -> list[RunScore]:
+    """Re-score every run of a results file."""
+    if not isinstance(runs, Sequence):
+        raise ValueError("a results file must hold a JSON list of runs")
+    return [replay_run(domain, run, score_truncated=score_truncated) for run in runs]
