@@ -1,0 +1,200 @@
+"""Answer accuracy: VLM-R1's default accuracy reward and its per-row methods.
+
+Each ``*_score`` function returns a :class:`ComponentScore` (value plus
+outcome); the public ``*_reward`` functions return just the float. They never
+raise because of what the model wrote; they raise :class:`ValueError` when the
+ground truth itself is unusable.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import Levenshtein
+
+from skyrl_rewards.choice import extract_choice
+from skyrl_rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard, MathStatus, check_equal
+from skyrl_rewards.result import ComponentScore, Status
+from skyrl_rewards.text import answer_span, cap, clean
+
+MAX_FUZZY_CHARS = 5_000
+"""Both sides of a Levenshtein ratio are cut to this length (the ratio is quadratic)."""
+
+ACCURACY_METHODS = ("default", "mcq", "yes_no", "all_match", "weighted_sum", "math")
+"""Values of the per-row ``accu_reward_method`` column."""
+
+_YES_NO = re.compile(r"(yes|no)")
+
+
+def default_accuracy_reward(content: str, sol: str, **kwargs: Any) -> float:
+    """VLM-R1's default accuracy reward in [0, 1] (SPEC, ``default_accuracy_reward``).
+
+    Symbolic equality with math-verify first (gold first); then, when the
+    ground truth has a digit, float equality or a Levenshtein ratio; when it
+    is a choice letter, letter equality; otherwise a Levenshtein ratio.
+    kwargs ``math_guard`` and ``math_timeout_s`` choose how math-verify's time
+    is bounded (see :mod:`skyrl_rewards.math_check`); others are ignored.
+
+    >>> default_accuracy_reward("<answer>\\\\frac{1}{2}</answer>", "<answer>0.5</answer>")
+    1.0
+    """
+    return default_accuracy_score(
+        content,
+        sol,
+        guard=kwargs.get("math_guard"),
+        timeout_s=kwargs.get("math_timeout_s", DEFAULT_TIMEOUT_S),
+    ).value
+
+
+def default_accuracy_score(
+    content: str,
+    sol: str,
+    *,
+    guard: MathGuard | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> ComponentScore:
+    """:func:`default_accuracy_reward` with its outcome.
+
+    Status ``unparseable`` when the student answer is empty or math-verify had
+    to give up on it (too long, too deep, timed out); the value is then what
+    the string branches give, and ``error`` says why.
+    """
+    gold = _gold_span(sol)
+    student = answer_span(content) if isinstance(content, str) else ""
+    if not student:
+        return ComponentScore(0.0, Status.UNPARSEABLE, "empty answer")
+    outcome = check_equal(gold, student, guard=guard, timeout_s=timeout_s)
+    if outcome is MathStatus.EQUAL:
+        return ComponentScore(1.0)
+    value = _string_accuracy(student, gold)
+    if outcome is MathStatus.TIMEOUT:
+        return ComponentScore(value, Status.UNPARSEABLE, f"math-verify timed out after {timeout_s}s")
+    if outcome is MathStatus.TOO_COMPLEX:
+        return ComponentScore(value, Status.UNPARSEABLE, "answer too long or too nested for math-verify")
+    return ComponentScore(value)
+
+
+def _string_accuracy(student: str, gold: str) -> float:
+    student_clean, gold_clean = clean(student), clean(gold)
+    if any(char.isdigit() for char in gold):
+        student_number, gold_number = _as_float(student_clean), _as_float(gold_clean)
+        if student_number is not None and gold_number is not None:
+            return 1.0 if student_number == gold_number else 0.0
+        return fuzzy_ratio(student_clean, gold_clean)
+    gold_choice = extract_choice(gold)
+    if gold_choice is not None:
+        return 1.0 if extract_choice(student) == gold_choice else 0.0
+    return fuzzy_ratio(student_clean, gold_clean)
+
+
+def fuzzy_ratio(student: str, gold: str) -> float:
+    """Levenshtein ratio of the two strings, each capped; 0.0 for an empty student answer."""
+    if not student:
+        return 0.0
+    return float(Levenshtein.ratio(cap(student, MAX_FUZZY_CHARS), cap(gold, MAX_FUZZY_CHARS)))
+
+
+def _as_float(text: str) -> float | None:
+    try:
+        return float(text)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _gold_span(sol: Any) -> str:
+    if not isinstance(sol, str):
+        raise ValueError(f"solution: expected a string, got {type(sol).__name__}")
+    gold = answer_span(sol)
+    if not gold:
+        raise ValueError("solution: the ground-truth answer is empty")
+    return gold
+
+
+def mcq_score(content: str, sol: str) -> ComponentScore:
+    """1.0 when the student's choice letter equals the ground truth's letter."""
+    gold = _gold_span(sol)
+    gold_choice = extract_choice(gold) or gold.strip().upper()
+    student_choice = extract_choice(answer_span(content))
+    if student_choice is None:
+        return ComponentScore(0.0, Status.UNPARSEABLE, "no choice letter in the answer")
+    return ComponentScore(1.0 if student_choice == gold_choice else 0.0)
+
+
+def yes_no_score(content: str, sol: str) -> ComponentScore:
+    """1.0 when the first yes/no of the student answer equals the ground truth's.
+
+    Unlike the reference, an answer with neither word scores 0.0 (the
+    reference pays 1.0 when both sides lack one), and a ground truth with
+    neither word is a dataset error.
+    """
+    gold = _YES_NO.search(_gold_span(sol).lower())
+    if gold is None:
+        raise ValueError("solution: a yes_no ground truth must contain 'yes' or 'no'")
+    student = _YES_NO.search(answer_span(content).lower())
+    if student is None:
+        return ComponentScore(0.0, Status.UNPARSEABLE, "no yes/no in the answer")
+    return ComponentScore(1.0 if student.group(1) == gold.group(1) else 0.0)
+
+
+def all_match_score(content: str, sol: str) -> ComponentScore:
+    """1.0 when the cleaned answer equals the cleaned ground truth exactly."""
+    gold = clean(_gold_span(sol))
+    return ComponentScore(1.0 if clean(content) == gold else 0.0)
+
+
+def math_score(
+    content: str,
+    sol: str,
+    *,
+    guard: MathGuard | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> ComponentScore:
+    """1.0 when math-verify finds the answer equal to the ground truth, else 0.0 (no string fallback)."""
+    gold = _gold_span(sol)
+    student = answer_span(content)
+    if not student:
+        return ComponentScore(0.0, Status.UNPARSEABLE, "empty answer")
+    outcome = check_equal(gold, student, guard=guard, timeout_s=timeout_s)
+    if outcome is MathStatus.EQUAL:
+        return ComponentScore(1.0)
+    if outcome is MathStatus.NOT_EQUAL:
+        return ComponentScore(0.0)
+    return ComponentScore(0.0, Status.UNPARSEABLE, f"math-verify could not judge: {outcome.value}")
+
+
+def weighted_sum_score(content: str, sol: str) -> ComponentScore:
+    """Detection score of the answer, with the reference's "none" rule.
+
+    When the cleaned ground truth is ``none`` (nothing to detect), 1.0 iff the
+    cleaned answer is ``none`` too.
+    """
+    from skyrl_rewards.detection import detection_score_with_status
+
+    if clean(_gold_span(sol)) == "none":
+        return ComponentScore(1.0 if clean(content) == "none" else 0.0)
+    return detection_score_with_status(content, sol)
+
+
+def accuracy_score(
+    content: str,
+    sol: str,
+    method: str | None = None,
+    *,
+    guard: MathGuard | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> ComponentScore:
+    """Dispatch on ``method`` (a value of ``accu_reward_method``; ``None`` means default)."""
+    method = method or "default"
+    scorers: dict[str, Callable[[], ComponentScore]] = {
+        "default": lambda: default_accuracy_score(content, sol, guard=guard, timeout_s=timeout_s),
+        "mcq": lambda: mcq_score(content, sol),
+        "yes_no": lambda: yes_no_score(content, sol),
+        "all_match": lambda: all_match_score(content, sol),
+        "weighted_sum": lambda: weighted_sum_score(content, sol),
+        "math": lambda: math_score(content, sol, guard=guard, timeout_s=timeout_s),
+    }
+    if method not in scorers:
+        raise ValueError(f"accu_reward_method: unknown method {method!r}; expected one of {ACCURACY_METHODS}")
+    return scorers[method]()

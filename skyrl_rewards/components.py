@@ -1,0 +1,215 @@
+"""Reward components: one reward with its parameters, applied to one sample.
+
+A component is built once (parameters checked, heavy state such as a
+tokenizer loaded) and then scores samples. A *sample* is a mapping with
+``completion`` (str or message list), ``solution`` and this row's dataset
+columns. :meth:`Component.score` never raises: dataset and code errors become
+a :class:`ComponentScore` with status ``error``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+from skyrl_rewards.accuracy import ACCURACY_METHODS, accuracy_score
+from skyrl_rewards.detection import detection_score_with_status
+from skyrl_rewards.format_checks import has_rec_format, has_think_answer_format
+from skyrl_rewards.geometry import DEFAULT_PATCH_SIZE
+from skyrl_rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard
+from skyrl_rewards.rec import iou_sample_score
+from skyrl_rewards.result import ComponentScore, Status
+from skyrl_rewards.shaping import CosineSchedule, Tokenizer, cosine_reward, repetition_reward
+from skyrl_rewards.text import answer_span, completion_text
+
+_logger = logging.getLogger(__name__)
+
+
+def sample_solution(sample: Mapping[str, Any]) -> Any:
+    """The sample's ground truth; ``ValueError`` when the row has none."""
+    if "solution" not in sample or sample["solution"] is None:
+        raise ValueError("solution: missing from the row")
+    return sample["solution"]
+
+
+class Component:
+    """Base class: subclasses set ``name`` and implement :meth:`compute`."""
+
+    name = ""
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        """Score ``content`` (already extracted and capped); may raise ``ValueError`` for a bad row."""
+        raise NotImplementedError
+
+    def score(self, sample: Mapping[str, Any]) -> ComponentScore:
+        """Score one sample; every failure becomes status ``error`` with value 0.0.
+
+        This is the one place that catches any ``Exception``: a bug in one
+        reward must not lose a whole batch; it is logged with its traceback.
+        """
+        try:
+            return self.compute(completion_text(sample.get("completion")), sample)
+        except ValueError as error:
+            return ComponentScore(0.0, Status.ERROR, str(error))
+        except Exception as error:  # noqa: BLE001 - see docstring
+            _logger.exception("reward %s failed", self.name)
+            return ComponentScore(0.0, Status.ERROR, f"{type(error).__name__}: {error}")
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        """Equal keys mean equal scores; ``None`` when keying costs about as much as scoring."""
+        return None
+
+
+class Accuracy(Component):
+    """Answer accuracy, dispatched on the row's ``accu_reward_method`` (default: ``default``)."""
+
+    name = "accuracy"
+
+    def __init__(self, math_guard: MathGuard | None = None, math_timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        if math_guard not in (None, "subprocess", "inline"):
+            raise ValueError(f"math_guard: expected 'subprocess' or 'inline', got {math_guard!r}")
+        if not isinstance(math_timeout_s, (int, float)) or math_timeout_s <= 0:
+            raise ValueError(f"math_timeout_s: expected a positive number, got {math_timeout_s!r}")
+        self.math_guard = math_guard
+        self.math_timeout_s = float(math_timeout_s)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        method = sample.get("accu_reward_method")
+        if method is not None and method not in ACCURACY_METHODS:
+            raise ValueError(f"accu_reward_method: unknown method {method!r}; expected one of {ACCURACY_METHODS}")
+        return accuracy_score(
+            content, sample_solution(sample), method, guard=self.math_guard, timeout_s=self.math_timeout_s
+        )
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        solution = sample.get("solution")
+        if not isinstance(solution, str):
+            return None
+        content = answer_span(completion_text(sample.get("completion")))
+        return (self.name, sample.get("accu_reward_method"), solution, content)
+
+
+class Iou(Component):
+    """REC IoU, boxes scaled from the model-input grid to the original image."""
+
+    name = "iou"
+
+    def __init__(self, patch_size: int = DEFAULT_PATCH_SIZE) -> None:
+        if not isinstance(patch_size, int) or patch_size <= 0:
+            raise ValueError(f"patch_size: expected a positive integer, got {patch_size!r}")
+        self.patch_size = patch_size
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return iou_sample_score(content, sample_solution(sample), dict(sample), self.patch_size)
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        solution = sample.get("solution")
+        if not isinstance(solution, str):
+            return None
+        content = answer_span(completion_text(sample.get("completion")))
+        return (self.name, solution, content, repr(sample.get("image_path")), repr(sample.get("image_grid_thw")))
+
+
+class Detection(Component):
+    """Detection score with its threshold and weights."""
+
+    name = "detection"
+
+    def __init__(
+        self, iou_threshold: float = 0.5, alpha: float = 0.7, beta: float = 0.0, gamma: float = 0.3
+    ) -> None:
+        weights = (alpha, beta, gamma)
+        if any(w < 0 for w in weights) or sum(weights) <= 0:
+            raise ValueError(f"alpha, beta, gamma: need non-negative weights with a positive sum, got {weights}")
+        if not 0.0 <= iou_threshold <= 1.0:
+            raise ValueError(f"iou_threshold: expected a number in [0, 1], got {iou_threshold!r}")
+        self.params = {"iou_threshold": iou_threshold, "alpha": alpha, "beta": beta, "gamma": gamma}
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return detection_score_with_status(content, sample_solution(sample), **self.params)
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        solution = sample.get("solution")
+        if not isinstance(solution, str):
+            return None
+        return (self.name, solution, answer_span(completion_text(sample.get("completion"))))
+
+
+class WordTokenizer:
+    """A tokenizer-free length: words and punctuation marks count one token each."""
+
+    _TOKEN = re.compile(r"\w+|[^\w\s]")
+
+    def encode(self, text: str) -> list[str]:
+        """The word and punctuation tokens of ``text``."""
+        return self._TOKEN.findall(text)
+
+
+def load_tokenizer(tokenizer: Any) -> Tokenizer:
+    """``None`` -> :class:`WordTokenizer`; a string -> ``AutoTokenizer.from_pretrained``; else as given."""
+    if tokenizer is None:
+        return WordTokenizer()
+    if isinstance(tokenizer, str):
+        from transformers import AutoTokenizer
+
+        try:
+            return AutoTokenizer.from_pretrained(tokenizer)
+        except OSError as error:
+            raise ValueError(f"tokenizer: cannot load {tokenizer!r}: {error}") from error
+    if not callable(getattr(tokenizer, "encode", None)):
+        raise ValueError(f"tokenizer: expected a name, a path or an object with encode(), got {tokenizer!r:.80}")
+    return tokenizer
+
+
+class Length(Component):
+    """Cosine length shaping driven by this sample's accuracy."""
+
+    name = "length"
+
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        math_guard: MathGuard | None = None,
+        math_timeout_s: float = DEFAULT_TIMEOUT_S,
+        **schedule: Any,
+    ) -> None:
+        self.tokenizer = load_tokenizer(tokenizer)
+        try:
+            self.schedule = CosineSchedule(**schedule)
+        except TypeError as error:
+            raise ValueError(f"length: unknown parameter ({error})") from error
+        self.accuracy = Accuracy(math_guard, math_timeout_s)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        accuracy = self.accuracy.compute(content, sample)
+        value = cosine_reward(content, self.tokenizer, accuracy.value, schedule=self.schedule)
+        return ComponentScore(value, accuracy.status, accuracy.error)
+
+
+class Repetition(Component):
+    """Repetition penalty in [-1, 0]."""
+
+    name = "repetition"
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return ComponentScore(repetition_reward(content))
+
+
+class Format(Component):
+    """Exact think/answer format, 1.0 or 0.0."""
+
+    name = "format"
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return ComponentScore(1.0 if has_think_answer_format(content) else 0.0)
+
+
+class FormatRec(Component):
+    """REC format (think block, then an answer holding a box), 1.0 or 0.0."""
+
+    name = "format_rec"
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return ComponentScore(1.0 if has_rec_format(content) else 0.0)

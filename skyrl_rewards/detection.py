@@ -1,0 +1,137 @@
+"""Object-detection score: greedy IoU matching of predicted and ground-truth boxes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from skyrl_rewards.geometry import Box, as_box, iou
+from skyrl_rewards.json_extract import json_block, parse_json
+from skyrl_rewards.result import ComponentScore, Status
+from skyrl_rewards.text import clean
+
+MAX_DETECTIONS = 300
+"""Predictions past this count are not matched (they still count as false alarms)."""
+
+
+@dataclass(frozen=True)
+class Detection:
+    """One box with its label (``box`` is ``None`` when the model wrote a malformed one)."""
+
+    box: Box | None
+    label: str
+
+
+def detection_score(
+    content: str,
+    sol: str,
+    iou_threshold: float = 0.5,
+    alpha: float = 0.7,
+    beta: float = 0.0,
+    gamma: float = 0.3,
+) -> float:
+    """Detection score in [0, 1]: weighted position, label and completeness terms (SPEC).
+
+    Boxes come from the first ```` ```json ``` ```` block of ``clean(content)``
+    and ``clean(sol)``: a list of ``{"bbox_2d": [x1, y1, x2, y2], "label": str}``.
+    Raises ``ValueError`` for bad weights or an unreadable ground truth.
+
+    >>> gt = '```json [{"bbox_2d": [0, 0, 10, 10], "label": "cat"}] ```'
+    >>> detection_score(gt, gt)
+    1.0
+    """
+    return detection_score_with_status(content, sol, iou_threshold, alpha, beta, gamma).value
+
+
+def detection_score_with_status(
+    content: str,
+    sol: str,
+    iou_threshold: float = 0.5,
+    alpha: float = 0.7,
+    beta: float = 0.0,
+    gamma: float = 0.3,
+) -> ComponentScore:
+    """:func:`detection_score` with its outcome (``unparseable`` when no prediction list was found)."""
+    weights = (alpha, beta, gamma)
+    if any(w < 0 for w in weights) or sum(weights) <= 0:
+        raise ValueError(f"alpha, beta, gamma: need non-negative weights with a positive sum, got {weights}")
+    gt = ground_truth_detections(sol)
+    predictions = predicted_detections(content)
+    if predictions is None:  # read as an empty list, as the reference does
+        return ComponentScore(0.0 if gt else 1.0, Status.UNPARSEABLE, "no JSON detection list")
+    if not gt:
+        return ComponentScore(1.0 if not predictions else 0.0)
+    if not predictions:
+        return ComponentScore(0.0)
+    matches = greedy_match(predictions[:MAX_DETECTIONS], gt, iou_threshold)
+    position = sum(overlap for _, _, overlap, same in matches if same) / len(gt)
+    label = sum(1 for *_, same in matches if same) / len(gt)
+    miss_rate = (len(gt) - len(matches)) / len(gt)
+    false_alarm_rate = (len(predictions) - len(matches)) / len(predictions)
+    completeness = 1.0 - (miss_rate + false_alarm_rate) / 2.0
+    score = (alpha * position + beta * label + gamma * completeness) / sum(weights)
+    return ComponentScore(min(1.0, max(0.0, score)))
+
+
+def greedy_match(
+    predictions: list[Detection], gt: list[Detection], iou_threshold: float
+) -> list[tuple[int, int, float, bool]]:
+    """Pairs ``(pred, gt, iou, label_correct)`` taken greedily by IoU, highest first.
+
+    Stops at the first best pair below ``iou_threshold``. A wrong-label pair is
+    matched (and removed) with ``label_correct`` False.
+    """
+    candidates = []
+    for i, pred in enumerate(predictions):
+        if pred.box is None:
+            continue
+        for j, truth in enumerate(gt):
+            overlap = iou(pred.box, truth.box) if truth.box is not None else 0.0
+            if overlap >= iou_threshold:
+                candidates.append((overlap, i, j))
+    candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
+    used_pred: set[int] = set()
+    used_gt: set[int] = set()
+    matches = []
+    for overlap, i, j in candidates:
+        if i in used_pred or j in used_gt:
+            continue
+        used_pred.add(i)
+        used_gt.add(j)
+        matches.append((i, j, overlap, predictions[i].label == gt[j].label))
+    return matches
+
+
+def predicted_detections(content: str) -> list[Detection] | None:
+    """The model's detections, or ``None`` when no JSON list could be read."""
+    block = json_block(clean(content)) if isinstance(content, str) else None
+    data = parse_json(block) if block is not None else None
+    if not isinstance(data, list):
+        return None
+    return [_detection(item) for item in data]
+
+
+def ground_truth_detections(sol: str) -> list[Detection]:
+    """The ground truth's detections; ``ValueError`` naming ``solution`` when unreadable.
+
+    Accepts a ```` ```json ``` ```` block or, for convenience, a bare JSON list
+    as the answer span.
+    """
+    if not isinstance(sol, str):
+        raise ValueError(f"solution: expected a string, got {type(sol).__name__}")
+    text = clean(sol)
+    block = json_block(text)
+    data = parse_json(block if block is not None else text, repair=False)
+    if not isinstance(data, list):
+        raise ValueError("solution: expected a JSON list of {bbox_2d, label} objects")
+    detections = [_detection(item) for item in data]
+    if any(d.box is None for d in detections):
+        raise ValueError("solution: every ground-truth item needs a bbox_2d of four numbers")
+    return detections
+
+
+def _detection(item: Any) -> Detection:
+    if not isinstance(item, dict):
+        return Detection(None, "")
+    label = item.get("label", "")
+    return Detection(as_box(item.get("bbox_2d")), str(label).strip().lower() if label is not None else "")

@@ -1,0 +1,72 @@
+"""Format rewards: the think/answer layout, and the REC layout with a box in the answer."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from skyrl_rewards.debug_log import log_rewards
+from skyrl_rewards.text import completion_text
+
+_THINK_ANSWER = re.compile(r"<think>.*?</think>\s*<answer>.*?</answer>", re.DOTALL)
+_THINK_CLOSE_ANSWER = re.compile(r"</think>\s*<answer>")
+_INT_BOX = re.compile(r"\[\d+,\s*\d+,\s*\d+,\s*\d+\]")
+
+
+def has_think_answer_format(content: str) -> bool:
+    """True when ``content`` is exactly ``<think>...</think>``, whitespace, ``<answer>...</answer>``.
+
+    Content with more than one ``<think>`` or ``<answer>`` is rejected (the
+    reference regex pays for chained think/answer pairs).
+
+    >>> has_think_answer_format("<think>x</think> <answer>1</answer>")
+    True
+    """
+    if content.count("<think>") != 1 or content.count("<answer>") != 1:
+        return False
+    return _THINK_ANSWER.fullmatch(content) is not None
+
+
+def has_rec_format(content: str) -> bool:
+    """True when ``content`` contains a think block, then an answer block holding ``{ ... [n, n, n, n] ... }``.
+
+    Same acceptance as VLM-R1's ``<think>.*?</think>\\s*<answer>.*?\\{.*\\[\\d+,
+    \\s*\\d+,\\s*\\d+,\\s*\\d+\\].*\\}.*?</answer>`` searched with DOTALL, in
+    linear time.
+
+    >>> has_rec_format('<think>x</think><answer>{"bbox": [1, 2, 3, 4]}</answer>')
+    True
+    """
+    first_think = content.find("<think>")
+    if first_think == -1:
+        return False
+    # The earliest "</think> <answer>" leaves the most room for the rest.
+    opening = _THINK_CLOSE_ANSWER.search(content, first_think + len("<think>"))
+    answer_end = content.rfind("</answer>")
+    if opening is None or answer_end < opening.end():
+        return False
+    brace = content.find("{", opening.end(), answer_end)
+    if brace == -1:
+        return False
+    box = _INT_BOX.search(content, brace + 1, answer_end)
+    return box is not None and content.find("}", box.end(), answer_end) != -1
+
+
+def format_reward(completions: list[Any], **kwargs: Any) -> list[float]:
+    """1.0 per completion in the exact think/answer format, else 0.0 (see :func:`has_think_answer_format`).
+
+    >>> format_reward(["<think>a</think><answer>b</answer>", "b"])
+    [1.0, 0.0]
+    """
+    contents = [completion_text(c) for c in completions]
+    rewards = [1.0 if has_think_answer_format(c) else 0.0 for c in contents]
+    log_rewards("format_reward", contents, rewards)
+    return rewards
+
+
+def format_reward_rec(completions: list[Any], **kwargs: Any) -> list[float]:
+    """1.0 per completion that contains the REC layout, else 0.0 (see :func:`has_rec_format`)."""
+    contents = [completion_text(c) for c in completions]
+    rewards = [1.0 if has_rec_format(c) else 0.0 for c in contents]
+    log_rewards("format_reward_rec", contents, rewards)
+    return rewards

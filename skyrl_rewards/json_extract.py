@@ -1,0 +1,74 @@
+"""Finding and parsing the JSON a model wrote, safely.
+
+The parsers here get at most :data:`MAX_JSON_CHARS` characters, turn every
+failure into ``None``, and accept only a list or dict free of NaN/inf.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import json_repair
+
+from skyrl_rewards.text import cap
+
+MAX_JSON_CHARS = 20_000
+"""Longer JSON candidates are cut before parsing (json-repair is super-linear on some inputs)."""
+
+MAX_SEARCH_CHARS = 50_000
+"""Longer texts are cut before a block search runs."""
+
+_JSON_BLOCK = re.compile(r"```json(.*?)```", re.DOTALL)
+_ANY_BLOCK = re.compile(r"```(.*?)```", re.DOTALL)
+
+
+def json_block(text: str) -> str | None:
+    """The stripped body of the first ```` ```json ... ``` ```` block, or ``None``."""
+    match = _JSON_BLOCK.search(cap(text, MAX_SEARCH_CHARS))
+    return match.group(1).strip() if match else None
+
+
+def any_block(text: str) -> str | None:
+    """The stripped body of the first ```` ``` ... ``` ```` block, or ``None``."""
+    match = _ANY_BLOCK.search(cap(text, MAX_SEARCH_CHARS))
+    return match.group(1).strip() if match else None
+
+
+def parse_json(text: str, *, repair: bool = True) -> list[Any] | dict[str, Any] | None:
+    """``text`` parsed as JSON (then, if allowed, with json-repair); ``None`` unless a finite list/dict.
+
+    >>> parse_json('[{"a": 1},]')
+    [{'a': 1}]
+    """
+    if not isinstance(text, str) or not text:
+        return None
+    text = cap(text, MAX_JSON_CHARS)
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        data = _repair(text) if repair else None
+    if isinstance(data, (list, dict)) and _finite(data):
+        return data
+    return None
+
+
+def _repair(text: str) -> Any:
+    try:
+        return json_repair.loads(text)
+    except (RecursionError, TypeError, ValueError, IndexError, KeyError, AttributeError):
+        return None
+
+
+def _finite(data: Any, depth: int = 0) -> bool:
+    if depth > 64:
+        return False
+    if isinstance(data, float):
+        return math.isfinite(data)
+    if isinstance(data, list):
+        return all(_finite(item, depth + 1) for item in data)
+    if isinstance(data, dict):
+        return all(_finite(item, depth + 1) for item in data.values())
+    return True

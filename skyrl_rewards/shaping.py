@@ -1,0 +1,139 @@
+"""Shaping rewards: cosine length shaping and the repetition penalty."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from skyrl_rewards.json_extract import MAX_SEARCH_CHARS, any_block, json_block, parse_json
+from skyrl_rewards.text import cap
+
+MAX_REPETITION_CHARS = 100_000
+"""Content is cut to this length before the repetition penalty looks at it."""
+
+CHARS_PER_TOKEN_BOUND = 32
+"""Only the first ``max_len * CHARS_PER_TOKEN_BOUND`` characters are tokenized."""
+
+_BBOX_ARRAY = re.compile(r'\[\s*\{.*?"bbox_2d".*?"label".*?\}\s*\]', re.DOTALL)
+_BBOX_ARRAY_SEARCH_CHARS = 10_000
+
+
+class Tokenizer(Protocol):
+    """Anything with ``encode(text) -> list`` (a ``transformers`` tokenizer fits)."""
+
+    def encode(self, text: str) -> list[Any]: ...
+
+
+@dataclass(frozen=True)
+class CosineSchedule:
+    """The four endpoint values and the period of cosine length shaping.
+
+    ``*_start`` is the value at zero length, ``*_end`` at ``max_len`` tokens.
+    With ``clamp`` (default) lengths past ``max_len`` score like ``max_len``;
+    without it the cosine keeps cycling, as in the reference.
+    """
+
+    correct_start: float = 1.0
+    correct_end: float = 0.5
+    wrong_start: float = -0.5
+    wrong_end: float = 0.0
+    max_len: int = 1024
+    correct_threshold: float = 0.7
+    clamp: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_len, int) or self.max_len <= 0:
+            raise ValueError(f"max_len: expected a positive integer, got {self.max_len!r}")
+        values = (self.correct_start, self.correct_end, self.wrong_start, self.wrong_end)
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+            raise ValueError(f"cosine values: expected finite numbers, got {values}")
+
+    def value(self, length: int, correct: bool) -> float:
+        """Shaped value for ``length`` tokens."""
+        if self.clamp:
+            length = min(length, self.max_len)
+        start, end = (
+            (self.correct_start, self.correct_end) if correct else (self.wrong_start, self.wrong_end)
+        )
+        progress = (1.0 - math.cos(length * math.pi / self.max_len)) / 2.0
+        return float(start + (end - start) * progress)
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """Smallest and largest value the schedule can give."""
+        values = (self.correct_start, self.correct_end, self.wrong_start, self.wrong_end)
+        return min(values), max(values)
+
+
+DEFAULT_SCHEDULE = CosineSchedule()
+
+
+def token_length(content: str, tokenizer: Tokenizer, max_len: int) -> int:
+    """Tokens in ``content``; texts too long to matter are cut so the count stays cheap."""
+    limit = max_len * CHARS_PER_TOKEN_BOUND
+    length = len(tokenizer.encode(cap(content, limit)))
+    return max(length, max_len) if len(content) > limit else length
+
+
+def cosine_reward(content: str, tokenizer: Tokenizer, acc_reward: float, **kwargs: Any) -> float:
+    """Cosine length shaping (SPEC): correct answers 1.0 -> 0.5, wrong ones -0.5 -> 0.0 over 1024 tokens.
+
+    ``correct`` is ``acc_reward >= 0.7`` (the argument is honoured, unlike the
+    reference). kwargs ``schedule`` (a :class:`CosineSchedule`) changes the
+    values, the period and the clamp. A non-string ``content`` counts as empty.
+
+    >>> class Chars:
+    ...     def encode(self, text): return list(text)
+    >>> cosine_reward("", Chars(), 1.0)
+    1.0
+    """
+    schedule: CosineSchedule = kwargs.get("schedule", DEFAULT_SCHEDULE)
+    text = content if isinstance(content, str) else ""
+    try:
+        correct = float(acc_reward) >= schedule.correct_threshold
+    except (TypeError, ValueError):
+        correct = False
+    return schedule.value(token_length(text, tokenizer, schedule.max_len), correct)
+
+
+def repetition_reward(content: str, **kwargs: Any) -> float:
+    """Repetition penalty in [-1, 0]: minus the fraction of repeated n-grams (SPEC).
+
+    JSON detections (a ```` ```json ``` ```` block, else any ```` ``` ```` block,
+    else a bare ``[{... "bbox_2d" ... "label" ...}]`` array) are compared as
+    ``f"{bbox_2d}_{label}"`` items with n = 1; anything else as lower-cased
+    words with n = 6.
+
+    >>> repetition_reward("a b c d e f a b c d e f a b c d e f")
+    -0.5384615384615384
+    """
+    if not isinstance(content, str) or not content:
+        return 0.0
+    content = cap(content, MAX_REPETITION_CHARS)
+    items = _detection_items(content)
+    if items is not None:
+        return _ngram_penalty(items, 1)
+    return _ngram_penalty(content.lower().split(), 6)
+
+
+def _detection_items(content: str) -> list[str] | None:
+    """``bbox_2d``/``label`` items of the content's JSON list, or ``None`` to score it as text."""
+    candidate = json_block(content) or any_block(content)
+    if not candidate:
+        match = _BBOX_ARRAY.search(cap(content, min(_BBOX_ARRAY_SEARCH_CHARS, MAX_SEARCH_CHARS)))
+        candidate = match.group(0) if match else None
+    data = parse_json(candidate) if candidate else None
+    if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+        return None
+    return [f"{item['bbox_2d']}_{item['label']}" for item in data if "bbox_2d" in item and "label" in item]
+
+
+def _ngram_penalty(items: list[str], n: int) -> float:
+    if len(items) < n:
+        return 0.0
+    ngrams = [tuple(items[i : i + n]) for i in range(len(items) - n + 1)]
+    if not ngrams:
+        return 0.0
+    return -(1.0 - len(set(ngrams)) / len(ngrams))
