@@ -1,0 +1,139 @@
+"""tau-bench's hash: exact conversion, and incremental digests equal to the full computation."""
+
+from __future__ import annotations
+
+import random
+from hashlib import sha256
+from typing import Any
+
+import pytest
+
+from tau_bench_env.backends import load_domain
+from tau_bench_env.episode import Episode
+from tau_bench_env.episode_data import EpisodeData
+from tau_bench_env.hashing import HashIndex, data_hash, to_hashable
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({"b": 1, "a": 2}, (("a", 2), ("b", 1))),  # dict -> pairs sorted by key
+        ([3, 1], (3, 1)),  # list keeps order
+        ({3, 1, 2}, (1, 2, 3)),  # set -> sorted tuple
+        ({"x": [{"z": None, "y": True}]}, (("x", ((("y", True), ("z", None)),)),)),  # nesting
+        (1.0, 1.0),  # scalars unchanged
+        ("é", "é"),
+    ],
+)
+def test_to_hashable(value: Any, expected: Any) -> None:
+    assert to_hashable(value) == expected
+
+
+def test_data_hash_is_sha256_of_str() -> None:
+    data = {"t": {"k": [1, 2.5, "s"]}}
+    assert data_hash(data) == sha256(str(to_hashable(data)).encode("utf-8")).hexdigest()
+    assert data_hash({"a": 1}) != data_hash({"a": 1.0})  # int and float differ, as in tau-bench
+
+
+BASE = {
+    "orders": {f"#W{i}": {"id": i, "items": [i, i + 1], "status": "pending"} for i in range(5)},
+    "users": {"u1": {"name": "Ann", "tags": {"b", "a"}}},
+    "empty": {},
+}
+
+
+def _edit(data: EpisodeData, op: str) -> None:
+    orders, users, empty = data["orders"], data["users"], data["empty"]
+    if op == "modify first":
+        orders["#W0"]["status"] = "cancelled"
+    elif op == "modify middle":
+        orders["#W2"]["items"].append(9)
+    elif op == "modify last":
+        orders["#W4"]["id"] = 4.0
+    elif op == "read only":
+        assert orders["#W1"]["id"] == 1
+    elif op == "add before all":
+        orders["#A"] = {"id": -1}
+    elif op == "add in middle":
+        orders["#W2a"] = {"id": 2.5}
+    elif op == "add after all":
+        orders["#Z"] = {"id": 99}
+    elif op == "delete first":
+        del orders["#W0"]
+    elif op == "delete last":
+        del orders["#W4"]
+    elif op == "delete then re-add":
+        del orders["#W3"]
+        orders["#W3"] = {"id": "new"}
+    elif op == "only record deleted":
+        del users["u1"]
+    elif op == "only record replaced":
+        users["u1"] = {"name": "Bob"}
+    elif op == "empty table gets one":
+        empty["k"] = {"v": "é"}
+    elif op == "empty table gets two":
+        empty["k"] = 1
+        empty["j"] = [2]
+    elif op == "everything":
+        for key in list(orders):
+            del orders[key]
+    else:
+        raise AssertionError(op)
+
+
+OPS = [
+    "modify first", "modify middle", "modify last", "read only", "add before all",
+    "add in middle", "add after all", "delete first", "delete last", "delete then re-add",
+    "only record deleted", "only record replaced", "empty table gets one",
+    "empty table gets two", "everything",
+]
+
+
+@pytest.mark.parametrize("ops", [[], *([op] for op in OPS), OPS[:6], OPS[6:12]])
+def test_incremental_digest_equals_full_computation(ops: list[str]) -> None:
+    index = HashIndex(BASE)
+    data = EpisodeData.fork(BASE)
+    for op in ops:
+        _edit(data, op)
+    assert index.digest(data) == data_hash(data.materialize())
+
+
+@pytest.mark.parametrize("base", [{"only": {"a": 1}}, {"only": {}}, {}])
+def test_incremental_digest_small_shapes(base: dict[str, Any]) -> None:
+    # one-element tuples print with a trailing comma; empty ones as ()
+    assert HashIndex(base).digest(EpisodeData.fork(base)) == data_hash(base)
+
+
+def test_index_rejects_non_table_data() -> None:
+    with pytest.raises(ValueError, match=r"data\['x'\]"):
+        HashIndex({"x": [1, 2]})
+
+
+@pytest.mark.parametrize("domain_name", ["retail", "airline"])
+def test_random_edits_on_real_data(domain_name: str) -> None:
+    domain = load_domain("tau2", domain_name)
+    rng = random.Random(7)
+    for _ in range(5):
+        data = domain.fresh_data()
+        for _ in range(rng.randint(1, 6)):
+            table = data[rng.choice(sorted(data))]
+            key = rng.choice(sorted(table))
+            choice = rng.random()
+            if choice < 0.4:
+                record = table[key]
+                record[rng.choice(sorted(record))] = rng.choice([0, 0.0, "x", None, [1]])
+            elif choice < 0.7:
+                del table[key]
+            else:
+                table[key + rng.choice(["", "_new", "0"])] = {"copied": key}
+        assert domain.hash_index.digest(data) == data_hash(data.materialize())
+
+
+@pytest.mark.parametrize("domain_name", ["retail", "airline"])
+def test_ground_truth_end_states_hash_like_full_computation(domain_name: str) -> None:
+    domain = load_domain("tau2", domain_name)
+    for task in domain.tasks("test")[::3]:  # every third task keeps the suite fast
+        episode = Episode(domain, task)
+        for action in task.actions:
+            episode.call_tool(action.name, action.kwargs)
+        assert episode.data_hash() == data_hash(episode.data.materialize())
