@@ -1,0 +1,169 @@
+"""The binary episode reward on the tau2 retail and airline domains, through env.step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from tau_helpers import action_texts, closing_reply, replay_env_config, run_episode
+
+from tau_bench_env.backends import Domain, load_domain
+from tau_bench_env.env import TauBenchEnv
+from tau_bench_env.episode import Episode
+from tau_bench_env.hashing import data_hash
+from tau_bench_env.reward import GroundTruthCache, check_outputs, replay_hash
+from tau_bench_env.tasks import Action, Task
+
+DOMAINS = ["retail", "airline"]
+
+
+def _env(domain: str, task: Task, **config) -> TauBenchEnv:
+    extras = {"task": task.to_dict(), "task_id": task.task_id, "user_turns": ["Hi, I need help."]}
+    return TauBenchEnv(replay_env_config("tau2", domain, **config), extras)
+
+
+def _play(domain: str, task: Task, actions: list[Action], reply: str | None = None) -> list[dict]:
+    texts = action_texts(actions) + [closing_reply(task) if reply is None else reply]
+    return run_episode(_env(domain, task), texts)
+
+
+@pytest.mark.parametrize("domain_name", DOMAINS)
+def test_every_ground_truth_trajectory_scores_one(domain_name: str) -> None:
+    domain = load_domain("tau2", domain_name)
+    for task in domain.tasks("base"):
+        outputs = _play(domain_name, task, list(task.actions))
+        assert outputs[-1]["done"], task.task_id
+        assert outputs[-1]["reward"] == 1.0, (task.task_id, outputs[-1]["metadata"]["reward_info"])
+        assert all(out["reward"] == 0.0 for out in outputs[:-1])  # nothing is paid before done
+        assert all(not out["done"] for out in outputs[:-1])
+
+
+def _first(domain: Domain, predicate: Callable[[Task], bool]) -> Task:
+    return next(task for task in domain.tasks("base") if predicate(task))
+
+
+def _writes_data(domain: Domain) -> Callable[[Task], bool]:
+    base_hash = data_hash(domain.base_data)
+    return lambda task: replay_hash(domain, task) != base_hash
+
+
+def _changed_argument(domain: Domain) -> tuple[Task, list[Action]]:
+    if domain.name == "retail":
+        task = _first(domain, lambda t: any(a.name == "cancel_pending_order" for a in t.actions))
+        swap = {"no longer needed": "ordered by mistake", "ordered by mistake": "no longer needed"}
+        actions = [
+            Action(a.name, {**a.kwargs, "reason": swap[a.kwargs["reason"]]})
+            if a.name == "cancel_pending_order"
+            else a
+            for a in task.actions
+        ]
+        return task, actions
+    task = _first(domain, lambda t: any(a.name == "cancel_reservation" for a in t.actions))
+    reservations = domain.base_data["reservations"]
+    cancelled = {a.kwargs["reservation_id"] for a in task.actions if a.name == "cancel_reservation"}
+    other = next(r for r in sorted(reservations) if r not in cancelled)
+    actions = [
+        Action(a.name, {"reservation_id": other}) if a.name == "cancel_reservation" else a
+        for a in task.actions
+    ]
+    return task, actions
+
+
+def _missing_write(domain: Domain) -> tuple[Task, list[Action]]:
+    task = _first(domain, _writes_data(domain))
+    return task, [a for a in task.actions if a.name in domain.read_only_tools]
+
+
+def _extra_write(domain: Domain) -> tuple[Task, list[Action]]:
+    task = _first(domain, lambda t: bool(t.actions))
+    if domain.name == "retail":
+        user = sorted(domain.base_data["users"])[0]
+        extra = Action(
+            "modify_user_address",
+            {"user_id": user, "address1": "1 Main St", "address2": "", "city": "Austin",
+             "state": "TX", "country": "USA", "zip": "78701"},
+        )
+    else:
+        extra = Action("send_certificate", {"user_id": sorted(domain.base_data["users"])[0], "amount": 100})
+    return task, [*task.actions, extra]
+
+
+PERTURBATIONS = [
+    ("changed argument", _changed_argument),  # a write with a different argument
+    ("missing write", _missing_write),  # only the read-only actions
+    ("extra write", _extra_write),  # ground truth plus one more successful write
+]
+
+
+@pytest.mark.parametrize("domain_name", DOMAINS)
+@pytest.mark.parametrize(("label", "perturb"), PERTURBATIONS)
+def test_perturbed_trajectories_score_zero(domain_name: str, label: str, perturb) -> None:
+    domain = load_domain("tau2", domain_name)
+    task, actions = perturb(domain)
+    outputs = _play(domain_name, task, actions)
+    info = outputs[-1]["metadata"]["reward_info"]
+    assert outputs[-1]["reward"] == 0.0, label
+    assert info["failed"] == ["data_hash"] + (["outputs"] if info["r_outputs"] is False else [])
+    assert info["data_hash"] != info["gt_data_hash"]
+
+
+@pytest.mark.parametrize("domain_name", DOMAINS)
+def test_missing_output_scores_zero(domain_name: str) -> None:
+    domain = load_domain("tau2", domain_name)
+    task = _first(domain, lambda t: bool(t.outputs))
+    outputs = _play(domain_name, task, list(task.actions), reply="All done, goodbye.")
+    info = outputs[-1]["metadata"]["reward_info"]
+    assert outputs[-1]["reward"] == 0.0
+    assert info["r_actions"] is True and info["r_outputs"] is False
+    assert info["missing_outputs"] == list(task.outputs)
+    assert info["failed"] == ["outputs"]
+
+
+@pytest.mark.parametrize(
+    ("outputs", "response", "found"),
+    [
+        (["1093.34"], "It costs $1,093.34.", True),  # commas removed from the response
+        (["625.60"], "It costs $625.6.", False),  # no number normalisation
+        (["10"], "Order #W2100 is ready.", True),  # substring, even inside an id
+        (["Gold"], "you are a GOLD member", True),  # case-insensitive
+        (["1,000"], "1,000 dollars", False),  # commas stay in the output
+    ],
+)
+def test_outputs_check_is_tau_benchs(outputs: list[str], response: str, found: bool) -> None:
+    assert check_outputs(outputs, [response]) == {outputs[0]: found}
+
+
+def test_ground_truth_hash_computed_once_per_task() -> None:
+    domain = load_domain("tau2", "airline")
+    writes = _writes_data(domain)
+    task = _first(domain, lambda t: not t.outputs and writes(t))
+    cache = GroundTruthCache()
+    for _ in range(8):
+        episode = Episode(domain, task)
+        for action in task.actions:
+            episode.call_tool(action.name, action.kwargs)
+        assert episode.score(cache=cache).reward == 1.0
+    assert cache.computations == 1
+
+
+def test_replay_does_not_touch_the_episode() -> None:
+    domain = load_domain("tau2", "retail")
+    task = _first(domain, _writes_data(domain))
+    episode = Episode(domain, task)
+    episode.respond("Hello")
+    before = (list(episode.actions), episode.data_hash(), episode.data.own_records())
+    result = episode.score(cache=GroundTruthCache())
+    assert result.reward == 0.0 and result.failed == ("data_hash",)
+    assert (list(episode.actions), episode.data_hash(), episode.data.own_records()) == before
+
+
+@pytest.mark.parametrize("domain_name", DOMAINS)
+def test_read_only_episode_passes_where_ground_truth_changes_nothing(domain_name: str) -> None:
+    # tau-bench's reference behaviour, kept: these tasks are listed in docs/tau_bench_env.md
+    domain = load_domain("tau2", domain_name)
+    base_hash = data_hash(domain.base_data)
+    for task in domain.tasks("base"):
+        unchanged = replay_hash(domain, task) == base_hash
+        outputs = _play(domain_name, task, [])
+        data_ok = outputs[-1]["metadata"]["reward_info"]["r_actions"]
+        assert data_ok == unchanged, task.task_id
