@@ -73,7 +73,7 @@ class ReplayUser:
     """
 
     def __init__(self, turns: Sequence[str]) -> None:
-        if not turns or not all(isinstance(turn, str) for turn in turns):
+        if isinstance(turns, str) or not turns or not all(isinstance(t, str) for t in turns):
             raise ValueError("user_turns must be a non-empty list of strings")
         self._turns = list(turns)
         self._next = 0
