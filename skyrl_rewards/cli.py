@@ -40,6 +40,7 @@ from skyrl_rewards.pool_config import PoolConfig, load_pool_config
 from skyrl_rewards.result import RewardResult
 
 PROGRESS_CHUNK = 16
+POOL_COUNTERS = ("items", "worker_calls", "cache_hits", "timeouts", "errors", "retries", "worker_restarts")
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> PoolConfig:
@@ -91,7 +92,9 @@ def cmd_score(args: argparse.Namespace) -> int:
     print(f"\nscored {len(results)} rows -> {output}")
     for path in write_histograms(results, output):
         print(f"histogram: {path}")
-    print(f"pool: {', '.join(f'{k}={v}' for k, v in sorted(metrics.items()))}")
+    latency = metrics.get("latency_s", {})
+    counts = ", ".join(f"{key} {metrics[key]}" for key in POOL_COUNTERS if key in metrics)
+    print(f"pool: {counts}; latency p50 {latency.get('p50', 0.0):.3f}s p99 {latency.get('p99', 0.0):.3f}s")
     return 0
 
 
@@ -112,6 +115,41 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def cmd_pool_start(args: argparse.Namespace) -> int:
+    """``pool start``: a named pool on the running cluster that outlives this command."""
+    from skyrl_rewards import pool_service
+
+    cfg = load_config(args.config, args.overrides)
+    config = pool_service.start(cfg)
+    print(f"reward pool {config['name']!r} started in namespace {config['namespace']!r}: "
+          f"{config['num_workers']} workers, rewards {', '.join(config['rewards'])}")
+    print(f"connect with RewardPool.connect({config['name']!r}); stop with "
+          f"`skyrl-rewards pool stop --name {config['name']}`")
+    return 0
+
+
+def cmd_pool_status(args: argparse.Namespace) -> int:
+    """``pool status``: settings and workers of a running pool."""
+    from skyrl_rewards import pool_service
+
+    info = pool_service.status(args.name, namespace=args.namespace, address=args.address)
+    for key in ("name", "namespace", "workers", "worker_replacements"):
+        print(f"{key}: {info[key]}")
+    print("rewards: " + ", ".join(f"{name} (weight {entry.get('weight', 1.0)})" for name, entry in info["rewards"].items()))
+    for key in ("batch_size", "timeout_s", "max_retries", "fallback", "placement"):
+        print(f"{key}: {info['config'][key]}")
+    return 0
+
+
+def cmd_pool_stop(args: argparse.Namespace) -> int:
+    """``pool stop``: stop a running pool's workers and directory."""
+    from skyrl_rewards import pool_service
+
+    pool_service.stop(args.name, namespace=args.namespace, address=args.address)
+    print(f"reward pool {args.name!r} stopped")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of all commands."""
     parser = argparse.ArgumentParser(prog="skyrl-rewards", description="Score, check and serve SkyRL rewards.")
@@ -130,6 +168,22 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--input", required=True, help="JSONL rows with solution and columns")
     check.add_argument("overrides", nargs="*", help="config overrides key=value")
     check.set_defaults(func=cmd_check)
+
+    pool = commands.add_parser("pool", help="a named pool on a running Ray cluster")
+    pool_commands = pool.add_subparsers(dest="pool_command", required=True)
+    start = pool_commands.add_parser("start", help="start a named pool that outlives this command")
+    start.add_argument("--config", required=True, help="pool YAML (configs/pool.yaml) or a reward mix")
+    start.add_argument("overrides", nargs="*", help="config overrides key=value (address=auto by default)")
+    start.set_defaults(func=cmd_pool_start)
+    for verb, func, text in (
+        ("status", cmd_pool_status, "settings and workers of a running pool"),
+        ("stop", cmd_pool_stop, "stop a running pool"),
+    ):
+        sub = pool_commands.add_parser(verb, help=text)
+        sub.add_argument("--name", default=PoolConfig.name, help=f"pool name (default {PoolConfig.name})")
+        sub.add_argument("--namespace", default=PoolConfig.namespace, help="Ray namespace of the pool")
+        sub.add_argument("--address", default=None, help="Ray address (default: auto)")
+        sub.set_defaults(func=func)
     return parser
 
 
@@ -139,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, ConnectionError) as e:
         print(f"skyrl-rewards {args.command}: error: {e}", file=sys.stderr)
         return 2
 

@@ -92,8 +92,9 @@ class RewardEnvConfig:
         unknown = set(env_config) - {"pool", "in_process", "rewards"}
         if unknown:
             raise ValueError(f"env_config: unknown keys {sorted(unknown)}; expected pool, in_process, rewards")
+        pool = env_config.get("pool")
         return cls(
-            pool=str(env_config.get("pool") or PoolConfig.name),
+            pool=PoolConfig.name if pool is None else str(pool),
             in_process=bool(env_config.get("in_process", False)),
             rewards=dict(env_config.get("rewards") or {}),
         )
@@ -104,8 +105,11 @@ _pools: dict[str, RewardPool] = {}
 _mixes: dict[str, RewardMix] = {}
 
 
-def _connected_pool(name: str) -> RewardPool:
-    """The process-wide client of the pool ``name`` (connected on first use)."""
+def shared_pool(name: str) -> RewardPool:
+    """The process-wide client of the pool ``name`` that every env of this process uses.
+
+    Connected on first use; its ``metrics()`` count the steps of this process.
+    """
     from skyrl_rewards.pool import RewardPool
 
     with _lock:
@@ -161,7 +165,7 @@ class SkyRLRewardEnv(BaseTextEnv):
         if self.config.in_process:
             result = _shared_mix(self.config.rewards).score(sample)
         else:
-            result = _connected_pool(self.config.pool).score([sample])[0]
+            result = shared_pool(self.config.pool).score([sample])[0]
         self.result = result
         return BaseTextEnvStepOutput(observations=[], reward=result.total, done=True, metadata=result.to_dict())
 

@@ -125,8 +125,9 @@ def env_overrides(env_cfg: DictConfig) -> list[str]:
     if settings is not None:
         for key, value in _leaves(OmegaConf.to_container(settings, resolve=True)):
             overrides.append(f"+environment.skyrl_gym.{env_class}.{key}={_override_value(value)}")
-    rest = {k: v for k, v in OmegaConf.to_container(env_cfg, resolve=True).items() if k != "environment"}
-    overrides += [f"{key}={_override_value(value)}" for key, value in _leaves(rest)]
+    for top, node in OmegaConf.to_container(env_cfg, resolve=True).items():
+        if top != "environment":
+            overrides += [f"{key}={_override_value(value)}" for key, value in _leaves(node, f"{top}.")]
     return overrides
 
 

@@ -1,0 +1,137 @@
+"""The `skyrl_rewards` env through skyrl_gym.make, in process and through a real reward pool."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import skyrl_gym
+from omegaconf import OmegaConf
+
+from skyrl_rewards.env import ENTRY_POINT, ENV_ID, RewardEnvConfig, SkyRLRewardEnv, shared_pool
+from skyrl_rewards.jsonl import read_rows, to_samples
+from skyrl_rewards.mix import RewardMix
+from skyrl_rewards.pool import RewardPool
+from skyrl_rewards.pool_config import PoolConfig, load_pool_config
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "skyrl_rewards" / "sample_data"
+REC_REWARDS = load_pool_config(ROOT / "configs" / "rec.yaml").rewards
+
+
+@pytest.fixture(scope="module")
+def reward_pool_rec(ray_module) -> Iterator[tuple[RewardPool, str]]:
+    """A real pool with the REC mix on the session's local Ray, under a name of its own."""
+    name = "test_env_rec_pool"
+    pool = RewardPool.from_config(ROOT / "configs" / "rec.yaml", [f"name={name}", "num_workers=2"])
+    yield pool, name
+    pool.shutdown()
+
+
+def skyrl_extras(sample: dict) -> dict:
+    """What SkyRL's generator passes as ``extras`` for a dataset row (see skyrl_train_launch)."""
+    columns = {k: v for k, v in sample.items() if k not in ("completion", "solution", "problem")}
+    return {"reward_spec": {"method": "rule", "ground_truth": sample["solution"]}, "max_turns": 1, **columns}
+
+
+def rec_samples() -> list[dict]:
+    return to_samples(read_rows(SAMPLE / "rec.jsonl"), SAMPLE)
+
+
+def test_registered_on_import_and_by_entry_point() -> None:
+    assert skyrl_gym.registry[ENV_ID].entry_point == ENTRY_POINT
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["project"]["entry-points"]["skyrl_gym.envs"][ENV_ID] == ENTRY_POINT
+
+
+@pytest.mark.parametrize(
+    "env_config",
+    [
+        {"in_process": True, "rewards": dict(REC_REWARDS)},  # plain dict
+        OmegaConf.create({"in_process": True, "rewards": dict(REC_REWARDS)}),  # SkyRL's DictConfig
+    ],
+)
+def test_in_process_step_pays_the_mix(env_config) -> None:
+    mix = RewardMix.from_config(REC_REWARDS)
+    for sample in rec_samples()[:6]:
+        env = skyrl_gym.make(ENV_ID, env_config=env_config, extras=skyrl_extras(sample))
+        prompt = [{"role": "user", "content": sample["problem"]}]
+        assert env.init(prompt) == (prompt, {})
+        out = env.step(sample["completion"])
+        expected = mix.score(sample)
+        assert out["done"] is True and out["observations"] == []
+        assert out["reward"] == pytest.approx(expected.total)
+        assert out["metadata"]["components"] == pytest.approx(expected.components)
+        assert set(out["metadata"]["status"]) == {"iou", "format_rec"}
+        metrics = env.get_metrics()
+        assert metrics["reward/iou"] == pytest.approx(expected.components["iou"])
+        assert metrics["reward/should_mask"] == 0.0
+
+
+def test_dataset_error_is_reported_and_masked_not_raised() -> None:
+    sample = rec_samples()[0]
+    extras = skyrl_extras(sample) | {"image_path": str(SAMPLE / "images" / "missing.png")}
+    env = SkyRLRewardEnv({"in_process": True, "rewards": dict(REC_REWARDS)}, extras)
+    out = env.step(sample["completion"])
+    assert out["metadata"]["status"]["iou"] == "error"
+    assert out["metadata"]["should_mask"] is True
+    assert "iou" in out["metadata"]["errors"]
+
+
+def test_null_columns_are_left_out() -> None:
+    # a parquet file mixing tasks fills a column a row lacks with null
+    env = SkyRLRewardEnv(
+        {"in_process": True, "rewards": {"format": {"weight": 1.0}}},
+        {"reward_spec": {"ground_truth": "<answer>1</answer>"}, "image_path": None, "max_turns": 1},
+    )
+    assert "image_path" not in env.sample("x") and "max_turns" not in env.sample("x")
+
+
+@pytest.mark.parametrize(
+    ("env_config", "extras", "field"),
+    [
+        ({"in_process": True}, {"reward_spec": {"ground_truth": "1"}}, "env_config.rewards"),  # no mix
+        ({"pool": ""}, {"reward_spec": {"ground_truth": "1"}}, "env_config.pool"),  # empty name
+        ({"pools": "x"}, {"reward_spec": {"ground_truth": "1"}}, "env_config"),  # typo'd key
+        ({"in_process": True, "rewards": {"format": {}}}, {}, "extras.reward_spec.ground_truth"),
+        ({"in_process": True, "rewards": {"format": {}}}, {"reward_spec": {}}, "extras.reward_spec.ground_truth"),
+    ],
+)
+def test_wrong_config_or_row_raises_value_error_naming_the_field(env_config, extras, field) -> None:
+    with pytest.raises(ValueError, match=field):
+        skyrl_gym.make(ENV_ID, env_config=env_config, extras=extras)
+
+
+def test_empty_env_config_uses_the_default_pool_name() -> None:
+    # SkyRL passes DictConfig({}) when environment.skyrl_gym.skyrl_rewards is not set
+    assert RewardEnvConfig.from_any(OmegaConf.create({})).pool == PoolConfig().name
+
+
+def test_concurrent_steps_through_a_real_pool(reward_pool_rec) -> None:
+    """SkyRL steps envs from a thread pool; every step goes through the named pool."""
+    pool, name = reward_pool_rec
+    mix = RewardMix.from_config(REC_REWARDS)
+    samples = rec_samples()
+
+    def episode(sample: dict) -> dict:
+        env = skyrl_gym.make(ENV_ID, env_config=OmegaConf.create({"pool": name}), extras=skyrl_extras(sample))
+        env.init([{"role": "user", "content": sample["problem"]}])
+        out = env.step(sample["completion"])
+        env.close()
+        return out
+
+    with ThreadPoolExecutor(max_workers=12) as executor:
+        outs = list(executor.map(episode, samples))
+    for sample, out in zip(samples, outs):
+        expected = mix.score(sample)
+        assert out["done"] is True
+        assert out["reward"] == pytest.approx(expected.total), sample["id"]
+        assert out["metadata"]["status"] == expected.status
+    # all envs of this process share one client, whose micro-batcher gathered their steps
+    metrics = shared_pool(name).metrics()
+    assert metrics["items"] == len(samples)
+    assert metrics["worker_calls"] < len(samples) * len(REC_REWARDS)
+
