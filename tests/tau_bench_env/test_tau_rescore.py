@@ -1,0 +1,89 @@
+"""Re-scoring recorded runs (tau-bench's results format) and the tau-bench-env CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tau_helpers import tau_bench_only
+
+from tau_bench_env.backends import load_domain
+from tau_bench_env.cli import main
+from tau_bench_env.rescore import RunScore, pass_hat_k, replay_run, rescore, summarize
+
+RESULTS = Path(__file__).parent / "data" / "airline_results.json"
+RUNS = json.loads(RESULTS.read_text())
+
+
+@pytest.mark.parametrize(
+    ("rewards_by_task", "expected"),
+    [
+        ({0: [1.0]}, {1: 1.0}),  # one trial
+        ({0: [1.0, 0.0], 1: [1.0, 1.0]}, {1: 0.75, 2: 0.5}),  # C(c,k)/C(n,k) averaged
+        ({0: [0.0, 0.0, 0.0]}, {1: 0.0, 2: 0.0, 3: 0.0}),  # never solved
+        ({0: [1.0, 1.0, 1.0], 1: [1.0, 0.0, 1.0]}, {1: 5 / 6, 2: 4 / 6, 3: 0.5}),
+    ],
+)
+def test_pass_hat_k(rewards_by_task: dict[int, list[float]], expected: dict[int, float]) -> None:
+    scores = [
+        RunScore(task, trial, 0.0, reward, None)
+        for task, rewards in rewards_by_task.items()
+        for trial, reward in enumerate(rewards)
+    ]
+    assert pass_hat_k(scores) == pytest.approx(expected)
+
+
+def test_rescore_recorded_file_with_tau2() -> None:
+    summary = summarize(rescore(load_domain("tau2", "airline"), RUNS))
+    assert summary["runs"] == 15
+    assert summary["success_rate"] == pytest.approx(9 / 15)
+    assert summary["agreement"] == 1.0 and summary["disagreements"] == []
+    assert summary["pass_hat_k"] == pytest.approx({"1": 0.6, "2": 1 / 3, "3": 0.2})
+
+
+@pytest.mark.parametrize("backend", [pytest.param("tau_bench", marks=tau_bench_only), "tau2"])
+def test_cli_json(backend: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rescore", str(RESULTS), "--domain", "airline", "--backend", backend, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert {"runs", "success_rate", "agreement", "pass_hat_k"} <= set(summary)
+    assert summary["agreement"] == 1.0 and summary["runs"] == 15
+
+
+def test_cli_text(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rescore", str(RESULTS), "--domain", "airline", "--backend", "tau2"]) == 0
+    out = capsys.readouterr().out
+    for line in ["runs: 15", "success rate: 0.6000", "k=3: 0.2000", "agreement with recorded rewards: 1.0000"]:
+        assert line in out
+
+
+def test_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"task_id": 0, "reward": 1.0, "traj": [{"role": "user"}], "info": {}}]))
+    assert main(["rescore", str(bad), "--domain", "airline"]) == 2
+    assert "info.task is required" in capsys.readouterr().err
+    assert main(["rescore", str(tmp_path / "missing.json"), "--domain", "airline"]) == 2
+
+
+def test_disagreement_is_reported() -> None:
+    run = {**RUNS[0], "reward": 0.0}  # a ground-truth run recorded as failed
+    summary = summarize(rescore(load_domain("tau2", "airline"), [run]))
+    assert summary["agreement"] == 0.0
+    assert summary["disagreements"] == [
+        {"task_id": run["task_id"], "trial": 0, "recorded_reward": 0.0, "reward": 1.0, "failed": []}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("edit", "reward", "failed"),
+    [
+        (lambda traj: traj, 1.0, ()),  # as recorded
+        (lambda traj: traj[:-1], 0.0, ("truncated",)),  # no ###STOP###: cut off
+        (lambda traj: [], 0.0, None),  # crashed run, no trajectory
+    ],
+)
+def test_done_detection(edit, reward: float, failed: tuple[str, ...] | None) -> None:
+    run = {**RUNS[0], "traj": edit(list(RUNS[0]["traj"]))}
+    score = replay_run(load_domain("tau2", "airline"), run)
+    assert score.reward == reward
+    assert (score.result.failed if score.result else None) == failed
