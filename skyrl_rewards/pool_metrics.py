@@ -27,6 +27,7 @@ LATENCY_BOUNDARIES_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 COUNTERS = {
     "items": "items scored (one per submitted sample)",
     "tasks": "reward computations asked for (items x components)",
+    "worker_calls": "calls sent to workers (each carries a batch of computations)",
     "cache_hits": "computations answered from identical work (same batch or recent batches)",
     "remembered_timeouts": "computations answered as a timeout at once (input timed out before)",
     "timeouts": "computations that ran past timeout_s (worker killed and replaced)",

@@ -247,7 +247,16 @@ class Scheduler:
     async def _serve(self, slot: _Slot) -> None:
         while True:
             chunk, fence_all = await self._next_chunk()
-            await self._run_chunk(slot, chunk, fence_all)
+            self._metrics.count("worker_calls")
+            try:
+                await self._run_chunk(slot, chunk, fence_all)
+            except Exception:  # last line of defence: a bug here must not leave items waiting
+                logger.exception("reward pool scheduler failed on a call to worker %d", slot.index)
+                for task in chunk:
+                    if any(task.name not in item.scores for item in task.waiters):
+                        self._finish(task, ComponentScore(self._config.fallback, Status.ERROR,
+                                                          f"{task.name}: reward pool bug (see log)"),
+                                     cacheable=False)
             if 0 < self._config.max_items_per_worker <= slot.computations:
                 self._metrics.count("workers_recycled")
                 await self._replace(slot, graceful=True)

@@ -27,6 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from skyrl_rewards.math_check import GUARD_ENV_VAR
 from skyrl_rewards.mix import RewardMix
 from skyrl_rewards.result import ComponentScore
 
@@ -53,6 +54,9 @@ class RewardWorker:
     """Ray actor body. Build it with ``ray.remote(RewardWorker).options(...)``."""
 
     def __init__(self, rewards: Mapping[str, Mapping[str, Any]]) -> None:
+        # The pool bounds time by killing a stuck worker, so math-verify runs in this
+        # process (no guard child per worker) unless the mix names a guard itself.
+        os.environ.setdefault(GUARD_ENV_VAR, "inline")
         self._mix = RewardMix.from_config(rewards)
         self._mean_s: dict[str, float] = {}
 
