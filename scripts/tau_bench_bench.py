@@ -34,8 +34,8 @@ from typing import Any
 from tau_bench_env.backends import BACKENDS, Domain, load_domain
 from tau_bench_env.env import TauBenchEnv
 from tau_bench_env.episode import Episode
-from tau_bench_env.hashing import data_hash
 from tau_bench_env.episode_data import clone
+from tau_bench_env.hashing import data_hash
 from tau_bench_env.reward import GROUND_TRUTH, check_outputs
 from tau_bench_env.tasks import RESPOND, Action, Task
 
@@ -46,7 +46,14 @@ def disk_loader(domain: Domain) -> Callable[[], dict[str, Any]]:
         from importlib import import_module
 
         return import_module(f"tau_bench.envs.{domain.name}.data").load_data
-    path = resources.files(f"tau2_{domain.name}_mcp") / "data" / "tau2" / "domains" / domain.name / "db.json"
+    path = (
+        resources.files(f"tau2_{domain.name}_mcp")
+        / "data"
+        / "tau2"
+        / "domains"
+        / domain.name
+        / "db.json"
+    )
     return lambda: json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -59,7 +66,9 @@ def plain_run(domain: Domain, data: dict[str, Any], action: Action) -> None:
             pass
 
 
-def reference_episode(domain: Domain, load: Callable[[], dict], task: Task, actions: Sequence[Action]) -> tuple[float, str, str, dict[str, float]]:
+def reference_episode(
+    domain: Domain, load: Callable[[], dict], task: Task, actions: Sequence[Action]
+) -> tuple[float, str, str, dict[str, float]]:
     """tau-bench's method on plain dicts: (reward, agent hash, gt hash, seconds per phase)."""
     times: dict[str, float] = {}
     start = time.perf_counter()
@@ -82,7 +91,9 @@ def reference_episode(domain: Domain, load: Callable[[], dict], task: Task, acti
     return (1.0 if agent_hash == gt_hash and outputs_ok else 0.0), agent_hash, gt_hash, times
 
 
-def our_episode(domain: Domain, task: Task, actions: Sequence[Action]) -> tuple[float, str, str, dict[str, float]]:
+def our_episode(
+    domain: Domain, task: Task, actions: Sequence[Action]
+) -> tuple[float, str, str, dict[str, float]]:
     """This package's method: (reward, agent hash, gt hash, seconds per phase)."""
     times: dict[str, float] = {}
     start = time.perf_counter()
@@ -111,7 +122,10 @@ def time_domain(domain: Domain, split: str, per_task: int) -> dict[str, Any]:
     """Per-episode seconds of both methods and the equality check."""
     load = disk_loader(domain)
     GROUND_TRUTH.clear()
-    totals = {"reference": {"reset": 0.0, "actions": 0.0, "reward": 0.0}, "ours": {"reset": 0.0, "actions": 0.0, "reward": 0.0}}
+    totals = {
+        "reference": {"reset": 0.0, "actions": 0.0, "reward": 0.0},
+        "ours": {"reset": 0.0, "actions": 0.0, "reward": 0.0},
+    }
     episodes = mismatches = successes = 0
     for task in domain.tasks(split):
         for number in range(per_task):
@@ -124,12 +138,20 @@ def time_domain(domain: Domain, split: str, per_task: int) -> dict[str, Any]:
             mismatches += ref[:3] != ours[:3]
             successes += ours[0] == 1.0
             episodes += 1
-    per_episode = {name: {phase: s / episodes for phase, s in phases.items()} for name, phases in totals.items()}
-    return {"episodes": episodes, "successes": successes, "mismatches": mismatches, "per_episode_s": per_episode}
+    per_episode = {
+        name: {phase: s / episodes for phase, s in phases.items()}
+        for name, phases in totals.items()
+    }
+    return {
+        "episodes": episodes,
+        "successes": successes,
+        "mismatches": mismatches,
+        "per_episode_s": per_episode,
+    }
 
 
 def memory_domain(domain: Domain, split: str, envs: int) -> dict[str, float]:
-    """Bytes per episode: ``envs`` live TauBenchEnvs after their episodes, vs private data copies."""
+    """Bytes per episode: ``envs`` live envs after their episodes, vs private data copies."""
     tasks = domain.tasks(split)
     load = disk_loader(domain)
     GROUND_TRUTH.clear()
@@ -140,7 +162,12 @@ def memory_domain(domain: Domain, split: str, envs: int) -> dict[str, float]:
     for number in range(envs):
         task = tasks[number % len(tasks)]
         env = TauBenchEnv(
-            {"backend": domain.backend, "domain": domain.name, "split": split, "user": {"kind": "replay"}},
+            {
+                "backend": domain.backend,
+                "domain": domain.name,
+                "split": split,
+                "user": {"kind": "replay"},
+            },
             {"split": split, "task_index": number % len(tasks), "user_turns": ["hi"]},
         )
         env.init([])
@@ -163,20 +190,34 @@ def memory_domain(domain: Domain, split: str, envs: int) -> dict[str, float]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """Markdown table of the results."""
-    lines = [
-        "| domain | episodes | rewards = 1 | identical rewards and hashes | reference reward ms/ep | ours reward ms/ep | speedup (reward) | reference reset+reward ms/ep | ours reset+reward ms/ep | speedup (reset+reward) | actions ms/ep ref / ours | memory/ep, 256 envs: ours | memory/ep: reference |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    columns = [
+        "domain",
+        "episodes",
+        "rewards = 1",
+        "identical rewards and hashes",
+        "reference reward ms/ep",
+        "ours reward ms/ep",
+        "speedup (reward)",
+        "reference reset+reward ms/ep",
+        "ours reset+reward ms/ep",
+        "speedup (reset+reward)",
+        "actions ms/ep ref / ours",
+        "memory/ep, 256 envs: ours",
+        "memory/ep: reference",
     ]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
         ref, ours = row["per_episode_s"]["reference"], row["per_episode_s"]["ours"]
         ref_total, ours_total = ref["reset"] + ref["reward"], ours["reset"] + ours["reward"]
         lines.append(
             f"| {row['backend']}:{row['domain']} | {row['episodes']} | {row['successes']} | "
             f"{'yes' if row['mismatches'] == 0 else 'NO (' + str(row['mismatches']) + ')'} | "
-            f"{ref['reward'] * 1e3:.1f} | {ours['reward'] * 1e3:.2f} | {ref['reward'] / ours['reward']:.0f}x | "
+            f"{ref['reward'] * 1e3:.1f} | {ours['reward'] * 1e3:.2f} | "
+            f"{ref['reward'] / ours['reward']:.0f}x | "
             f"{ref_total * 1e3:.1f} | {ours_total * 1e3:.2f} | {ref_total / ours_total:.0f}x | "
             f"{ref['actions'] * 1e3:.2f} / {ours['actions'] * 1e3:.2f} | "
-            f"{row['memory']['ours_bytes'] / 1024:.0f} KiB | {row['memory']['reference_bytes'] / 2**20:.1f} MiB |"
+            f"{row['memory']['ours_bytes'] / 1024:.0f} KiB | "
+            f"{row['memory']['reference_bytes'] / 2**20:.1f} MiB |"
         )
     return "\n".join(lines)
 
@@ -187,18 +228,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--domains", nargs="+", default=["airline", "retail"])
     parser.add_argument("--split", default="test")
     parser.add_argument("--episodes-per-task", type=int, default=8)
-    parser.add_argument("--envs", type=int, default=256, help="live envs for the memory measurement")
+    parser.add_argument(
+        "--envs", type=int, default=256, help="live envs for the memory measurement"
+    )
     parser.add_argument("--json", action="store_true", help="print the raw numbers as JSON too")
     args = parser.parse_args(argv)
     rows = []
     for name in args.domains:
         domain = load_domain(args.backend, name)
-        row = {"backend": args.backend, "domain": name, **time_domain(domain, args.split, args.episodes_per_task)}
+        row = {
+            "backend": args.backend,
+            "domain": name,
+            **time_domain(domain, args.split, args.episodes_per_task),
+        }
         row["memory"] = memory_domain(domain, args.split, args.envs)
         rows.append(row)
-    print(table(rows))
+    print(table(rows))  # noqa: T201 - script output
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(rows, indent=1))  # noqa: T201 - script output
     return 1 if any(row["mismatches"] for row in rows) else 0
 
 

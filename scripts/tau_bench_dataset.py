@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     rows = dataset_rows(args.backend, args.domain, args.split)
     write_dataset(rows, args.out)
-    print(f"wrote {len(rows)} rows to {args.out}")
+    print(f"wrote {len(rows)} rows to {args.out}")  # noqa: T201 - script output
 
 
 if __name__ == "__main__":

@@ -47,7 +47,14 @@ PLANS: dict[int, list[tuple[list[Any], bool]]] = {
     16: [
         (["GT", "OUTPUTS"], True),
         ([("tool", "get_user_details", {"user_id": "ethan_martin_2396"}), "OUTPUTS"], True),
-        (["GT", ("tool", "send_certificate", {"user_id": "ethan_martin_2396", "amount": 50}), "OUTPUTS"], True),
+        (
+            [
+                "GT",
+                ("tool", "send_certificate", {"user_id": "ethan_martin_2396", "amount": 50}),
+                "OUTPUTS",
+            ],
+            True,
+        ),
     ],
     44: [
         (["GT", "OUTPUTS"], True),
@@ -96,7 +103,10 @@ def record_run(env: Any, index: int, trial: int, plan: list[Any], stops: bool) -
     reset = env.reset(task_index=index)
     first_line = env.wiki.strip().splitlines()[0]
     traj: list[dict[str, Any]] = [
-        {"role": "system", "content": first_line + "\n(policy text omitted to keep this file small)"},
+        {
+            "role": "system",
+            "content": first_line + "\n(policy text omitted to keep this file small)",
+        },
         {"role": "user", "content": reset.observation},
     ]
     info: dict[str, Any] = reset.info.model_dump()
@@ -123,13 +133,20 @@ def record_run(env: Any, index: int, trial: int, plan: list[Any], stops: bool) -
                         }
                     ],
                 },
-                {"role": "tool", "tool_call_id": call_id, "name": first, "content": response.observation},
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "name": first,
+                    "content": response.observation,
+                },
             ]
         info = {**info, **response.info.model_dump()}
         reward = response.reward
         if response.done:
             break
-    return EnvRunResult(task_id=index, reward=reward, info=info, traj=traj, trial=trial).model_dump()
+    return EnvRunResult(
+        task_id=index, reward=reward, info=info, traj=traj, trial=trial
+    ).model_dump()
 
 
 def main() -> None:
@@ -139,7 +156,9 @@ def main() -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from tau_bench.envs import get_env
 
-    env = get_env("airline", user_strategy="human", user_model="none", task_split="test", task_index=0)
+    env = get_env(
+        "airline", user_strategy="human", user_model="none", task_split="test", task_index=0
+    )
     runs = [
         record_run(env, index, trial, plan, stops)
         for trial in range(3)
@@ -148,7 +167,7 @@ def main() -> None:
     ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(runs, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {len(runs)} runs to {args.out}")
+    print(f"wrote {len(runs)} runs to {args.out}")  # noqa: T201 - script output
 
 
 if __name__ == "__main__":

@@ -135,8 +135,8 @@ def parse_turn(text: str, *, max_chars: int = DEFAULT_MAX_CHARS) -> ParsedTurn:
 
     Never raises on model text.
 
-    >>> parse_turn('<tool_call>{"name": "calculate", "arguments": {"expression": "1+1"}}</tool_call>').action
-    Action(name='calculate', kwargs={'expression': '1+1'})
+    >>> parse_turn('<tool_call>{"name": "calculate", "arguments": {"x": 1}}</tool_call>').action
+    Action(name='calculate', kwargs={'x': 1})
     >>> parse_turn("<think>plan</think>Sure, one moment.").action
     Action(name='respond', kwargs={'content': 'Sure, one moment.'})
     >>> parse_turn('<tool_call>{"name": 1}</tool_call>').error

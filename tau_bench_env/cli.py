@@ -23,7 +23,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tau-bench-env", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     rescore_cmd = commands.add_parser("rescore", help="re-score recorded tau-bench runs")
-    rescore_cmd.add_argument("results", type=Path, help="results JSON written by tau-bench's run.py")
+    rescore_cmd.add_argument(
+        "results", type=Path, help="results JSON written by tau-bench's run.py"
+    )
     rescore_cmd.add_argument("--domain", required=True, choices=["airline", "retail"])
     rescore_cmd.add_argument("--backend", default="tau2", choices=sorted(BACKENDS))
     rescore_cmd.add_argument(
@@ -62,12 +64,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         domain = load_domain(args.backend, args.domain)
         summary = summarize(rescore(domain, runs, score_truncated=args.score_truncated))
     except (OSError, ValueError) as error:
-        print(f"tau-bench-env: error: {error}", file=sys.stderr)
+        print(f"tau-bench-env: error: {error}", file=sys.stderr)  # noqa: T201 - CLI output
         return 2
     if args.json:
-        print(json.dumps(summary, sort_keys=True))
+        print(json.dumps(summary, sort_keys=True))  # noqa: T201 - CLI output
     else:
-        print(_report(summary, args.results, args.backend, args.domain))
+        print(_report(summary, args.results, args.backend, args.domain))  # noqa: T201 - CLI output
     return 0
 
 

@@ -72,10 +72,16 @@ class TauBenchEnvConfig:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {self.backend!r}")
-        if not isinstance(self.max_turns, int) or isinstance(self.max_turns, bool) or self.max_turns < 1:
+        if (
+            not isinstance(self.max_turns, int)
+            or isinstance(self.max_turns, bool)
+            or self.max_turns < 1
+        ):
             raise ValueError(f"max_turns must be an integer >= 1, got {self.max_turns!r}")
         if not isinstance(self.max_action_chars, int) or self.max_action_chars < 1:
-            raise ValueError(f"max_action_chars must be an integer >= 1, got {self.max_action_chars!r}")
+            raise ValueError(
+                f"max_action_chars must be an integer >= 1, got {self.max_action_chars!r}"
+            )
         if self.tool_observation_role not in OBSERVATION_ROLES:
             raise ValueError(
                 f"tool_observation_role must be one of {list(OBSERVATION_ROLES)}, "

@@ -128,7 +128,9 @@ class TauBenchEnv(BaseTextEnv):
         self.ignored_tool_calls = 0
         self.truncated = False
 
-    def init(self, prompt: ConversationType | None = None) -> tuple[ConversationType, dict[str, Any]]:
+    def init(
+        self, prompt: ConversationType | None = None
+    ) -> tuple[ConversationType, dict[str, Any]]:
         """Reset to the task (no disk read) and return [system, first user message]."""
         self.episode = Episode(self.domain, self.task)
         self.result = None

@@ -9,7 +9,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from tau_bench_env.backends.protocol import Domain
-from tau_bench_env.reward import GROUND_TRUTH, GroundTruthCache, RewardResult, run_action, score_episode
+from tau_bench_env.reward import (
+    GROUND_TRUTH,
+    GroundTruthCache,
+    RewardResult,
+    run_action,
+    score_episode,
+)
 from tau_bench_env.tasks import RESPOND, Action, Task
 
 

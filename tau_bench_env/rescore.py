@@ -55,7 +55,9 @@ def _tool_call(message: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
     return str(function["name"]), dict(arguments)
 
 
-def replay_run(domain: Domain, run: Mapping[str, Any], *, score_truncated: bool = False) -> RunScore:
+def replay_run(
+    domain: Domain, run: Mapping[str, Any], *, score_truncated: bool = False
+) -> RunScore:
     """Replay one recorded run on fresh data and score it.
 
     Raises ``ValueError`` naming the field when the run is malformed.
@@ -143,7 +145,9 @@ def summarize(scores: Sequence[RunScore]) -> dict[str, Any]:
     }
 
 
-def rescore(domain: Domain, runs: Sequence[Mapping[str, Any]], *, score_truncated: bool = False) -> list[RunScore]:
+def rescore(
+    domain: Domain, runs: Sequence[Mapping[str, Any]], *, score_truncated: bool = False
+) -> list[RunScore]:
     """Re-score every run of a results file."""
     if not isinstance(runs, Sequence):
         raise ValueError("a results file must hold a JSON list of runs")

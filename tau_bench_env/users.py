@@ -46,9 +46,7 @@ class UserSimulator(Protocol):
 def user_system_prompt(instruction: str) -> str:
     """tau-bench's system prompt for an LLM playing the user."""
     return (
-        "You are a user interacting with an agent.\n\nInstruction: "
-        + instruction
-        + "\nRules:\n"
+        "You are a user interacting with an agent.\n\nInstruction: " + instruction + "\nRules:\n"
         "- Just generate one line at a time to simulate the user's message.\n"
         "- Do not give away all the instruction at once. Only provide the information "
         "that is necessary for the current step.\n"

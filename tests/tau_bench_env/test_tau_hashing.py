@@ -82,10 +82,21 @@ def _edit(data: EpisodeData, op: str) -> None:
 
 
 OPS = [
-    "modify first", "modify middle", "modify last", "read only", "add before all",
-    "add in middle", "add after all", "delete first", "delete last", "delete then re-add",
-    "only record deleted", "only record replaced", "empty table gets one",
-    "empty table gets two", "everything",
+    "modify first",
+    "modify middle",
+    "modify last",
+    "read only",
+    "add before all",
+    "add in middle",
+    "add after all",
+    "delete first",
+    "delete last",
+    "delete then re-add",
+    "only record deleted",
+    "only record replaced",
+    "empty table gets one",
+    "empty table gets two",
+    "everything",
 ]
 
 

@@ -44,7 +44,9 @@ def test_rescore_recorded_file_with_tau2() -> None:
 
 @pytest.mark.parametrize("backend", [pytest.param("tau_bench", marks=tau_bench_only), "tau2"])
 def test_cli_json(backend: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["rescore", str(RESULTS), "--domain", "airline", "--backend", backend, "--json"]) == 0
+    assert (
+        main(["rescore", str(RESULTS), "--domain", "airline", "--backend", backend, "--json"]) == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     assert {"runs", "success_rate", "agreement", "pass_hat_k"} <= set(summary)
     assert summary["agreement"] == 1.0 and summary["runs"] == 15
@@ -53,13 +55,20 @@ def test_cli_json(backend: str, capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rescore", str(RESULTS), "--domain", "airline", "--backend", "tau2"]) == 0
     out = capsys.readouterr().out
-    for line in ["runs: 15", "success rate: 0.6000", "k=3: 0.2000", "agreement with recorded rewards: 1.0000"]:
+    for line in [
+        "runs: 15",
+        "success rate: 0.6000",
+        "k=3: 0.2000",
+        "agreement with recorded rewards: 1.0000",
+    ]:
         assert line in out
 
 
 def test_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps([{"task_id": 0, "reward": 1.0, "traj": [{"role": "user"}], "info": {}}]))
+    bad.write_text(
+        json.dumps([{"task_id": 0, "reward": 1.0, "traj": [{"role": "user"}], "info": {}}])
+    )
     assert main(["rescore", str(bad), "--domain", "airline"]) == 2
     assert "info.task is required" in capsys.readouterr().err
     assert main(["rescore", str(tmp_path / "missing.json"), "--domain", "airline"]) == 2

@@ -80,11 +80,20 @@ def _extra_write(domain: Domain) -> tuple[Task, list[Action]]:
         user = sorted(domain.base_data["users"])[0]
         extra = Action(
             "modify_user_address",
-            {"user_id": user, "address1": "1 Main St", "address2": "", "city": "Austin",
-             "state": "TX", "country": "USA", "zip": "78701"},
+            {
+                "user_id": user,
+                "address1": "1 Main St",
+                "address2": "",
+                "city": "Austin",
+                "state": "TX",
+                "country": "USA",
+                "zip": "78701",
+            },
         )
     else:
-        extra = Action("send_certificate", {"user_id": sorted(domain.base_data["users"])[0], "amount": 100})
+        extra = Action(
+            "send_certificate", {"user_id": sorted(domain.base_data["users"])[0], "amount": 100}
+        )
     return task, [*task.actions, extra]
 
 

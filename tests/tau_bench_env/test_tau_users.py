@@ -46,9 +46,19 @@ class _Server:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server API
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
+                server.requests.append(
+                    {"path": self.path, "body": body, "auth": self.headers.get("Authorization")}
+                )
                 status = server.statuses.pop(0) if server.statuses else 200
-                payload = {"choices": [{"message": {"role": "assistant", "content": server.replies.pop(0)}}]} if status == 200 else {"error": "x"}
+                payload = (
+                    {
+                        "choices": [
+                            {"message": {"role": "assistant", "content": server.replies.pop(0)}}
+                        ]
+                    }
+                    if status == 200
+                    else {"error": "x"}
+                )
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -86,12 +96,23 @@ def test_openai_user_conversation(server: _Server, monkeypatch: pytest.MonkeyPat
     assert first["path"] == "/v1/chat/completions" and first["auth"] == "Bearer secret"
     assert first["body"]["model"] == "user-model" and first["body"]["temperature"] == 0.0
     system, greeting = first["body"]["messages"]
-    assert system["role"] == "system" and "Cancel order #W1." in system["content"] and STOP in system["content"]
+    assert (
+        system["role"] == "system"
+        and "Cancel order #W1." in system["content"]
+        and STOP in system["content"]
+    )
     assert greeting == {"role": "user", "content": "Hi! How can I help you today?"}
-    assert [m["role"] for m in second["body"]["messages"]] == ["system", "user", "assistant", "user"]
+    assert [m["role"] for m in second["body"]["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+    ]
 
 
-def test_openai_user_without_key_sends_no_auth(server: _Server, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_openai_user_without_key_sends_no_auth(
+    server: _Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
     server.replies = ["hi"]
     OpenAIUser(base_url=server.url, model="m", api_key_env="NO_SUCH_KEY_VAR").reset("x")
@@ -106,7 +127,9 @@ def test_openai_user_without_key_sends_no_auth(server: _Server, monkeypatch: pyt
         ([400], 3, False, 1),  # client errors are not retried
     ],
 )
-def test_openai_user_retries(server: _Server, statuses: list[int], retries: int, ok: bool, attempts: int) -> None:
+def test_openai_user_retries(
+    server: _Server, statuses: list[int], retries: int, ok: bool, attempts: int
+) -> None:
     server.statuses = list(statuses)
     server.replies = ["hello"]
     user = OpenAIUser(base_url=server.url, model="m", max_retries=retries, backoff_s=0.0)
@@ -126,7 +149,11 @@ def test_openai_user_unreachable() -> None:
 
 def test_env_with_openai_user(server: _Server) -> None:
     server.replies = ["Please transfer me to a human.", STOP]
-    config = {"backend": "tau2", "domain": "retail", "user": {"kind": "openai", "base_url": server.url, "model": "m"}}
+    config = {
+        "backend": "tau2",
+        "domain": "retail",
+        "user": {"kind": "openai", "base_url": server.url, "model": "m"},
+    }
     env = TauBenchEnv(config, {"split": "test", "task_index": 0})
     messages, _ = env.init([])
     assert messages[1]["content"] == "Please transfer me to a human."
