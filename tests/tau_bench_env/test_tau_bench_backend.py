@@ -112,3 +112,22 @@ def test_task_index_is_bounded() -> None:
             replay_env_config("tau_bench", "airline"),
             {"split": "test", "task_index": 50, "user_turns": ["hi"]},
         )
+
+
+def test_tau_bench_user_drives_an_episode(monkeypatch: pytest.MonkeyPatch) -> None:
+    # tau-bench's "human" user reads stdin; answer it from a script instead
+    answers = iter(["My user id is ethan_martin_2396.", "###STOP###"])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(answers))
+    config = {
+        "backend": "tau_bench",
+        "domain": "airline",
+        "user": {"kind": "tau_bench", "strategy": "human"},
+    }
+    env = TauBenchEnv(config, {"split": "test", "task_index": 16})
+    messages, _ = env.init([])
+    assert messages[1]["content"] == "My user id is ethan_martin_2396."
+    task = env.task
+    for text in action_texts(task.actions):
+        assert env.step(text)["reward"] == 0.0
+    out = env.step("Your certificate has been sent.")
+    assert out["done"] and out["reward"] == 1.0
