@@ -13,9 +13,10 @@ bounded another way, chosen by ``guard``:
   that enforce a hard deadline themselves (the reward pool kills a worker stuck
   past its limit).
 
-Before anything is parsed, answers longer than :data:`MAX_MATH_CHARS` or
-nested deeper than :data:`MAX_MATH_NESTING` are refused
-(:attr:`MathStatus.TOO_COMPLEX`), and pairs that timed out before are answered
+Before anything is parsed, answers longer than :data:`MAX_MATH_CHARS`,
+nested deeper than :data:`MAX_MATH_NESTING`, or holding a numeric power
+tower, an exponent of a million or more, or the factorial of a large number
+are refused (:attr:`MathStatus.TOO_COMPLEX`), and pairs that timed out before are answered
 as timeouts at once. Nothing here prints, logs or ``str()``s a parsed object.
 """
 
@@ -25,6 +26,7 @@ import atexit
 import functools
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -120,8 +122,20 @@ def _parse_gold(gold: str) -> tuple[Any, ...]:
     return tuple(parse(gold, parsing_timeout=None))  # type: ignore[arg-type]
 
 
+_EXPLOSIVE = re.compile(
+    r"\d\s*\^\s*\{?\s*\d+\s*\^"  # numeric power tower: 9^{9^{9}}, 9^9^9
+    r"|\^\s*\{?\s*\d{6,}"  # exponent of a million or more
+    r"|\d{4,}\s*\}?\s*\)?\s*!"  # factorial of 1000 or more
+    r"|\^\s*\{?\s*\d{2,}\s*\}?\s*\)\s*!"  # factorial of a power: (10^{100})!
+    r"|!\s*\)\s*!"  # factorial of a factorial: (999!)!
+)
+
+
 def _too_complex(text: str) -> bool:
+    """Refuse what is too long, too deep, or a known way to make SymPy compute a giant number."""
     if len(text) > MAX_MATH_CHARS:
+        return True
+    if _EXPLOSIVE.search(text):
         return True
     depth = deepest = 0
     for char in text:

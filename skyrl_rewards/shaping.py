@@ -16,8 +16,8 @@ MAX_REPETITION_CHARS = 100_000
 CHARS_PER_TOKEN_BOUND = 32
 """Only the first ``max_len * CHARS_PER_TOKEN_BOUND`` characters are tokenized."""
 
-_BBOX_ARRAY = re.compile(r'\[\s*\{.*?"bbox_2d".*?"label".*?\}\s*\]', re.DOTALL)
-_BBOX_ARRAY_SEARCH_CHARS = 10_000
+_ARRAY_START = re.compile(r"\[\s*\{")
+_ARRAY_END = re.compile(r"\}\s*\]")
 
 
 class Tokenizer(Protocol):
@@ -120,14 +120,28 @@ def repetition_reward(content: str, **kwargs: Any) -> float:
 
 def _detection_items(content: str) -> list[str] | None:
     """``bbox_2d``/``label`` items of the content's JSON list, or ``None`` to score it as text."""
-    candidate = json_block(content) or any_block(content)
-    if not candidate:
-        match = _BBOX_ARRAY.search(cap(content, min(_BBOX_ARRAY_SEARCH_CHARS, MAX_SEARCH_CHARS)))
-        candidate = match.group(0) if match else None
+    candidate = json_block(content) or any_block(content) or bbox_array(content)
     data = parse_json(candidate) if candidate else None
     if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
         return None
     return [f"{item['bbox_2d']}_{item['label']}" for item in data if "bbox_2d" in item and "label" in item]
+
+
+def bbox_array(content: str) -> str | None:
+    """The first ``[{ ... "bbox_2d" ... "label" ... }]`` span of ``content``, in linear time.
+
+    Matches what the reference's lazy regex
+    ``\\[\\s*\\{.*?"bbox_2d".*?"label".*?\\}\\s*\\]`` (DOTALL) finds: only the first
+    ``[{`` can start a match, since any later start sees a subset of the text.
+    """
+    content = cap(content, MAX_SEARCH_CHARS)
+    start = _ARRAY_START.search(content)
+    if start is None:
+        return None
+    bbox = content.find('"bbox_2d"', start.end())
+    label = content.find('"label"', bbox + len('"bbox_2d"')) if bbox != -1 else -1
+    end = _ARRAY_END.search(content, label + len('"label"')) if label != -1 else None
+    return content[start.start() : end.end()] if end is not None else None
 
 
 def _ngram_penalty(items: list[str], n: int) -> float:

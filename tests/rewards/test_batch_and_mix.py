@@ -1,0 +1,93 @@
+"""Batch reward functions (TRL convention), the registry, and the reward mix."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from transformers import PreTrainedTokenizerFast
+
+from skyrl_rewards import RewardMix, Status, make_reward
+from skyrl_rewards.registry import COMPONENTS, build_component
+
+FORMATTED = "<think>t</think><answer>2</answer>"
+
+
+@pytest.mark.parametrize("name", sorted(COMPONENTS))
+def test_every_batch_reward_pickles_and_keeps_its_name(name: str) -> None:
+    reward = make_reward(name)
+    clone = pickle.loads(pickle.dumps(reward))
+    assert clone.__name__ == reward.__name__ == f"{name}_reward"
+    completions = [[{"role": "assistant", "content": "<think>t</think><answer>[1, 2, 3, 4]</answer>"}]]
+    solution = ["<answer>[1, 2, 3, 4]</answer>"] if name in ("iou", "format_rec") else ["<answer>4</answer>"]
+    if name == "detection":
+        solution = ['<answer>```json [{"bbox_2d": [1, 2, 3, 4], "label": "a"}]```</answer>']
+    assert clone(completions, solution=solution) == reward(completions, solution=solution)
+
+
+def test_extra_kwargs_are_ignored() -> None:
+    reward = make_reward("format")
+    assert reward([FORMATTED], solution=["2"], prompts=["p"], some_column=[1]) == [1.0]
+
+
+def test_length_reward_with_a_real_tokenizer(bpe_tokenizer: PreTrainedTokenizerFast) -> None:
+    reward = make_reward("length", tokenizer=bpe_tokenizer, max_len=8)
+    # "<answer>2</answer>" is correct (accuracy 1.0) -> a correct, short answer scores near 1.0
+    (value,) = reward(["<answer>2</answer>"], solution=["<answer>2</answer>"])
+    assert 0.5 <= value <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "message"),
+    [
+        ("nope", {}, "unknown reward"),
+        ("detection", {"alpha": -1.0}, "rewards.detection"),
+        ("iou", {"patch_size": 0}, "patch_size"),
+        ("length", {"bogus": 1}, "rewards.length"),
+        ("accuracy", {"math_guard": "signals"}, "math_guard"),
+    ],
+)
+def test_bad_parameters_fail_at_build_time(name: str, params: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        build_component(name, params)
+
+
+def test_mix_weighted_total_components_and_status() -> None:
+    mix = RewardMix.from_config({"accuracy": {"weight": 1.0}, "format": {"weight": 0.5}})
+    result = mix.score({"completion": FORMATTED, "solution": "<answer>2</answer>"})
+    assert result.total == 1.5
+    assert result.components == {"accuracy": 1.0, "format": 1.0}
+    assert result.status == {"accuracy": "ok", "format": "ok"}
+    assert result.errors == {} and not result.should_mask
+
+
+def test_mix_records_dataset_errors_without_raising() -> None:
+    mix = RewardMix.from_config({"accuracy": {"weight": 1.0}, "format": {"weight": 1.0}})
+    result = mix.score({"completion": FORMATTED})  # no solution
+    assert result.status["accuracy"] == Status.ERROR.value
+    assert "solution" in result.errors["accuracy"]
+    assert result.components["format"] == 1.0 and result.should_mask
+
+
+def test_mix_from_omegaconf() -> None:
+    from omegaconf import OmegaConf
+
+    mix = RewardMix.from_config(OmegaConf.create({"format": {"weight": 2}}))
+    assert mix.weights == {"format": 2.0}
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [({}, "empty"), ({"format": {"weight": "x"}}, "rewards.format.weight"), ({"acc": {}}, "unknown reward")],
+)
+def test_mix_config_errors(config: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RewardMix.from_config(config)
+
+
+def test_work_keys_match_for_identical_answers() -> None:
+    mix = RewardMix.from_config({"accuracy": {}, "format": {}})
+    a = {"completion": "<think>long reasoning A</think><answer>2</answer>", "solution": "<answer>2</answer>"}
+    b = {"completion": "<think>other reasoning B</think><answer>2</answer>", "solution": "<answer>2</answer>"}
+    assert mix.work_key("accuracy", a) == mix.work_key("accuracy", b) is not None
+    assert mix.work_key("format", a) is None

@@ -1,0 +1,95 @@
+"""Detection score: greedy matching, labels, completeness, weights."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from skyrl_rewards import detection_score
+from skyrl_rewards.detection import Detection, greedy_match
+
+
+def _block(items: list[dict]) -> str:
+    return f"<answer>```json\n{json.dumps(items)}\n```</answer>"
+
+
+CAT = {"bbox_2d": [0, 0, 10, 10], "label": "cat"}
+DOG = {"bbox_2d": [20, 20, 30, 30], "label": "dog"}
+
+
+@pytest.mark.parametrize(
+    ("pred", "gt", "expected"),
+    [
+        ([CAT, DOG], [CAT, DOG], 1.0),  # perfect
+        ([], [], 1.0),  # nothing to find, nothing predicted
+        ([CAT], [], 0.0),  # nothing to find, something predicted
+        ([], [CAT], 0.0),  # empty prediction
+        # one of two found: position 1/2, completeness 1 - (1/2 + 0)/2 = 0.75
+        ([CAT], [CAT, DOG], (0.7 * 0.5 + 0.3 * 0.75) / 1.0),
+        # wrong label: matched (no miss, no false alarm) but contributes IoU 0
+        ([{"bbox_2d": [0, 0, 10, 10], "label": "dog"}], [CAT], (0.7 * 0.0 + 0.3 * 1.0) / 1.0),
+        # labels compare case-insensitively
+        ([{"bbox_2d": [0, 0, 10, 10], "label": "CAT"}], [CAT], 1.0),
+        # below the threshold: unmatched on both sides -> completeness 0
+        ([{"bbox_2d": [5, 5, 15, 15], "label": "cat"}], [CAT], 0.0),
+        # an extra prediction: false alarm 1/2
+        ([CAT, DOG], [CAT], (0.7 * 1.0 + 0.3 * (1 - 0.5 / 2)) / 1.0),
+        # malformed predicted box: counts as a prediction, matches nothing
+        ([CAT, {"bbox_2d": [1, 2], "label": "dog"}], [CAT], (0.7 + 0.3 * 0.75) / 1.0),
+        # non-dict items do not crash
+        ([CAT, "junk", 3], [CAT], (0.7 + 0.3 * (1 - (2 / 3) / 2)) / 1.0),
+    ],
+)
+def test_detection_score(pred: list, gt: list, expected: float) -> None:
+    assert detection_score(_block(pred), _block(gt)) == pytest.approx(expected)
+
+
+def test_greedy_takes_highest_iou_first() -> None:
+    gt = [Detection((0, 0, 10, 10), "a"), Detection((2, 0, 12, 10), "a")]
+    pred = [Detection((1, 0, 11, 10), "a"), Detection((0, 0, 10, 10), "a")]
+    matches = greedy_match(pred, gt, 0.5)
+    # pred 1 is identical to gt 0 (IoU 1) and is taken first; pred 0 then takes gt 1.
+    assert [(p, g) for p, g, _, _ in matches] == [(1, 0), (0, 1)]
+
+
+def test_weights_and_beta_label_term() -> None:
+    wrong_label = _block([{"bbox_2d": [0, 0, 10, 10], "label": "dog"}])
+    assert detection_score(wrong_label, _block([CAT]), alpha=0.0, beta=1.0, gamma=0.0) == 0.0
+    assert detection_score(_block([CAT]), _block([CAT]), alpha=0.0, beta=1.0, gamma=0.0) == 1.0
+
+
+@pytest.mark.parametrize("weights", [(0.0, 0.0, 0.0), (-1.0, 0.5, 0.5)])
+def test_bad_weights_are_caller_errors(weights: tuple) -> None:
+    with pytest.raises(ValueError, match="alpha, beta, gamma"):
+        detection_score(_block([CAT]), _block([CAT]), 0.5, *weights)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "<answer>no json</answer>",
+        "<answer>```json ```</answer>",  # empty block
+        '<answer>```json {"bbox_2d": [0, 0, 10, 10]}```</answer>',  # a dict, not a list
+        "<answer>```json 12```</answer>",  # a number
+    ],
+)
+def test_unparseable_prediction_is_an_empty_list(content: str) -> None:
+    assert detection_score(content, _block([CAT])) == 0.0
+    assert detection_score(content, _block([])) == 1.0  # as the reference: empty vs empty
+
+
+def test_json_repair_output_counts_as_predictions() -> None:
+    # json-repair reads "{not json" as ["not json"]: one malformed prediction, a false alarm.
+    assert detection_score("<answer>```json {not json```</answer>", _block([])) == 0.0
+
+
+def test_repaired_prediction_is_used() -> None:
+    broken = '<answer>```json [{"bbox_2d": [0, 0, 10, 10], "label": "cat"},]```</answer>'
+    assert detection_score(broken, _block([CAT])) == 1.0
+
+
+@pytest.mark.parametrize("sol", ["<answer>```json {broken```</answer>", _block([{"bbox_2d": [1], "label": "x"}])])
+def test_bad_ground_truth_is_a_dataset_error(sol: str) -> None:
+    with pytest.raises(ValueError, match="solution"):
+        detection_score(_block([CAT]), sol)

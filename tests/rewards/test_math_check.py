@@ -1,0 +1,115 @@
+"""math-verify gives the same answer in any thread and returns in bounded time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from skyrl_rewards import default_accuracy_reward
+from skyrl_rewards.math_check import MathStatus, check_equal
+
+CASES = [
+    ("<answer>$\\frac{1}{2}$</answer>", "<answer>0.5</answer>"),
+    ("<answer>\\boxed{2\\sqrt{2}}</answer>", "<answer>$\\sqrt{8}$</answer>"),
+    ("<answer>$x^2-1$</answer>", "<answer>$(x-1)(x+1)$</answer>"),
+    ("<answer>12</answer>", "<answer>13</answer>"),
+    ("<answer>The answer is B.</answer>", "<answer>B</answer>"),
+    ("<answer>{1, 2}</answer>", "<answer>$\\{2, 1\\}$</answer>"),
+]
+
+PATHOLOGICAL = [
+    "<answer>$9^{9^{9^{9}}}$</answer>",  # power tower: hangs inside SymPy
+    "<answer>$" + "\\frac{1}{" * 10_000 + "2" + "}" * 10_000 + "$</answer>",  # 10,000 nested \frac
+    "<answer>" + "1" * 5_000_000 + "</answer>",  # 5 MB answer
+    "<answer>$(10^{100})!$</answer>",  # huge factorial
+]
+
+_SUBPROCESS_SCRIPT = """
+import json, sys, time
+from skyrl_rewards import default_accuracy_reward
+cases = json.loads(sys.stdin.read())
+out = []
+for content, sol in cases:
+    start = time.perf_counter()
+    out.append([default_accuracy_reward(content, sol), time.perf_counter() - start])
+print(json.dumps(out))
+"""
+
+
+def _main_thread(cases: list[tuple[str, str]]) -> list[float]:
+    return [default_accuracy_reward(content, sol) for content, sol in cases]
+
+
+def _in_threads(cases: list[tuple[str, str]]) -> list[float]:
+    with ThreadPoolExecutor(max_workers=4) as executor:
+        return list(executor.map(lambda case: default_accuracy_reward(*case), cases))
+
+
+def _in_subprocess(cases: list[tuple[str, str]]) -> list[tuple[float, float]]:
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-c", _SUBPROCESS_SCRIPT],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return [tuple(pair) for pair in json.loads(done.stdout)]
+
+
+def test_same_reward_main_thread_threads_and_subprocess() -> None:
+    main = _main_thread(CASES)
+    assert main[:3] == [1.0, 1.0, 1.0] and main[3] == 0.0 and main[4] == 1.0
+    assert _in_threads(CASES) == main
+    assert [value for value, _ in _in_subprocess(CASES)] == main
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("content", PATHOLOGICAL, ids=["tower", "nested_frac", "5MB", "factorial"])
+def test_pathological_math_is_bounded_on_main_thread_and_in_threads(content: str) -> None:
+    sol = "<answer>1</answer>"
+    start = time.perf_counter()
+    on_main = default_accuracy_reward(content, sol, math_timeout_s=2)
+    assert 0.0 <= on_main < 0.2  # symbolic check gave up; only the fuzzy ratio remains
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        assert executor.submit(default_accuracy_reward, content, sol, math_timeout_s=2).result() == on_main
+    assert time.perf_counter() - start < 15
+
+
+@pytest.mark.slow
+def test_pathological_math_is_bounded_in_a_subprocess() -> None:
+    results = _in_subprocess([(content, "<answer>1</answer>") for content in PATHOLOGICAL])
+    assert all(0.0 <= value < 0.2 for value, _ in results), results
+    assert all(seconds < 10 for _, seconds in results), results
+
+
+def test_a_timed_out_pair_is_answered_at_once_the_second_time() -> None:
+    gold, student = "$1$", "$\\prod_{k=1}^{10^{7}} k$"  # not caught by the pre-screen; SymPy grinds
+    assert check_equal(gold, student, timeout_s=1) is MathStatus.TIMEOUT
+    start = time.perf_counter()
+    assert check_equal(gold, student, timeout_s=1) is MathStatus.TIMEOUT
+    assert time.perf_counter() - start < 0.05
+
+
+@pytest.mark.parametrize(
+    "student", ["$9^{9^{9}}$", "$10^{1000000}$", "$5000!$", "$(10^{100})!$", "$(999!)!$", "x" * 3000, "{" * 50]
+)
+def test_explosive_answers_are_refused_before_parsing(student: str) -> None:
+    assert check_equal("$1$", student) is MathStatus.TOO_COMPLEX
+
+
+@pytest.mark.parametrize("student", ["$2^{2023}$", "$e^{-x^2}$", "$3!$", "$\\frac{1}{2}$", "$x^2+y^2$"])
+def test_ordinary_answers_are_not_refused(student: str) -> None:
+    assert check_equal(student, student) is MathStatus.EQUAL
+
+
+def test_inline_and_subprocess_guards_agree() -> None:
+    for content, sol in CASES:
+        inline = default_accuracy_reward(content, sol, math_guard="inline")
+        assert inline == default_accuracy_reward(content, sol, math_guard="subprocess")

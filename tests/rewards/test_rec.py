@@ -1,0 +1,118 @@
+"""IoU with VLM-R1's pixel convention, and the REC reward's scaling to the original image."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from skyrl_rewards import iou, iou_reward
+from skyrl_rewards.geometry import image_size, predicted_box
+
+
+@pytest.mark.parametrize(
+    ("box1", "box2", "expected"),
+    [
+        ([0, 0, 10, 10], [0, 0, 10, 10], 1.0),  # identical
+        # inter: x 5..9 (+1) = 5, y 5..9 (+1) = 5 -> 25; union 100 + 100 - 25
+        ([0, 0, 10, 10], [5, 5, 15, 15], 25 / 175),
+        # touching edges: x2-1 = 9 < 10, no overlap
+        ([0, 0, 10, 10], [10, 0, 20, 10], 0.0),
+        # overlap of exactly one pixel column: inter_x1 = 9, inter_x2 = 9 -> not strictly less -> 0
+        ([0, 0, 10, 10], [9, 0, 20, 10], 0.0),
+        # overlap of two columns: x 8..9 -> (9 - 8 + 1) = 2, y 0..9 -> 10 -> 20; union 100 + 120 - 20
+        ([0, 0, 10, 10], [8, 0, 20, 10], 20 / 200),
+        ([0, 0, 10, 10], [20, 20, 30, 30], 0.0),  # disjoint
+        ([10, 10, 0, 0], [0, 0, 10, 10], 0.0),  # inverted
+        ([0, 0, 0, 10], [0, 0, 10, 10], 0.0),  # zero width
+        ([0, 0, math.nan, 10], [0, 0, 10, 10], 0.0),  # NaN
+        ([0, 0, math.inf, 10], [0, 0, 10, 10], 0.0),  # inf
+        ([-5, -5, 5, 5], [0, 0, 10, 10], 25 / 175),  # negative coordinates are fine
+        ([0, 0, 10], [0, 0, 10, 10], 0.0),  # three numbers
+        (["a", 0, 10, 10], [0, 0, 10, 10], 0.0),  # not numbers
+    ],
+)
+def test_iou_pixel_convention(box1: list, box2: list, expected: float) -> None:
+    assert iou(box1, box2) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("<answer>[1, 2, 3, 4]</answer>", (1.0, 2.0, 3.0, 4.0)),
+        ('<answer>{"bbox_2d": [1.5, 2, 30.25, 40]}</answer>', (1.5, 2.0, 30.25, 40.0)),  # decimals accepted
+        ("<answer>[1,2,3,4] then [5,6,7,8]</answer>", (1.0, 2.0, 3.0, 4.0)),  # first box
+        ("[9, 9, 9, 9] <answer>[1, 2, 3, 4]</answer>", (1.0, 2.0, 3.0, 4.0)),  # inside the answer span only
+        ("<answer>[1, 2, 3]</answer>", None),
+        ("<answer>no box</answer>", None),
+    ],
+)
+def test_predicted_box(content: str, expected: tuple | None) -> None:
+    assert predicted_box(content) == expected
+
+
+def test_scaling_from_patch_grid_to_original_size(image_640x480: str) -> None:
+    # Model input: grid h=20, w=30 -> 280 x 420 pixels; original 640 x 480.
+    # Predicted [105, 70, 210, 140] scales by (640/420, 480/280) to [160, 120, 320, 240].
+    rewards = iou_reward(
+        [[{"role": "assistant", "content": "<answer>[105, 70, 210, 140]</answer>"}]],
+        solution=["<answer>[160, 120, 320, 240]</answer>"],
+        image_grid_thw=[[1, 20, 30]],
+        image_path=[[image_640x480]],
+    )
+    assert rewards == [pytest.approx(1.0)]
+    unscaled = iou_reward(["<answer>[105, 70, 210, 140]</answer>"], solution=["<answer>[160, 120, 320, 240]</answer>"])
+    assert unscaled[0] < 0.1  # the same numbers unscaled barely overlap
+
+
+def test_patch_size_is_a_parameter(image_640x480: str) -> None:
+    rewards = iou_reward(
+        ["<answer>[160, 120, 320, 240]</answer>"],
+        solution=["<answer>[160, 120, 320, 240]</answer>"],
+        image_grid_thw=[[1, 30, 40]],
+        image_path=[image_640x480],
+        patch_size=16,  # 40 * 16 = 640, 30 * 16 = 480: identity
+    )
+    assert rewards == [pytest.approx(1.0)]
+
+
+def test_image_size_reads_only_the_header(tmp_path: Path) -> None:
+    path = tmp_path / "big.png"
+    Image.new("L", (4000, 3000)).save(path)
+    truncated = tmp_path / "truncated.png"
+    truncated.write_bytes(path.read_bytes()[:200])  # header intact, pixel data cut
+    assert image_size(str(truncated)) == (4000, 3000)
+
+
+@pytest.mark.parametrize(
+    ("bad_grid", "bad_path", "field"),
+    [
+        ([1, 20], "IMG", "image_grid_thw"),  # two numbers
+        ([1, 0, 30], "IMG", "image_grid_thw"),  # zero patches
+        ([1, 20, 30], "/nonexistent.png", "image_path"),  # missing file
+        ([1, 20, 30], None, "image_path"),  # no path
+        ([1, 20, 30], [], "image_path"),  # empty list of paths
+    ],
+)
+def test_bad_rows_raise_with_field_and_index(bad_grid: list, bad_path: object, field: str, image_640x480: str) -> None:
+    with pytest.raises(ValueError, match=rf"sample 1: {field}"):
+        iou_reward(
+            ["<answer>[1, 2, 3, 4]</answer>"] * 2,
+            solution=["<answer>[1, 2, 3, 4]</answer>"] * 2,
+            image_grid_thw=[[1, 20, 30], bad_grid],
+            image_path=[image_640x480, image_640x480 if bad_path == "IMG" else bad_path],
+        )
+
+
+def test_corrupt_image_is_a_dataset_error(tmp_path: Path) -> None:
+    corrupt = tmp_path / "corrupt.png"
+    corrupt.write_bytes(b"\x89PNG\r\n\x1a\n garbage")
+    with pytest.raises(ValueError, match="sample 0: image_path: cannot read image"):
+        iou_reward(["<answer>[1, 2, 3, 4]</answer>"], ["<answer>[1, 2, 3, 4]</answer>"], image_grid_thw=[[1, 2, 2]], image_path=[str(corrupt)])
+
+
+def test_bad_ground_truth_box_raises() -> None:
+    with pytest.raises(ValueError, match="sample 0: solution"):
+        iou_reward(["<answer>[1, 2, 3, 4]</answer>"], solution=["<answer>[1, 2]</answer>"])
