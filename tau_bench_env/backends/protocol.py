@@ -27,9 +27,9 @@ class UnknownSplitError(ValueError):
     """A task split that the domain does not have."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Domain:
-    """One domain of one backend; immutable and shared by every episode.
+    """One domain of one backend; immutable, shared by every episode, compared by identity.
 
     ``base_data`` is never mutated: episodes fork it (see
     :class:`~tau_bench_env.episode_data.EpisodeData`) and tools run on the fork.
