@@ -145,9 +145,8 @@ def bbox_array(content: str) -> str | None:
 
 
 def _ngram_penalty(items: list[str], n: int) -> float:
-    if len(items) < n:
+    total = len(items) - n + 1
+    if total <= 0:
         return 0.0
-    ngrams = [tuple(items[i : i + n]) for i in range(len(items) - n + 1)]
-    if not ngrams:
-        return 0.0
-    return -(1.0 - len(set(ngrams)) / len(ngrams))
+    unique = len(set(zip(*(items[i:] for i in range(n)))))
+    return -(1.0 - unique / total)
