@@ -54,7 +54,10 @@ def mixed_sample(n: int, seed: int = 0) -> list[tuple[str, str]]:
         kind = i % 5
         if kind == 0:
             a, b = rng.randint(1, 9), rng.randint(2, 9)
-            answer, sol = rng.choice([f"$\\frac{{{a}}}{{{b}}}$", f"{a / b:.4f}", f"{a}/{b}"]), f"$\\frac{{{a}}}{{{b}}}$"
+            answer, sol = (
+                rng.choice([f"$\\frac{{{a}}}{{{b}}}$", f"{a / b:.4f}", f"{a}/{b}"]),
+                f"$\\frac{{{a}}}{{{b}}}$",
+            )
         elif kind == 1:
             answer, sol = rng.choice(["B", "The answer is C.", "A"]), "B"
         elif kind == 2:
@@ -63,10 +66,15 @@ def mixed_sample(n: int, seed: int = 0) -> list[tuple[str, str]]:
             x, y = rng.randint(0, 200), rng.randint(0, 200)
             answer, sol = json.dumps({"bbox_2d": [x, y, x + 100, y + 80]}), "[50, 60, 150, 140]"
         else:
-            items = [{"bbox_2d": [10 * k, 10 * k, 10 * k + 40, 10 * k + 40], "label": "cat"} for k in range(3)]
+            items = [
+                {"bbox_2d": [10 * k, 10 * k, 10 * k + 40, 10 * k + 40], "label": "cat"}
+                for k in range(3)
+            ]
             answer = "```json\n" + json.dumps(items[: rng.randint(1, 3)]) + "\n```"
             sol = "```json\n" + json.dumps(items) + "\n```"
-        pairs.append((f"<think>{think}</think>\n<answer>{answer}</answer>", f"<answer>{sol}</answer>"))
+        pairs.append(
+            (f"<think>{think}</think>\n<answer>{answer}</answer>", f"<answer>{sol}</answer>")
+        )
     return pairs
 
 
@@ -86,7 +94,10 @@ def functions(image: str) -> dict[str, Callable[[str, str], object]]:
     return {
         "default_accuracy_reward": lambda c, s: default_accuracy_reward(c, s),
         "iou_reward (header read)": lambda c, s: iou_reward(
-            [c], ["<answer>[50, 60, 150, 140]</answer>"], image_grid_thw=[[1, 40, 40]], image_path=[image]
+            [c],
+            ["<answer>[50, 60, 150, 140]</answer>"],
+            image_grid_thw=[[1, 40, 40]],
+            image_path=[image],
         ),
         "detection_score": lambda c, s: detection_score(c, det_sol),
         "cosine_reward": lambda c, s: cosine_reward(c, tokenizer, 1.0),
@@ -112,15 +123,21 @@ def main() -> None:
         pairs = mixed_sample(args.items)
         default_accuracy_reward(*pairs[0])  # start the math-verify child outside the timings
         adversarial = [(c, "<answer>2</answer>") for c in ADVERSARIAL]
-        print(f"mixed sample: {len(pairs)} items, median {statistics.median(len(c) for c, _ in pairs)} chars")
-        print(f"adversarial set: {len(adversarial)} inputs; decoding the 4000x3000 test image: {decode_s * 1e3:.1f} ms\n")
+        print(
+            f"mixed sample: {len(pairs)} items, median {statistics.median(len(c) for c, _ in pairs)} chars"
+        )
+        print(
+            f"adversarial set: {len(adversarial)} inputs; decoding the 4000x3000 test image: {decode_s * 1e3:.1f} ms\n"
+        )
         print("| function | median (us) | p99 (us) | adversarial max (ms) |")
         print("|---|---:|---:|---:|")
         for name, fn in functions(image).items():
             costs = sorted(_time_each(fn, pairs))
             worst = max(_time_each(fn, adversarial))
             p99 = costs[min(len(costs) - 1, int(len(costs) * 0.99))]
-            print(f"| {name} | {statistics.median(costs) * 1e6:.1f} | {p99 * 1e6:.1f} | {worst * 1e3:.1f} |")
+            print(
+                f"| {name} | {statistics.median(costs) * 1e6:.1f} | {p99 * 1e6:.1f} | {worst * 1e3:.1f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -70,9 +70,13 @@ def default_accuracy_score(
         return ComponentScore(1.0)
     value = _string_accuracy(student, gold)
     if outcome is MathStatus.TIMEOUT:
-        return ComponentScore(value, Status.UNPARSEABLE, f"math-verify timed out after {timeout_s}s")
+        return ComponentScore(
+            value, Status.UNPARSEABLE, f"math-verify timed out after {timeout_s}s"
+        )
     if outcome is MathStatus.TOO_COMPLEX:
-        return ComponentScore(value, Status.UNPARSEABLE, "answer too long or too nested for math-verify")
+        return ComponentScore(
+            value, Status.UNPARSEABLE, "answer too long or too nested for math-verify"
+        )
     return ComponentScore(value)
 
 
@@ -196,5 +200,7 @@ def accuracy_score(
         "math": lambda: math_score(content, sol, guard=guard, timeout_s=timeout_s),
     }
     if method not in scorers:
-        raise ValueError(f"accu_reward_method: unknown method {method!r}; expected one of {ACCURACY_METHODS}")
+        raise ValueError(
+            f"accu_reward_method: unknown method {method!r}; expected one of {ACCURACY_METHODS}"
+        )
     return scorers[method]()

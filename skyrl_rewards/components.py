@@ -67,7 +67,9 @@ class Accuracy(Component):
 
     name = "accuracy"
 
-    def __init__(self, math_guard: MathGuard | None = None, math_timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self, math_guard: MathGuard | None = None, math_timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> None:
         if math_guard not in (None, "subprocess", "inline"):
             raise ValueError(f"math_guard: expected 'subprocess' or 'inline', got {math_guard!r}")
         if not isinstance(math_timeout_s, (int, float)) or math_timeout_s <= 0:
@@ -78,9 +80,15 @@ class Accuracy(Component):
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
         method = sample.get("accu_reward_method")
         if method is not None and method not in ACCURACY_METHODS:
-            raise ValueError(f"accu_reward_method: unknown method {method!r}; expected one of {ACCURACY_METHODS}")
+            raise ValueError(
+                f"accu_reward_method: unknown method {method!r}; expected one of {ACCURACY_METHODS}"
+            )
         return accuracy_score(
-            content, sample_solution(sample), method, guard=self.math_guard, timeout_s=self.math_timeout_s
+            content,
+            sample_solution(sample),
+            method,
+            guard=self.math_guard,
+            timeout_s=self.math_timeout_s,
         )
 
     def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
@@ -109,7 +117,13 @@ class Iou(Component):
         if not isinstance(solution, str):
             return None
         content = answer_span(completion_text(sample.get("completion")))
-        return (self.name, solution, content, repr(sample.get("image_path")), repr(sample.get("image_grid_thw")))
+        return (
+            self.name,
+            solution,
+            content,
+            repr(sample.get("image_path")),
+            repr(sample.get("image_grid_thw")),
+        )
 
 
 class Detection(Component):
@@ -122,7 +136,9 @@ class Detection(Component):
     ) -> None:
         weights = (alpha, beta, gamma)
         if any(w < 0 for w in weights) or sum(weights) <= 0:
-            raise ValueError(f"alpha, beta, gamma: need non-negative weights with a positive sum, got {weights}")
+            raise ValueError(
+                f"alpha, beta, gamma: need non-negative weights with a positive sum, got {weights}"
+            )
         if not 0.0 <= iou_threshold <= 1.0:
             raise ValueError(f"iou_threshold: expected a number in [0, 1], got {iou_threshold!r}")
         self.params = {"iou_threshold": iou_threshold, "alpha": alpha, "beta": beta, "gamma": gamma}
@@ -159,7 +175,9 @@ def load_tokenizer(tokenizer: Any) -> Tokenizer:
         except OSError as error:
             raise ValueError(f"tokenizer: cannot load {tokenizer!r}: {error}") from error
     if not callable(getattr(tokenizer, "encode", None)):
-        raise ValueError(f"tokenizer: expected a name, a path or an object with encode(), got {tokenizer!r:.80}")
+        raise ValueError(
+            f"tokenizer: expected a name, a path or an object with encode(), got {tokenizer!r:.80}"
+        )
     return tokenizer
 
 

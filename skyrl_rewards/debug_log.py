@@ -40,7 +40,7 @@ def log_rewards(reward_name: str, contents: Sequence[str], rewards: Sequence[flo
     stamp = datetime.datetime.now().strftime("%d-%H-%M-%S-%f")
     lines = [
         f"------------- {stamp} {reward_name}: {reward} -------------\nContent: {content}\n"
-        for content, reward in zip(contents, rewards)
+        for content, reward in zip(contents, rewards, strict=False)
     ]
     try:
         with _LOCK, open(path, "a", encoding="utf-8", errors="replace") as sink:

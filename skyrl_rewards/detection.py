@@ -54,7 +54,9 @@ def detection_score_with_status(
     """:func:`detection_score` with its outcome (``unparseable`` when no prediction list was found)."""
     weights = (alpha, beta, gamma)
     if any(w < 0 for w in weights) or sum(weights) <= 0:
-        raise ValueError(f"alpha, beta, gamma: need non-negative weights with a positive sum, got {weights}")
+        raise ValueError(
+            f"alpha, beta, gamma: need non-negative weights with a positive sum, got {weights}"
+        )
     gt = ground_truth_detections(sol)
     predictions = predicted_detections(content)
     if predictions is None:  # read as an empty list, as the reference does
@@ -134,4 +136,6 @@ def _detection(item: Any) -> Detection:
     if not isinstance(item, dict):
         return Detection(None, "")
     label = item.get("label", "")
-    return Detection(as_box(item.get("bbox_2d")), str(label).strip().lower() if label is not None else "")
+    return Detection(
+        as_box(item.get("bbox_2d")), str(label).strip().lower() if label is not None else ""
+    )

@@ -60,7 +60,9 @@ class RewardMix:
 
             rewards = OmegaConf.to_container(rewards, resolve=True)  # type: ignore[assignment]
         if not isinstance(rewards, Mapping):
-            raise ValueError(f"rewards: expected a mapping name -> {{weight, params}}, got {type(rewards).__name__}")
+            raise ValueError(
+                f"rewards: expected a mapping name -> {{weight, params}}, got {type(rewards).__name__}"
+            )
         specs = []
         for name, entry in rewards.items():
             entry = dict(entry or {})

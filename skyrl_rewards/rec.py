@@ -31,7 +31,9 @@ def ground_truth_box(sol: Any) -> Box:
     except (json.JSONDecodeError, RecursionError):
         box = None
     if box is None:
-        raise ValueError(f"solution: expected a JSON box [x1, y1, x2, y2], got {answer_span(sol)!r:.80}")
+        raise ValueError(
+            f"solution: expected a JSON box [x1, y1, x2, y2], got {answer_span(sol)!r:.80}"
+        )
     return box
 
 
@@ -55,7 +57,9 @@ def rec_iou_score(
     return ComponentScore(iou(box, gt_box))
 
 
-def iou_sample_score(content: str, sol: Any, columns: dict[str, Any], patch_size: int) -> ComponentScore:
+def iou_sample_score(
+    content: str, sol: Any, columns: dict[str, Any], patch_size: int
+) -> ComponentScore:
     """:func:`rec_iou_score` for one dataset row (``image_path`` and ``image_grid_thw`` optional together)."""
     gt_box = ground_truth_box(sol)
     if columns.get("image_grid_thw") is None:
@@ -79,9 +83,11 @@ def iou_reward(completions: list[Any], solution: list[Any], **kwargs: Any) -> li
     [1.0]
     """
     patch_size = kwargs.get("patch_size", DEFAULT_PATCH_SIZE)
+    if len(solution) != len(completions):
+        raise ValueError(f"solution: {len(solution)} values for {len(completions)} completions")
     contents = [completion_text(c) for c in completions]
     rewards = []
-    for index, (content, sol) in enumerate(zip(contents, solution)):
+    for index, (content, sol) in enumerate(zip(contents, solution, strict=True)):
         columns = {key: _column(kwargs, key, index) for key in ("image_grid_thw", "image_path")}
         try:
             rewards.append(iou_sample_score(content, sol, columns, patch_size).value)

@@ -13,8 +13,8 @@ from skyrl_rewards.components import (
     Accuracy,
     Component,
     Detection,
-    FormatRec,
     Format,
+    FormatRec,
     Iou,
     Length,
     Repetition,
@@ -40,7 +40,9 @@ def build_component(name: str, params: Mapping[str, Any] | None = None) -> Compo
     'format'
     """
     if name not in COMPONENTS:
-        raise ValueError(f"rewards.{name}: unknown reward; registered rewards: {', '.join(COMPONENTS)}")
+        raise ValueError(
+            f"rewards.{name}: unknown reward; registered rewards: {', '.join(COMPONENTS)}"
+        )
     try:
         return COMPONENTS[name](**dict(params or {}))
     except TypeError as error:

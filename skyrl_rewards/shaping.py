@@ -55,7 +55,9 @@ class CosineSchedule:
         if self.clamp:
             length = min(length, self.max_len)
         start, end = (
-            (self.correct_start, self.correct_end) if correct else (self.wrong_start, self.wrong_end)
+            (self.correct_start, self.correct_end)
+            if correct
+            else (self.wrong_start, self.wrong_end)
         )
         progress = (1.0 - math.cos(length * math.pi / self.max_len)) / 2.0
         return float(start + (end - start) * progress)
@@ -124,7 +126,11 @@ def _detection_items(content: str) -> list[str] | None:
     data = parse_json(candidate) if candidate else None
     if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
         return None
-    return [f"{item['bbox_2d']}_{item['label']}" for item in data if "bbox_2d" in item and "label" in item]
+    return [
+        f"{item['bbox_2d']}_{item['label']}"
+        for item in data
+        if "bbox_2d" in item and "label" in item
+    ]
 
 
 def bbox_array(content: str) -> str | None:
@@ -148,5 +154,5 @@ def _ngram_penalty(items: list[str], n: int) -> float:
     total = len(items) - n + 1
     if total <= 0:
         return 0.0
-    unique = len(set(zip(*(items[i:] for i in range(n)))))
+    unique = len(set(zip(*(items[i:] for i in range(n)), strict=False)))
     return -(1.0 - unique / total)

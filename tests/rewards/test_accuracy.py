@@ -27,7 +27,11 @@ from skyrl_rewards.result import Status
         ("<answer>I choose C.</answer>", "<answer>B</answer>", 0.0),
         # text branch: Levenshtein on the cleaned texts
         ("<answer>A red car.</answer>", "<answer>a red car</answer>", 1.0),
-        ("<answer>blue</answer>", "<answer>green</answer>", pytest.approx(fuzzy_ratio("blue", "green"))),
+        (
+            "<answer>blue</answer>",
+            "<answer>green</answer>",
+            pytest.approx(fuzzy_ratio("blue", "green")),
+        ),
         # an empty student answer scores 0.0, never ratio('', '') = 1.0
         ("<answer></answer>", "<answer>cat</answer>", 0.0),
     ],
@@ -43,7 +47,12 @@ def test_default_accuracy_branches(content: str, sol: str, expected: float) -> N
         ("<answer>(A) is right, so A.</answer>", "<answer>B</answer>", "mcq", 0.0),
         ("<answer>Yes, it is.</answer>", "<answer>yes</answer>", "yes_no", 1.0),
         ("<answer>no</answer>", "<answer>Yes</answer>", "yes_no", 0.0),
-        ("<answer>maybe</answer>", "<answer>yes</answer>", "yes_no", 0.0),  # reference paid 1.0 only if both lacked it
+        (
+            "<answer>maybe</answer>",
+            "<answer>yes</answer>",
+            "yes_no",
+            0.0,
+        ),  # reference paid 1.0 only if both lacked it
         ("<answer>Paris.</answer>", "<answer>paris</answer>", "all_match", 1.0),
         ("<answer>Paris, France</answer>", "<answer>paris</answer>", "all_match", 0.0),
         ("<answer>$\\frac{6}{4}$</answer>", "<answer>1.5</answer>", "math", 1.0),
@@ -64,7 +73,9 @@ def test_accuracy_methods(content: str, sol: str, method: str | None, expected: 
 
 
 def test_batch_dispatches_on_accu_reward_method_column() -> None:
-    completions = [[{"role": "assistant", "content": "<answer>A.</answer>"}]] * 2 + ["<answer>yes</answer>"]
+    completions = [[{"role": "assistant", "content": "<answer>A.</answer>"}]] * 2 + [
+        "<answer>yes</answer>"
+    ]
     rewards = accuracy_reward(
         completions,
         solution=["<answer>A</answer>", "<answer>B</answer>", "<answer>yes</answer>"],
@@ -83,7 +94,11 @@ def test_batch_dispatches_on_accu_reward_method_column() -> None:
 )
 def test_dataset_errors_name_field_and_sample(sol: str, method: str, field: str) -> None:
     with pytest.raises(ValueError, match=rf"sample 1: {field}"):
-        accuracy_reward(["<answer>1</answer>"] * 2, solution=["<answer>1</answer>", sol], accu_reward_method=["default", method])
+        accuracy_reward(
+            ["<answer>1</answer>"] * 2,
+            solution=["<answer>1</answer>", sol],
+            accu_reward_method=["default", method],
+        )
 
 
 def test_unparseable_outcomes_are_reported() -> None:

@@ -128,8 +128,12 @@ def _finite_in(value: float, low: float, high: float) -> bool:
 @pytest.mark.parametrize("content", ADVERSARIAL, ids=range(len(ADVERSARIAL)))
 def test_no_reward_raises_for_model_output(content: object, image: str) -> None:
     completions = [content]
-    assert _finite_in(default_accuracy_reward(content, SOLUTIONS["accuracy"], math_timeout_s=2), 0.0, 1.0)  # type: ignore[arg-type]
-    (iou_value,) = iou_reward(completions, [SOLUTIONS["iou"]], image_grid_thw=[[1, 32, 32]], image_path=[image])
+    assert _finite_in(
+        default_accuracy_reward(content, SOLUTIONS["accuracy"], math_timeout_s=2), 0.0, 1.0
+    )  # type: ignore[arg-type]
+    (iou_value,) = iou_reward(
+        completions, [SOLUTIONS["iou"]], image_grid_thw=[[1, 32, 32]], image_path=[image]
+    )
     assert _finite_in(iou_value, 0.0, 1.0)
     assert _finite_in(detection_score(content, SOLUTIONS["detection"]), 0.0, 1.0)  # type: ignore[arg-type]
     assert _finite_in(repetition_reward(content), -1.0, 0.0)  # type: ignore[arg-type]
@@ -149,7 +153,12 @@ def test_no_reward_raises_for_model_output(content: object, image: str) -> None:
         ("accuracy", 12, {}, "solution"),  # not a string
         ("iou", "<answer>[1, 2, 3]</answer>", {}, "solution"),
         ("iou", "<answer>[1, 2, 3, 4]</answer>", {"image_grid_thw": "bad"}, "image_grid_thw"),
-        ("iou", "<answer>[1, 2, 3, 4]</answer>", {"image_grid_thw": [1, 2, 2], "image_path": "/no/such.png"}, "image_path"),
+        (
+            "iou",
+            "<answer>[1, 2, 3, 4]</answer>",
+            {"image_grid_thw": [1, 2, 2], "image_path": "/no/such.png"},
+            "image_path",
+        ),
         ("detection", "<answer>not json</answer>", {}, "solution"),
         ("accuracy", "<answer>1</answer>", {"accu_reward_method": "nope"}, "accu_reward_method"),
     ],
@@ -163,15 +172,26 @@ def test_dataset_errors_raise_value_error_with_field_and_index(
         batch[key][0] = good[key]
     if "image_grid_thw" in batch and "image_path" not in batch:
         batch["image_path"] = [None, None]
-    first_solution = "<answer>[1, 2, 3, 4]</answer>" if reward != "detection" else SOLUTIONS["detection"]
+    first_solution = (
+        "<answer>[1, 2, 3, 4]</answer>" if reward != "detection" else SOLUTIONS["detection"]
+    )
     if reward == "iou" and batch:
         batch["image_grid_thw"][0] = None  # row 0 compares unscaled boxes
     with pytest.raises(ValueError, match=rf"sample 1: {field}"):
-        make_reward(reward)(["<answer>[1, 2, 3, 4]</answer>"] * 2, solution=[first_solution, solution], **batch)
+        make_reward(reward)(
+            ["<answer>[1, 2, 3, 4]</answer>"] * 2, solution=[first_solution, solution], **batch
+        )
 
 
 def test_decompression_bomb_header_is_a_dataset_error(tmp_path: Path) -> None:
     bomb = tmp_path / "bomb.png"
-    Image.new("1", (Image.MAX_IMAGE_PIXELS or 89_478_485, 3)).save(bomb)  # a small file claiming ~270 Mpx
+    Image.new("1", (Image.MAX_IMAGE_PIXELS or 89_478_485, 3)).save(
+        bomb
+    )  # a small file claiming ~270 Mpx
     with pytest.raises(ValueError, match="sample 0: image_path"):
-        iou_reward(["<answer>[1, 2, 3, 4]</answer>"], ["<answer>[1, 2, 3, 4]</answer>"], image_grid_thw=[[1, 2, 2]], image_path=[str(bomb)])
+        iou_reward(
+            ["<answer>[1, 2, 3, 4]</answer>"],
+            ["<answer>[1, 2, 3, 4]</answer>"],
+            image_grid_thw=[[1, 2, 2]],
+            image_path=[str(bomb)],
+        )

@@ -18,8 +18,14 @@ def test_every_batch_reward_pickles_and_keeps_its_name(name: str) -> None:
     reward = make_reward(name)
     clone = pickle.loads(pickle.dumps(reward))
     assert clone.__name__ == reward.__name__ == f"{name}_reward"
-    completions = [[{"role": "assistant", "content": "<think>t</think><answer>[1, 2, 3, 4]</answer>"}]]
-    solution = ["<answer>[1, 2, 3, 4]</answer>"] if name in ("iou", "format_rec") else ["<answer>4</answer>"]
+    completions = [
+        [{"role": "assistant", "content": "<think>t</think><answer>[1, 2, 3, 4]</answer>"}]
+    ]
+    solution = (
+        ["<answer>[1, 2, 3, 4]</answer>"]
+        if name in ("iou", "format_rec")
+        else ["<answer>4</answer>"]
+    )
     if name == "detection":
         solution = ['<answer>```json [{"bbox_2d": [1, 2, 3, 4], "label": "a"}]```</answer>']
     assert clone(completions, solution=solution) == reward(completions, solution=solution)
@@ -78,7 +84,11 @@ def test_mix_from_omegaconf() -> None:
 
 @pytest.mark.parametrize(
     ("config", "message"),
-    [({}, "empty"), ({"format": {"weight": "x"}}, "rewards.format.weight"), ({"acc": {}}, "unknown reward")],
+    [
+        ({}, "empty"),
+        ({"format": {"weight": "x"}}, "rewards.format.weight"),
+        ({"acc": {}}, "unknown reward"),
+    ],
 )
 def test_mix_config_errors(config: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -87,7 +97,13 @@ def test_mix_config_errors(config: dict, message: str) -> None:
 
 def test_work_keys_match_for_identical_answers() -> None:
     mix = RewardMix.from_config({"accuracy": {}, "format": {}})
-    a = {"completion": "<think>long reasoning A</think><answer>2</answer>", "solution": "<answer>2</answer>"}
-    b = {"completion": "<think>other reasoning B</think><answer>2</answer>", "solution": "<answer>2</answer>"}
+    a = {
+        "completion": "<think>long reasoning A</think><answer>2</answer>",
+        "solution": "<answer>2</answer>",
+    }
+    b = {
+        "completion": "<think>other reasoning B</think><answer>2</answer>",
+        "solution": "<answer>2</answer>",
+    }
     assert mix.work_key("accuracy", a) == mix.work_key("accuracy", b) is not None
     assert mix.work_key("format", a) is None

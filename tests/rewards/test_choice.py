@@ -13,11 +13,17 @@ from skyrl_rewards.choice import extract_choice
         ("B", "B"),  # a lone letter at end of text
         ("b.", "B"),  # upper-cased, followed by a dot
         ("The answer is C", "C"),  # candidate at the end
-        ("no letter here", None),  # no candidate: lower-case words become upper but are multi-letter
+        (
+            "no letter here",
+            None,
+        ),  # no candidate: lower-case words become upper but are multi-letter
         ("AB.", None),  # preceded by a letter: not a candidate
         ("(D)", None),  # followed by ')' which is not in .,?!:;
         ("A: first, the answer is B.", "B"),  # B: keyword 'ANSWER' near, last 30%, followed by '.'
-        ("Answer: A, but maybe C", "A"),  # A: keyword +1, followed by ',' +1; C: tail +2 -> tie, first wins
+        (
+            "Answer: A, but maybe C",
+            "A",
+        ),  # A: keyword +1, followed by ',' +1; C: tail +2 -> tie, first wins
         ("选择 A。 or perhaps B", "B"),  # A never a candidate ('。' is not a follower); B at end
         ("A, B, C, D. I think the answer is D.", "D"),  # keyword and tail favour D
         ("A? maybe B?", "B"),  # tail bonus (last 30%) breaks the tie

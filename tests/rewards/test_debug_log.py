@@ -19,7 +19,9 @@ from skyrl_rewards.debug_log import debug_log_path
         ("true", "", None),
     ],
 )
-def test_debug_log_path(monkeypatch: pytest.MonkeyPatch, debug: str, log_path: str, expected: str | None) -> None:
+def test_debug_log_path(
+    monkeypatch: pytest.MonkeyPatch, debug: str, log_path: str, expected: str | None
+) -> None:
     monkeypatch.setenv("DEBUG_MODE", debug)
     monkeypatch.setenv("LOG_PATH", log_path)
     assert debug_log_path() == expected
@@ -33,7 +35,9 @@ def test_contents_and_results_are_appended(monkeypatch: pytest.MonkeyPatch, tmp_
     assert "Content: nope" in written and "format_reward: 1.0" in written
 
 
-def test_unwritable_log_never_changes_a_reward(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_unwritable_log_never_changes_a_reward(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("DEBUG_MODE", "true")
     monkeypatch.setenv("LOG_PATH", str(tmp_path / "missing_dir" / "run.txt"))
     assert format_reward(["<think>a</think><answer>b</answer>"]) == [1.0]

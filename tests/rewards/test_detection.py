@@ -89,7 +89,9 @@ def test_repaired_prediction_is_used() -> None:
     assert detection_score(broken, _block([CAT])) == 1.0
 
 
-@pytest.mark.parametrize("sol", ["<answer>```json {broken```</answer>", _block([{"bbox_2d": [1], "label": "x"}])])
+@pytest.mark.parametrize(
+    "sol", ["<answer>```json {broken```</answer>", _block([{"bbox_2d": [1], "label": "x"}])]
+)
 def test_bad_ground_truth_is_a_dataset_error(sol: str) -> None:
     with pytest.raises(ValueError, match="solution"):
         detection_score(_block([CAT]), sol)

@@ -12,7 +12,9 @@ from skyrl_rewards import format_reward, format_reward_rec
 from skyrl_rewards.format_checks import has_rec_format
 
 # VLM-R1's REC format regex: the oracle our linear-time check must agree with.
-REFERENCE_REC = re.compile(r"<think>.*?</think>\s*<answer>.*?\{.*\[\d+,\s*\d+,\s*\d+,\s*\d+\].*\}.*?</answer>", re.DOTALL)
+REFERENCE_REC = re.compile(
+    r"<think>.*?</think>\s*<answer>.*?\{.*\[\d+,\s*\d+,\s*\d+,\s*\d+\].*\}.*?</answer>", re.DOTALL
+)
 
 
 @pytest.mark.parametrize(
@@ -26,7 +28,10 @@ REFERENCE_REC = re.compile(r"<think>.*?</think>\s*<answer>.*?\{.*\[\d+,\s*\d+,\s
         ("<think>x</think><answer>y</answer> ", 0.0),  # nothing after
         ("<think>x</think>text<answer>y</answer>", 0.0),  # text between
         ("<answer>y</answer><think>x</think>", 0.0),  # wrong order
-        ("<think>a</think><answer>b</answer><think>c</think><answer>d</answer>", 0.0),  # chained pairs: hedging
+        (
+            "<think>a</think><answer>b</answer><think>c</think><answer>d</answer>",
+            0.0,
+        ),  # chained pairs: hedging
         ("<think>a</think><answer>b<answer>c</answer>", 0.0),  # two answer openings
         ("<think>x</think><answer>y", 0.0),  # unclosed
         ("", 0.0),
@@ -41,9 +46,15 @@ def test_format_reward(content: str, expected: float) -> None:
     ("content", "expected"),
     [
         ('<think>x</think><answer>{"bbox_2d": [1, 2, 3, 4]}</answer>', 1.0),
-        ('before <think>x</think>\n<answer>{"bbox": [10,20, 30,  40], "label": "cat"}</answer> after', 1.0),
+        (
+            'before <think>x</think>\n<answer>{"bbox": [10,20, 30,  40], "label": "cat"}</answer> after',
+            1.0,
+        ),
         ("<think>x</think><answer>[1, 2, 3, 4]</answer>", 0.0),  # no braces
-        ('<think>x</think><answer>{"b": [1.5, 2, 3, 4]}</answer>', 0.0),  # decimals are not integers
+        (
+            '<think>x</think><answer>{"b": [1.5, 2, 3, 4]}</answer>',
+            0.0,
+        ),  # decimals are not integers
         ('<think>x</think><answer>{"b": [1, 2, 3]}</answer>', 0.0),
         ('<answer>{"b": [1, 2, 3, 4]}</answer>', 0.0),  # no think block
         ('<think>x</think> y <answer>{"b": [1, 2, 3, 4]}</answer>', 0.0),  # text between blocks
@@ -54,7 +65,20 @@ def test_format_reward_rec(content: str, expected: float) -> None:
 
 
 _PIECES = st.sampled_from(
-    ["<think>", "</think>", "<answer>", "</answer>", "{", "}", "[1,2,3,4]", "[1, 2,3, 4]", "[1,2,3]", " ", "\n", "x"]
+    [
+        "<think>",
+        "</think>",
+        "<answer>",
+        "</answer>",
+        "{",
+        "}",
+        "[1,2,3,4]",
+        "[1, 2,3, 4]",
+        "[1,2,3]",
+        " ",
+        "\n",
+        "x",
+    ]
 )
 
 

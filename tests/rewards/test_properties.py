@@ -34,7 +34,10 @@ def _in(value: float, low: float, high: float) -> bool:
 
 
 @SETTINGS
-@given(TEXT, st.sampled_from(["<answer>2</answer>", "<answer>B</answer>", "<answer>a red car</answer>"]))
+@given(
+    TEXT,
+    st.sampled_from(["<answer>2</answer>", "<answer>B</answer>", "<answer>a red car</answer>"]),
+)
 def test_accuracy_in_unit_interval(content: str, sol: str) -> None:
     assert _in(default_accuracy_reward(content, sol, math_guard="inline"), 0.0, 1.0)
 

@@ -42,9 +42,15 @@ def test_iou_pixel_convention(box1: list, box2: list, expected: float) -> None:
     ("content", "expected"),
     [
         ("<answer>[1, 2, 3, 4]</answer>", (1.0, 2.0, 3.0, 4.0)),
-        ('<answer>{"bbox_2d": [1.5, 2, 30.25, 40]}</answer>', (1.5, 2.0, 30.25, 40.0)),  # decimals accepted
+        (
+            '<answer>{"bbox_2d": [1.5, 2, 30.25, 40]}</answer>',
+            (1.5, 2.0, 30.25, 40.0),
+        ),  # decimals accepted
         ("<answer>[1,2,3,4] then [5,6,7,8]</answer>", (1.0, 2.0, 3.0, 4.0)),  # first box
-        ("[9, 9, 9, 9] <answer>[1, 2, 3, 4]</answer>", (1.0, 2.0, 3.0, 4.0)),  # inside the answer span only
+        (
+            "[9, 9, 9, 9] <answer>[1, 2, 3, 4]</answer>",
+            (1.0, 2.0, 3.0, 4.0),
+        ),  # inside the answer span only
         ("<answer>[1, 2, 3]</answer>", None),
         ("<answer>no box</answer>", None),
     ],
@@ -63,7 +69,9 @@ def test_scaling_from_patch_grid_to_original_size(image_640x480: str) -> None:
         image_path=[[image_640x480]],
     )
     assert rewards == [pytest.approx(1.0)]
-    unscaled = iou_reward(["<answer>[105, 70, 210, 140]</answer>"], solution=["<answer>[160, 120, 320, 240]</answer>"])
+    unscaled = iou_reward(
+        ["<answer>[105, 70, 210, 140]</answer>"], solution=["<answer>[160, 120, 320, 240]</answer>"]
+    )
     assert unscaled[0] < 0.1  # the same numbers unscaled barely overlap
 
 
@@ -96,7 +104,9 @@ def test_image_size_reads_only_the_header(tmp_path: Path) -> None:
         ([1, 20, 30], [], "image_path"),  # empty list of paths
     ],
 )
-def test_bad_rows_raise_with_field_and_index(bad_grid: list, bad_path: object, field: str, image_640x480: str) -> None:
+def test_bad_rows_raise_with_field_and_index(
+    bad_grid: list, bad_path: object, field: str, image_640x480: str
+) -> None:
     with pytest.raises(ValueError, match=rf"sample 1: {field}"):
         iou_reward(
             ["<answer>[1, 2, 3, 4]</answer>"] * 2,
@@ -110,7 +120,12 @@ def test_corrupt_image_is_a_dataset_error(tmp_path: Path) -> None:
     corrupt = tmp_path / "corrupt.png"
     corrupt.write_bytes(b"\x89PNG\r\n\x1a\n garbage")
     with pytest.raises(ValueError, match="sample 0: image_path: cannot read image"):
-        iou_reward(["<answer>[1, 2, 3, 4]</answer>"], ["<answer>[1, 2, 3, 4]</answer>"], image_grid_thw=[[1, 2, 2]], image_path=[str(corrupt)])
+        iou_reward(
+            ["<answer>[1, 2, 3, 4]</answer>"],
+            ["<answer>[1, 2, 3, 4]</answer>"],
+            image_grid_thw=[[1, 2, 2]],
+            image_path=[str(corrupt)],
+        )
 
 
 def test_bad_ground_truth_box_raises() -> None:

@@ -41,14 +41,20 @@ def test_cosine_endpoints_threshold_and_clamp(
     assert cosine_reward(content, bpe_tokenizer, acc) == pytest.approx(expected)
 
 
-def test_cosine_without_clamp_cycles_like_the_reference(bpe_tokenizer: PreTrainedTokenizerFast) -> None:
+def test_cosine_without_clamp_cycles_like_the_reference(
+    bpe_tokenizer: PreTrainedTokenizerFast,
+) -> None:
     content = _text_of_tokens(bpe_tokenizer, 2048)
-    assert cosine_reward(content, bpe_tokenizer, 1.0, schedule=CosineSchedule(clamp=False)) == pytest.approx(1.0)
+    assert cosine_reward(
+        content, bpe_tokenizer, 1.0, schedule=CosineSchedule(clamp=False)
+    ) == pytest.approx(1.0)
 
 
 def test_cosine_schedule_is_configurable(bpe_tokenizer: PreTrainedTokenizerFast) -> None:
     schedule = CosineSchedule(correct_start=2.0, correct_end=1.0, max_len=10)
-    assert cosine_reward(_text_of_tokens(bpe_tokenizer, 10), bpe_tokenizer, 1.0, schedule=schedule) == pytest.approx(1.0)
+    assert cosine_reward(
+        _text_of_tokens(bpe_tokenizer, 10), bpe_tokenizer, 1.0, schedule=schedule
+    ) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("bad", [{"max_len": 0}, {"max_len": 1.5}, {"wrong_end": float("nan")}])
@@ -82,7 +88,7 @@ def _items(boxes: list[tuple[list[int], str]]) -> str:
         # a bare array with bbox_2d and label
         ("boxes: " + _items([([1, 2, 3, 4], "a")] * 2) + " done", -(1 - 1 / 2)),
         # a JSON list with no bbox/label items scores 0.0 (reference)
-        ("```json [{\"x\": 1}, {\"x\": 1}]```", 0.0),
+        ('```json [{"x": 1}, {"x": 1}]```', 0.0),
         # a list of non-dicts is scored as text, without crashing
         ("```json [1, 1, 1]``` w w w w w w w w", -(1 - 5 / 7)),
     ],
@@ -92,7 +98,9 @@ def test_repetition(content: str, expected: float) -> None:
 
 
 _REFERENCE_ARRAY = re.compile(r'\[\s*\{.*?"bbox_2d".*?"label".*?\}\s*\]', re.DOTALL)
-_ARRAY_PIECES = st.sampled_from(["[", "{", "}", "]", " ", '"bbox_2d"', '"label"', "x", "\n", "[{", "}]"])
+_ARRAY_PIECES = st.sampled_from(
+    ["[", "{", "}", "]", " ", '"bbox_2d"', '"label"', "x", "\n", "[{", "}]"]
+)
 
 
 @settings(max_examples=3000, deadline=None)
