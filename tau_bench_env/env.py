@@ -26,6 +26,7 @@ checks in ``metadata["reward_info"]``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from numbers import Integral
 from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
@@ -44,6 +45,11 @@ class EpisodeEndedError(RuntimeError):
     """``step`` was called before ``init`` or after the episode ended."""
 
 
+def _is_integer(value: Any) -> bool:
+    """An int, or a numpy integer from a parquet row; not a bool."""
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
 def resolve_task(domain: Domain, extras: Mapping[str, Any], default_split: str) -> Task:
     """The task a dataset row names (see the module docstring for the keys).
 
@@ -55,12 +61,12 @@ def resolve_task(domain: Domain, extras: Mapping[str, Any], default_split: str) 
     tasks = domain.tasks(split)
     if extras.get("task_index") is not None:
         index = extras["task_index"]
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(tasks):
+        if not _is_integer(index) or not 0 <= index < len(tasks):
             raise ValueError(
                 f"extras.task_index must be an integer in [0, {len(tasks)}) for "
                 f"{domain.key} split {split!r}, got {index!r}"
             )
-        return tasks[index]
+        return tasks[int(index)]
     if extras.get("task_id") is not None:
         wanted = str(extras["task_id"])
         for task in tasks:
@@ -99,9 +105,9 @@ def make_user(config: TauBenchEnvConfig, extras: Mapping[str, Any]) -> UserSimul
 
 def _max_turns(config: TauBenchEnvConfig, extras: Mapping[str, Any]) -> int:
     value = extras.get("max_turns", config.max_turns)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not _is_integer(value) or value < 1:
         raise ValueError(f"extras.max_turns must be an integer >= 1, got {value!r}")
-    return value
+    return int(value)
 
 
 class TauBenchEnv(BaseTextEnv):

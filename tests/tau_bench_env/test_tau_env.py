@@ -227,3 +227,10 @@ def test_omegaconf_config_is_accepted() -> None:
     config = OmegaConf.create(replay_env_config("tau2", "retail", max_turns=7))
     env = TauBenchEnv(config, {"split": "test", "task_index": 0, "user_turns": ["hi"]})
     assert env.max_turns == 7 and env.domain.name == "retail"
+
+
+def test_numpy_integers_from_parquet_rows() -> None:
+    numpy = pytest.importorskip("numpy")
+    row = {"split": "test", "task_index": numpy.int64(2), "max_turns": numpy.int64(4)}
+    env = TauBenchEnv(replay_env_config("tau2", "airline"), {**row, "user_turns": ["hi"]})
+    assert env.task == load_domain("tau2", "airline").tasks("test")[2] and env.max_turns == 4
