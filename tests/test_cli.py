@@ -113,7 +113,8 @@ def test_check_lists_the_rows_that_would_be_dataset_errors(tmp_path: Path, capsy
         {**good, "id": "gone", "image_path": "images/missing.png"},  # missing image, relative path
         {**good, "id": "junk", "image_path": "images/broken.png"},  # unreadable image
         {k: v for k, v in good.items() if k != "solution"} | {"id": "nosol", "image_path": image},
-        {**good, "id": "nogrid", "image_path": image, "image_grid_thw": None},  # column wrong
+        {**good, "id": "badgrid", "image_path": image, "image_grid_thw": [1, 2]},  # not (t, h, w)
+        {**good, "id": "badgt", "image_path": image, "solution": "<answer>left</answer>"},  # no box
     ]
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -121,11 +122,13 @@ def test_check_lists_the_rows_that_would_be_dataset_errors(tmp_path: Path, capsy
     out = capsys.readouterr().out
     assert code == 1
     flagged = {line.split(":")[0] for line in out.splitlines() if line.startswith("row ")}
-    assert flagged == {"row 1 (id gone)", "row 2 (id junk)", "row 3 (id nosol)", "row 4 (id nogrid)"}
+    assert flagged == {f"row {i} (id {name})" for i, name in enumerate(["ok", "gone", "junk", "nosol", "badgrid", "badgt"]) if i}
     assert "row 1 (id gone): image_path: image not found" in out
+    assert "row 2 (id junk): image_path: image unreadable" in out
     assert "row 3 (id nosol): solution: missing field" in out
-    assert "row 4 (id nogrid): iou: error" in out
-    assert "4 with problems" in out
+    assert "row 4 (id badgrid): iou: error: image_grid_thw" in out
+    assert "row 5 (id badgt): iou: error: solution: expected a JSON box" in out
+    assert "5 with problems" in out
 
 
 @pytest.mark.parametrize(
