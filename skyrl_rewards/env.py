@@ -12,7 +12,8 @@ truth and returns the weighted reward with ``done=True``.
   default: the default pool name of :class:`PoolConfig`. The env connects once
   per process and every ``step`` goes through it; the pool gathers concurrent
   ``step`` calls into micro-batches before they cross to Ray. In this mode the
-  pool's own reward mix is used and ``rewards`` is ignored.
+  pool's own reward mix is used; a ``rewards`` mapping given too must equal
+  it (a guard against training on a different mix than the config says).
 - ``in_process``: score in this process with a :class:`RewardMix` built from
   ``rewards`` (for debugging, tests and small runs; no Ray needed).
 - ``rewards``: ``{name: {weight, **params}}``, as in ``configs/*.yaml``.
@@ -118,6 +119,21 @@ def shared_pool(name: str) -> RewardPool:
         return _pools[name]
 
 
+def _check_pool_mix(name: str, rewards: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` when the running pool ``name`` scores a different mix than ``rewards``."""
+    expected = {k: dict(v or {}) for k, v in rewards.items()}
+    actual = {k: dict(v) for k, v in shared_pool(name).config.rewards.items()}
+    if _normalized(expected) != _normalized(actual):
+        raise ValueError(
+            f"env_config.rewards: {expected} differs from the mix of pool {name!r}: {actual}; "
+            "drop env_config.rewards or restart the pool with this mix"
+        )
+
+
+def _normalized(rewards: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {name: {"weight": 1.0, **entry} for name, entry in rewards.items()}
+
+
 def _shared_mix(rewards: Mapping[str, Any]) -> RewardMix:
     """The process-wide mix for this rewards mapping (built once: it may load a tokenizer)."""
     key = json.dumps(rewards, sort_keys=True, default=str)
@@ -149,6 +165,8 @@ class SkyRLRewardEnv(BaseTextEnv):
                 "reward_spec: {method: rule, ground_truth: <solution>}"
             )
         self.ground_truth = reward_spec["ground_truth"]
+        if not self.config.in_process and self.config.rewards:
+            _check_pool_mix(self.config.pool, self.config.rewards)
         self.columns = {
             k: v for k, v in extras.items() if k not in SKYRL_BOOKKEEPING_KEYS and v is not None
         }

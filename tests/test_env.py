@@ -135,3 +135,11 @@ def test_concurrent_steps_through_a_real_pool(reward_pool_rec) -> None:
     assert metrics["items"] == len(samples)
     assert metrics["worker_calls"] < len(samples) * len(REC_REWARDS)
 
+
+
+def test_pool_mode_checks_a_given_mix_against_the_pool(reward_pool_rec) -> None:
+    _, name = reward_pool_rec
+    extras = skyrl_extras(rec_samples()[0])
+    SkyRLRewardEnv({"pool": name, "rewards": {"iou": {}, "format_rec": {"weight": 1}}}, extras)  # same mix
+    with pytest.raises(ValueError, match="env_config.rewards: .* differs from the mix of pool"):
+        SkyRLRewardEnv({"pool": name, "rewards": {"iou": {"weight": 2.0}}}, extras)
