@@ -72,12 +72,16 @@ def random_box(rng: random.Random, width: int, height: int, avoid: tuple[Box, ..
     raise RuntimeError("could not place a non-overlapping box; the image is too small")
 
 
-def draw_shape(draw: ImageDraw.ImageDraw, shape: str, box: Box, color: tuple[int, int, int]) -> None:
+def draw_shape(
+    draw: ImageDraw.ImageDraw, shape: str, box: Box, color: tuple[int, int, int]
+) -> None:
     """Draw ``shape`` (square, circle, triangle) filling ``box``."""
     if shape == "circle":
         draw.ellipse(box, fill=color)
     elif shape == "triangle":
-        draw.polygon([(box[0], box[3]), ((box[0] + box[2]) // 2, box[1]), (box[2], box[3])], fill=color)
+        draw.polygon(
+            [(box[0], box[3]), ((box[0] + box[2]) // 2, box[1]), (box[2], box[3])], fill=color
+        )
     else:
         draw.rectangle(box, fill=color)
 
@@ -113,7 +117,9 @@ def rec_rows(rng: random.Random, images: Path) -> list[dict[str, Any]]:
         label = f"{target_color} square"
         exact = to_model_input(target, width, height, thw)
         shift = (target[2] - target[0]) * 0.3
-        shifted = to_model_input([target[0] + shift, target[1], target[2] + shift, target[3]], width, height, thw)
+        shifted = to_model_input(
+            [target[0] + shift, target[1], target[2] + shift, target[3]], width, height, thw
+        )
         wrong = to_model_input(other, width, height, thw)
         think = f"<think>The {label} is the {target_color} shape; I locate its corners.</think>"
         answers = [
@@ -248,7 +254,12 @@ def make_sample_data(out: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: the package's sample_data)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="output folder (default: the package's sample_data)",
+    )
     args = parser.parse_args(argv)
     for path in make_sample_data(args.out):
         print(f"wrote {path}")

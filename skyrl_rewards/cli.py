@@ -40,7 +40,15 @@ from skyrl_rewards.pool_config import PoolConfig, load_pool_config
 from skyrl_rewards.result import RewardResult
 
 PROGRESS_CHUNK = 16
-POOL_COUNTERS = ("items", "worker_calls", "cache_hits", "timeouts", "errors", "retries", "worker_restarts")
+POOL_COUNTERS = (
+    "items",
+    "worker_calls",
+    "cache_hits",
+    "timeouts",
+    "errors",
+    "retries",
+    "worker_restarts",
+)
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> PoolConfig:
@@ -59,12 +67,16 @@ def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[start : start + size]
 
 
-def score_samples(pool: Any, samples: Sequence[dict[str, Any]], *, progress: bool = True) -> list[RewardResult]:
+def score_samples(
+    pool: Any, samples: Sequence[dict[str, Any]], *, progress: bool = True
+) -> list[RewardResult]:
     """Score ``samples`` through ``pool`` in chunks, with a tqdm progress bar."""
     from tqdm import tqdm
 
     results: list[RewardResult] = []
-    with tqdm(total=len(samples), unit="row", desc="scoring", disable=not progress, file=sys.stderr) as bar:
+    with tqdm(
+        total=len(samples), unit="row", desc="scoring", disable=not progress, file=sys.stderr
+    ) as bar:
         for chunk in _chunks(samples, PROGRESS_CHUNK):
             results.extend(pool.score(list(chunk)))
             bar.update(len(chunk))
@@ -87,14 +99,19 @@ def cmd_score(args: argparse.Namespace) -> int:
     finally:
         pool.shutdown()
     output = Path(args.output)
-    write_rows(output, ({**row, "reward": result.to_dict()} for row, result in zip(rows, results)))
+    write_rows(
+        output,
+        ({**row, "reward": result.to_dict()} for row, result in zip(rows, results, strict=True)),
+    )
     print(format_table(summarize(results)))
     print(f"\nscored {len(results)} rows -> {output}")
     for path in write_histograms(results, output):
         print(f"histogram: {path}")
     latency = metrics.get("latency_s", {})
     counts = ", ".join(f"{key} {metrics[key]}" for key in POOL_COUNTERS if key in metrics)
-    print(f"pool: {counts}; latency p50 {latency.get('p50', 0.0):.3f}s p99 {latency.get('p99', 0.0):.3f}s")
+    print(
+        f"pool: {counts}; latency p50 {latency.get('p50', 0.0):.3f}s p99 {latency.get('p99', 0.0):.3f}s"
+    )
     return 0
 
 
@@ -121,10 +138,14 @@ def cmd_pool_start(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.overrides)
     config = pool_service.start(cfg)
-    print(f"reward pool {config['name']!r} started in namespace {config['namespace']!r}: "
-          f"{config['num_workers']} workers, rewards {', '.join(config['rewards'])}")
-    print(f"connect with RewardPool.connect({config['name']!r}); stop with "
-          f"`skyrl-rewards pool stop --name {config['name']}`")
+    print(
+        f"reward pool {config['name']!r} started in namespace {config['namespace']!r}: "
+        f"{config['num_workers']} workers, rewards {', '.join(config['rewards'])}"
+    )
+    print(
+        f"connect with RewardPool.connect({config['name']!r}); stop with "
+        f"`skyrl-rewards pool stop --name {config['name']}`"
+    )
     return 0
 
 
@@ -135,7 +156,12 @@ def cmd_pool_status(args: argparse.Namespace) -> int:
     info = pool_service.status(args.name, namespace=args.namespace, address=args.address)
     for key in ("name", "namespace", "workers", "worker_replacements"):
         print(f"{key}: {info[key]}")
-    print("rewards: " + ", ".join(f"{name} (weight {entry.get('weight', 1.0)})" for name, entry in info["rewards"].items()))
+    print(
+        "rewards: "
+        + ", ".join(
+            f"{name} (weight {entry.get('weight', 1.0)})" for name, entry in info["rewards"].items()
+        )
+    )
     for key in ("batch_size", "timeout_s", "max_retries", "fallback", "placement"):
         print(f"{key}: {info['config'][key]}")
     return 0
@@ -152,12 +178,18 @@ def cmd_pool_stop(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of all commands."""
-    parser = argparse.ArgumentParser(prog="skyrl-rewards", description="Score, check and serve SkyRL rewards.")
+    parser = argparse.ArgumentParser(
+        prog="skyrl-rewards", description="Score, check and serve SkyRL rewards."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     score = commands.add_parser("score", help="score a JSONL file through a reward pool")
-    score.add_argument("--config", required=True, help="YAML with a rewards mix and optional pool settings")
-    score.add_argument("--input", required=True, help="JSONL rows with completion, solution and columns")
+    score.add_argument(
+        "--config", required=True, help="YAML with a rewards mix and optional pool settings"
+    )
+    score.add_argument(
+        "--input", required=True, help="JSONL rows with completion, solution and columns"
+    )
     score.add_argument("--output", required=True, help="JSONL to write; histograms go next to it")
     score.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     score.add_argument("overrides", nargs="*", help="config overrides key=value")
@@ -172,16 +204,24 @@ def build_parser() -> argparse.ArgumentParser:
     pool = commands.add_parser("pool", help="a named pool on a running Ray cluster")
     pool_commands = pool.add_subparsers(dest="pool_command", required=True)
     start = pool_commands.add_parser("start", help="start a named pool that outlives this command")
-    start.add_argument("--config", required=True, help="pool YAML (configs/pool.yaml) or a reward mix")
-    start.add_argument("overrides", nargs="*", help="config overrides key=value (address=auto by default)")
+    start.add_argument(
+        "--config", required=True, help="pool YAML (configs/pool.yaml) or a reward mix"
+    )
+    start.add_argument(
+        "overrides", nargs="*", help="config overrides key=value (address=auto by default)"
+    )
     start.set_defaults(func=cmd_pool_start)
     for verb, func, text in (
         ("status", cmd_pool_status, "settings and workers of a running pool"),
         ("stop", cmd_pool_stop, "stop a running pool"),
     ):
         sub = pool_commands.add_parser(verb, help=text)
-        sub.add_argument("--name", default=PoolConfig.name, help=f"pool name (default {PoolConfig.name})")
-        sub.add_argument("--namespace", default=PoolConfig.namespace, help="Ray namespace of the pool")
+        sub.add_argument(
+            "--name", default=PoolConfig.name, help=f"pool name (default {PoolConfig.name})"
+        )
+        sub.add_argument(
+            "--namespace", default=PoolConfig.namespace, help="Ray namespace of the pool"
+        )
         sub.add_argument("--address", default=None, help="Ray address (default: auto)")
         sub.set_defaults(func=func)
     return parser

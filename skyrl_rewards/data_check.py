@@ -85,4 +85,3 @@ def check_row(row: Mapping[str, Any], index: int, base_dir: Path, mix: RewardMix
 def check_rows(rows: Sequence[Mapping[str, Any]], base_dir: Path, mix: RewardMix) -> list[Problem]:
     """Problems of all rows, in row order (rows indexed from 0)."""
     return [problem for i, row in enumerate(rows) for problem in check_row(row, i, base_dir, mix)]
-

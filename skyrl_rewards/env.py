@@ -73,9 +73,13 @@ class RewardEnvConfig:
 
     def __post_init__(self) -> None:
         if self.in_process and not self.rewards:
-            raise ValueError("env_config.rewards: in_process=true needs a reward mix {name: {weight, ...}}")
+            raise ValueError(
+                "env_config.rewards: in_process=true needs a reward mix {name: {weight, ...}}"
+            )
         if not self.in_process and not self.pool:
-            raise ValueError("env_config.pool: must name the running reward pool (skyrl-rewards pool start)")
+            raise ValueError(
+                "env_config.pool: must name the running reward pool (skyrl-rewards pool start)"
+            )
 
     @classmethod
     def from_any(cls, env_config: Any) -> RewardEnvConfig:
@@ -92,7 +96,9 @@ class RewardEnvConfig:
             raise ValueError(f"env_config: expected a mapping, got {type(env_config).__name__}")
         unknown = set(env_config) - {"pool", "in_process", "rewards"}
         if unknown:
-            raise ValueError(f"env_config: unknown keys {sorted(unknown)}; expected pool, in_process, rewards")
+            raise ValueError(
+                f"env_config: unknown keys {sorted(unknown)}; expected pool, in_process, rewards"
+            )
         pool = env_config.get("pool")
         return cls(
             pool=PoolConfig.name if pool is None else str(pool),
@@ -117,6 +123,15 @@ def shared_pool(name: str) -> RewardPool:
         if name not in _pools:
             _pools[name] = RewardPool.connect(name)
         return _pools[name]
+
+
+def close_shared_pools() -> None:
+    """Close this process's pool clients (the pools themselves keep running)."""
+    with _lock:
+        clients = list(_pools.values())
+        _pools.clear()
+    for client in clients:
+        client.shutdown()
 
 
 def _check_pool_mix(name: str, rewards: Mapping[str, Any]) -> None:
@@ -185,13 +200,17 @@ class SkyRLRewardEnv(BaseTextEnv):
         else:
             result = shared_pool(self.config.pool).score([sample])[0]
         self.result = result
-        return BaseTextEnvStepOutput(observations=[], reward=result.total, done=True, metadata=result.to_dict())
+        return BaseTextEnvStepOutput(
+            observations=[], reward=result.total, done=True, metadata=result.to_dict()
+        )
 
     def get_metrics(self) -> dict[str, Any]:
         """Per-episode numbers: ``reward/<component>``, ``reward/should_mask``, ``reward/latency_s``."""
         if self.result is None:
             return {}
-        metrics: dict[str, Any] = {f"reward/{name}": value for name, value in self.result.components.items()}
+        metrics: dict[str, Any] = {
+            f"reward/{name}": value for name, value in self.result.components.items()
+        }
         metrics["reward/should_mask"] = float(self.result.should_mask)
         metrics["reward/latency_s"] = self.result.latency_s
         return metrics

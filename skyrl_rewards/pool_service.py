@@ -61,8 +61,10 @@ def start(config: PoolConfig) -> dict[str, Any]:
     except ValueError:
         pass
     else:
-        raise PoolExistsError(f"name: a reward pool named {config.name!r} already runs in namespace "
-                              f"{config.namespace!r}; `skyrl-rewards pool stop --name {config.name}` first")
+        raise PoolExistsError(
+            f"name: a reward pool named {config.name!r} already runs in namespace "
+            f"{config.namespace!r}; `skyrl-rewards pool stop --name {config.name}` first"
+        )
     directory = (
         ray.remote(PoolDirectory)
         .options(name=config.name, namespace=config.namespace, num_cpus=0, lifetime="detached")
@@ -71,7 +73,9 @@ def start(config: PoolConfig) -> dict[str, Any]:
     return ray.get(directory.config.remote(), timeout=config.start_timeout_s)
 
 
-def status(name: str, *, namespace: str = PoolConfig.namespace, address: str | None = None) -> dict[str, Any]:
+def status(
+    name: str, *, namespace: str = PoolConfig.namespace, address: str | None = None
+) -> dict[str, Any]:
     """The running pool's settings, worker count and worker replacements so far."""
     _connect(address, namespace)
     directory = _directory(name, namespace)

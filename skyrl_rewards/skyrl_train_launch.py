@@ -7,11 +7,14 @@ What ``scripts/launch_grpo_*.sh`` call (``python -m skyrl_rewards.skyrl_train_la
    ``--data-dir/{train,validation}.parquet``: ``prompt`` (a user message,
    with the image as a data URI when the row has one), ``env_class``,
    ``reward_spec: {method: rule, ground_truth: solution}`` and the row's
-   columns (``image_path`` made absolute). Skipped when ``--input`` is absent
-   (the tau-bench launch brings its own data).
+   columns (``image_path`` made absolute). A ``.parquet`` input is already
+   in SkyRL's form (``scripts/tau_bench_dataset.py`` writes one) and is used
+   as is, with ``--val-input`` as the validation data.
 2. ``--env-config`` (``configs/skyrl_env_*.yaml``) becomes SkyRL overrides,
    the way SkyRL passes settings to a custom env:
    ``environment.env_class=NAME`` and ``+environment.skyrl_gym.NAME.KEY=VALUE``.
+   ``--env-settings`` (an env's own config file, e.g. ``configs/tau_bench.yaml``)
+   is placed under ``environment.skyrl_gym.NAME`` first, the snippet's keys win.
 3. With ``--pool-config``, the named reward pool is started on the Ray cluster
    (local, ``address=auto`` or an address) before training, so every env
    connects to it by name; ``--rewards`` merges a reward mix into it.
@@ -20,10 +23,12 @@ What ``scripts/launch_grpo_*.sh`` call (``python -m skyrl_rewards.skyrl_train_la
    ``--env-module``) and runs ``BasePPOExp``, as SkyRL's own examples do.
 
 ``--dry-run`` does 1-3 and then, instead of training, builds one env per row
-through ``skyrl_gym.make`` exactly as SkyRL's generator does (env_config
-from the overrides, extras from the parquet row), calls ``init`` and, when
-the JSONL row has a ``completion``, ``step`` from a thread pool; it prints the
-rewards and the SkyRL command line. It needs neither GPUs nor SkyRL-train.
+(the first ``--dry-run-rows``) through ``skyrl_gym.make`` exactly as SkyRL's
+generator does (env_config from the overrides, extras from the parquet row),
+from a thread pool; when the JSONL row has a ``completion`` it also calls
+``init`` and ``step`` with it. It prints the SkyRL overrides and the rewards.
+It needs neither GPUs nor SkyRL-train, and no user model for tau-bench (its
+envs are built, not run: ``init`` would ask the user simulator).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from skyrl_rewards.env import close_shared_pools
 from skyrl_rewards.jsonl import read_rows, resolve_image_path, row_label
 
 PROMPT_KEY = "prompt"
@@ -54,7 +60,9 @@ def image_data_uri(path: str | Path) -> str:
     return f"data:image/{kind};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
-def skyrl_record(row: Mapping[str, Any], index: int, base_dir: Path, env_class: str, data_source: str) -> dict[str, Any]:
+def skyrl_record(
+    row: Mapping[str, Any], index: int, base_dir: Path, env_class: str, data_source: str
+) -> dict[str, Any]:
     """One SkyRL prompt row from a dataset row (see the module docstring).
 
     Raises ``ValueError`` naming the field and the row when ``problem`` or
@@ -102,7 +110,9 @@ def prepare_data(
     if not rows:
         raise ValueError(f"{input_path}: no rows")
     base_dir = input_path.resolve().parent
-    records = [skyrl_record(row, i, base_dir, env_class, input_path.stem) for i, row in enumerate(rows)]
+    records = [
+        skyrl_record(row, i, base_dir, env_class, input_path.stem) for i, row in enumerate(rows)
+    ]
     n_val = max(1, int(len(records) * val_fraction)) if len(records) > 1 else 0
     write_parquet(records[: len(records) - n_val], data_dir / "train.parquet")
     write_parquet(records[len(records) - n_val :] or records, data_dir / "validation.parquet")
@@ -127,7 +137,9 @@ def env_overrides(env_cfg: DictConfig) -> list[str]:
             overrides.append(f"+environment.skyrl_gym.{env_class}.{key}={_override_value(value)}")
     for top, node in OmegaConf.to_container(env_cfg, resolve=True).items():
         if top != "environment":
-            overrides += [f"{key}={_override_value(value)}" for key, value in _leaves(node, f"{top}.")]
+            overrides += [
+                f"{key}={_override_value(value)}" for key, value in _leaves(node, f"{top}.")
+            ]
     return overrides
 
 
@@ -145,8 +157,55 @@ def _override_value(value: Any) -> str:
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, str):
-        return value if value and all(c.isalnum() or c in "-_./:" for c in value) else json.dumps(value)
+        return (
+            value
+            if value and all(c.isalnum() or c in "-_./:" for c in value)
+            else json.dumps(value)
+        )
     return json.dumps(value)
+
+
+def with_env_settings(env_cfg: DictConfig, settings_path: Path) -> DictConfig:
+    """``env_cfg`` with the env's own config file under ``environment.skyrl_gym.<env_class>``."""
+    env_class = OmegaConf.select(env_cfg, "environment.env_class")
+    if not env_class:
+        raise ValueError("env config: environment.env_class is missing")
+    base = OmegaConf.create(
+        {"environment": {"skyrl_gym": {env_class: OmegaConf.load(settings_path)}}}
+    )
+    merged = OmegaConf.merge(base, env_cfg)
+    if not isinstance(merged, DictConfig):
+        raise ValueError(f"{settings_path}: expected a mapping at the top level")
+    return merged
+
+
+def split_overrides(env_cfg: DictConfig, overrides: Sequence[str]) -> tuple[DictConfig, list[str]]:
+    """Apply the overrides that touch the env snippet to it; return it and the others.
+
+    An override touches the snippet when its key (``+``/``++`` stripped) is
+    under ``environment.`` or already set in the snippet (``generator.max_turns``),
+    so each setting reaches SkyRL once, and the dry run sees it too.
+    """
+    touched, rest = [], []
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+")
+        if "=" in override and (
+            key.startswith("environment.") or OmegaConf.select(env_cfg, key) is not None
+        ):
+            touched.append(f"{key}={override.split('=', 1)[1]}")
+        else:
+            rest.append(override)
+    merged = OmegaConf.merge(env_cfg, OmegaConf.from_dotlist(touched)) if touched else env_cfg
+    if not isinstance(merged, DictConfig):
+        raise ValueError("env config: expected a mapping at the top level")
+    return merged, rest
+
+
+def read_parquet(path: Path) -> list[dict[str, Any]]:
+    """The rows of a SkyRL parquet file as plain dicts."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
 
 
 def env_config_of(env_cfg: DictConfig) -> DictConfig:
@@ -163,38 +222,53 @@ def start_pool(pool_config: Path, rewards_config: Path | None, overrides: Sequen
 
     source = OmegaConf.to_container(OmegaConf.load(pool_config), resolve=True)
     if rewards_config is not None:
-        source["rewards"] = OmegaConf.to_container(OmegaConf.load(rewards_config).rewards, resolve=True)
+        source["rewards"] = OmegaConf.to_container(
+            OmegaConf.load(rewards_config).rewards, resolve=True
+        )
     return RewardPool.from_config(load_pool_config(source, overrides))
 
 
-def dry_run(env_cfg: DictConfig, rows: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str, Any]], *, max_workers: int = 8) -> list[dict[str, Any]]:
-    """Build one env per record through ``skyrl_gym.make`` as SkyRL's generator does,
-    ``init`` it with the prompt and ``step`` it with the row's completion (if any),
-    all from a thread pool. Returns one ``{"env_class", "reward", "metadata"}`` per record
+def dry_run(
+    env_cfg: DictConfig,
+    rows: Sequence[Mapping[str, Any]],
+    records: Sequence[Mapping[str, Any]],
+    *,
+    max_workers: int = 8,
+) -> list[dict[str, Any]]:
+    """Build one env per record through ``skyrl_gym.make`` as SkyRL's generator does
+    (``max_turns`` from ``generator.max_turns``) and, when the row has a completion,
+    ``init`` it with the prompt and ``step`` it with the completion; all from a thread pool. Returns one ``{"env_class", "reward", "metadata"}`` per record
     (``reward`` is None without a completion).
     """
     import skyrl_gym
 
     env_config = env_config_of(env_cfg)
+    max_turns = int(OmegaConf.select(env_cfg, "generator.max_turns", default=1))
 
     def run(pair: tuple[Mapping[str, Any], Mapping[str, Any]]) -> dict[str, Any]:
         row, record = pair
         extras = {k: v for k, v in record.items() if k not in (PROMPT_KEY, ENV_CLASS_KEY)}
-        extras["max_turns"] = 1
+        extras["max_turns"] = max_turns
         env = skyrl_gym.make(record[ENV_CLASS_KEY], env_config=env_config, extras=extras)
-        env.init(list(record[PROMPT_KEY]))
         out: dict[str, Any] = {"env_class": record[ENV_CLASS_KEY], "reward": None, "metadata": {}}
         if "completion" in row:
+            env.init(list(record[PROMPT_KEY]))
             step = env.step(row["completion"])
             out["reward"], out["metadata"] = step["reward"], step["metadata"]
         env.close()
         return out
 
-    with ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="skyrl-gym-env-") as executor:
-        return list(executor.map(run, zip(rows, records)))
+    with ThreadPoolExecutor(
+        max_workers=max_workers, thread_name_prefix="skyrl-gym-env-"
+    ) as executor:
+        return list(executor.map(run, zip(rows, records, strict=True)))
 
 
-def run_grpo(overrides: Sequence[str], env_modules: Sequence[str], pool_args: tuple[Path, Path | None, Sequence[str]] | None) -> None:
+def run_grpo(
+    overrides: Sequence[str],
+    env_modules: Sequence[str],
+    pool_args: tuple[Path, Path | None, Sequence[str]] | None,
+) -> None:
     """Train with SkyRL: config from ``overrides``, envs registered in the entrypoint task."""
     import ray
 
@@ -233,15 +307,34 @@ def run_grpo(overrides: Sequence[str], env_modules: Sequence[str], pool_args: tu
 
 def build_parser() -> argparse.ArgumentParser:
     """Arguments of the launcher; anything after them is a SkyRL override."""
-    parser = argparse.ArgumentParser(prog="python -m skyrl_rewards.skyrl_train_launch", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m skyrl_rewards.skyrl_train_launch", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--env-config", type=Path, required=True, help="configs/skyrl_env_*.yaml")
-    parser.add_argument("--env-module", action="append", default=[], help="module whose import registers the env")
-    parser.add_argument("--input", type=Path, help="JSONL rows to turn into SkyRL parquet")
+    parser.add_argument(
+        "--env-module", action="append", default=[], help="module whose import registers the env"
+    )
+    parser.add_argument(
+        "--env-settings", type=Path, help="the env's own config file (configs/tau_bench.yaml)"
+    )
+    parser.add_argument(
+        "--input", type=Path, help="JSONL rows to turn into SkyRL parquet, or a SkyRL parquet"
+    )
+    parser.add_argument(
+        "--val-input", type=Path, help="validation parquet when --input is a parquet"
+    )
     parser.add_argument("--data-dir", type=Path, help="where train.parquet / validation.parquet go")
     parser.add_argument("--pool-config", type=Path, help="start this reward pool before training")
     parser.add_argument("--rewards", type=Path, help="reward mix merged into the pool config")
-    parser.add_argument("--pool-override", action="append", default=[], help="key=value for the pool config")
-    parser.add_argument("--dry-run", action="store_true", help="build the envs and score the rows; no training")
+    parser.add_argument(
+        "--pool-override", action="append", default=[], help="key=value for the pool config"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="build the envs and score the rows; no training"
+    )
+    parser.add_argument(
+        "--dry-run-rows", type=int, default=32, help="envs the dry run builds (default 32)"
+    )
     parser.add_argument("overrides", nargs=argparse.REMAINDER, help="SkyRL overrides key=value")
     return parser
 
@@ -252,11 +345,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     env_cfg = OmegaConf.load(args.env_config)
     if not isinstance(env_cfg, DictConfig):
         raise SystemExit(f"{args.env_config}: expected a mapping at the top level")
-    overrides = [o for o in args.overrides if o != "--"]
+    if args.env_settings is not None:
+        env_cfg = with_env_settings(env_cfg, args.env_settings)
+    env_cfg, overrides = split_overrides(env_cfg, [o for o in args.overrides if o != "--"])
     skyrl_overrides = env_overrides(env_cfg)
     rows: list[dict[str, Any]] = []
     records: list[dict[str, Any]] = []
-    if args.input is not None:
+    if args.input is not None and args.input.suffix == ".parquet":
+        records = read_parquet(args.input)
+        rows = [{} for _ in records]
+        train, val = args.input.resolve(), (args.val_input or args.input).resolve()
+        skyrl_overrides += [f"data.train_data=['{train}']", f"data.val_data=['{val}']"]
+    elif args.input is not None:
         if args.data_dir is None:
             raise SystemExit("--input needs --data-dir")
         rows, records = prepare_data(args.input, args.data_dir, env_cfg.environment.env_class)
@@ -274,12 +374,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("SkyRL overrides:\n  " + " \\\n  ".join(skyrl_overrides))
     pool = start_pool(*pool_args) if pool_args else None
     try:
-        outcomes = dry_run(env_cfg, rows, records)
+        outcomes = dry_run(env_cfg, rows[: args.dry_run_rows], records[: args.dry_run_rows])
     finally:
+        close_shared_pools()  # the envs' own clients of the pool
         if pool is not None:
             pool.shutdown()
     scored = [o for o in outcomes if o["reward"] is not None]
-    print(f"built {len(outcomes)} {env_cfg.environment.env_class} envs through skyrl_gym.make; stepped {len(scored)}")
+    print(
+        f"built {len(outcomes)} {env_cfg.environment.env_class} envs through skyrl_gym.make; stepped {len(scored)}"
+    )
     if scored:
         mean = sum(o["reward"] for o in scored) / len(scored)
         masked = sum(1 for o in scored if o["metadata"].get("should_mask"))

@@ -46,7 +46,9 @@ def _stats(name: str, values: Sequence[float], statuses: Sequence[str]) -> Compo
         count=count,
         mean=mean,
         std=std,
-        at_floor=sum(1 for v in values if math.isclose(v, floor, abs_tol=1e-9)) / count if count else math.nan,
+        at_floor=sum(1 for v in values if math.isclose(v, floor, abs_tol=1e-9)) / count
+        if count
+        else math.nan,
         unparseable=statuses.count(Status.UNPARSEABLE.value),
         errors=statuses.count(Status.ERROR.value),
         timeouts=statuses.count(Status.TIMEOUT.value),
@@ -72,9 +74,7 @@ def summarize(results: Sequence[RewardResult]) -> list[ComponentStats]:
     stats = []
     for name, values in component_values(results).items():
         if name == TOTAL:
-            statuses = [
-                Status.ERROR.value if r.should_mask else Status.OK.value for r in results
-            ]
+            statuses = [Status.ERROR.value if r.should_mask else Status.OK.value for r in results]
             stats.append(_stats(name, values, statuses))
         else:
             stats.append(_stats(name, values, [r.status.get(name, "") for r in results]))
@@ -99,7 +99,10 @@ def format_table(stats: Sequence[ComponentStats]) -> str:
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     rendered = [
-        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths)))
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(line, widths, strict=True))
+        )
         for line in lines
     ]
     rendered.insert(1, "-" * len(rendered[0]))

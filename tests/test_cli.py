@@ -21,7 +21,9 @@ SAMPLE = ROOT / "skyrl_rewards" / "sample_data"
 CONFIGS = ROOT / "configs"
 
 
-def run_cli(*args: str, cwd: Path = ROOT, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: Path = ROOT, timeout_s: float = 240
+) -> subprocess.CompletedProcess[str]:
     """``python -m skyrl_rewards.cli ARGS`` in a fresh process (its own local Ray)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("RAY_ADDRESS", None)
@@ -44,7 +46,11 @@ def assert_scored_output(output: Path, task: str, components: list[str]) -> None
     rows = read_rows(output)
     inputs = read_rows(SAMPLE / f"{task}.jsonl")
     assert [r["id"] for r in rows] == [r["id"] for r in inputs]
-    assert all(row["image_path"] == src["image_path"] for row, src in zip(rows, inputs) if "image_path" in src)
+    assert all(
+        row["image_path"] == src["image_path"]
+        for row, src in zip(rows, inputs, strict=True)
+        if "image_path" in src
+    )
     assert [r["reward"]["total"] for r in rows] == pytest.approx(expected_totals(task))
     for row in rows:
         assert list(row["reward"]["components"]) == components
@@ -60,15 +66,27 @@ def test_readme_command_scores_the_sample_in_a_fresh_process(tmp_path: Path) -> 
     output = tmp_path / "out" / "rec.jsonl"
     proc = run_cli(
         "score",
-        "--config", "configs/rec.yaml",
-        "--input", "skyrl_rewards/sample_data/rec.jsonl",
-        "--output", str(output),
+        "--config",
+        "configs/rec.yaml",
+        "--input",
+        "skyrl_rewards/sample_data/rec.jsonl",
+        "--output",
+        str(output),
         "num_workers=1",
     )
     assert proc.returncode == 0, proc.stderr
     assert_scored_output(output, "rec", ["iou", "format_rec"])
     table = proc.stdout.splitlines()
-    assert table[0].split() == ["component", "mean", "std", "at", "floor", "unparseable", "errors", "timeouts"]
+    assert table[0].split() == [
+        "component",
+        "mean",
+        "std",
+        "at",
+        "floor",
+        "unparseable",
+        "errors",
+        "timeouts",
+    ]
     assert [line.split()[0] for line in table[2:5]] == ["iou", "format_rec", "total"]
     assert "scoring" in proc.stderr and "24/24" in proc.stderr  # the tqdm progress bar
 
@@ -80,13 +98,19 @@ def test_readme_command_scores_the_sample_in_a_fresh_process(tmp_path: Path) -> 
         ("math", ["accuracy", "format"]),
     ],
 )
-def test_score_through_a_pool_on_the_running_ray(ray_local, tmp_path, capsys, task, components) -> None:
+def test_score_through_a_pool_on_the_running_ray(
+    ray_local, tmp_path, capsys, task, components
+) -> None:
     output = tmp_path / f"{task}.jsonl"
     code = main(
         [
-            "score", "--config", str(CONFIGS / f"{task}.yaml"),
-            "--input", str(SAMPLE / f"{task}.jsonl"),
-            "--output", str(output),
+            "score",
+            "--config",
+            str(CONFIGS / f"{task}.yaml"),
+            "--input",
+            str(SAMPLE / f"{task}.jsonl"),
+            "--output",
+            str(output),
             "--no-progress",
             "num_workers=1",
         ]
@@ -94,11 +118,16 @@ def test_score_through_a_pool_on_the_running_ray(ray_local, tmp_path, capsys, ta
     assert code == 0
     assert_scored_output(output, task, components)
     out = capsys.readouterr().out
-    assert [line.split()[0] for line in out.splitlines()[2 : 3 + len(components)]] == [*components, "total"]
+    assert [line.split()[0] for line in out.splitlines()[2 : 3 + len(components)]] == [
+        *components,
+        "total",
+    ]
 
 
 def test_check_passes_on_the_sample(capsys) -> None:
-    code = main(["check", "--config", str(CONFIGS / "rec.yaml"), "--input", str(SAMPLE / "rec.jsonl")])
+    code = main(
+        ["check", "--config", str(CONFIGS / "rec.yaml"), "--input", str(SAMPLE / "rec.jsonl")]
+    )
     assert code == 0
     assert "checked 24 rows" in capsys.readouterr().out
 
@@ -122,7 +151,11 @@ def test_check_lists_the_rows_that_would_be_dataset_errors(tmp_path: Path, capsy
     out = capsys.readouterr().out
     assert code == 1
     flagged = {line.split(":")[0] for line in out.splitlines() if line.startswith("row ")}
-    assert flagged == {f"row {i} (id {name})" for i, name in enumerate(["ok", "gone", "junk", "nosol", "badgrid", "badgt"]) if i}
+    assert flagged == {
+        f"row {i} (id {name})"
+        for i, name in enumerate(["ok", "gone", "junk", "nosol", "badgrid", "badgt"])
+        if i
+    }
     assert "row 1 (id gone): image_path: image not found" in out
     assert "row 2 (id junk): image_path: image unreadable" in out
     assert "row 3 (id nosol): solution: missing field" in out
@@ -142,12 +175,31 @@ def test_check_lists_the_rows_that_would_be_dataset_errors(tmp_path: Path, capsy
 def test_score_rejects_a_bad_input_naming_the_row(tmp_path: Path, capsys, lines, message) -> None:
     data = tmp_path / "rows.jsonl"
     data.write_text("\n".join(lines) + "\n")
-    code = main(["score", "--config", str(CONFIGS / "math.yaml"), "--input", str(data), "--output", str(tmp_path / "o.jsonl")])
+    code = main(
+        [
+            "score",
+            "--config",
+            str(CONFIGS / "math.yaml"),
+            "--input",
+            str(data),
+            "--output",
+            str(tmp_path / "o.jsonl"),
+        ]
+    )
     assert code == 2
     assert message in capsys.readouterr().err
 
 
 def test_bad_config_override_is_a_usage_error(capsys) -> None:
-    code = main(["check", "--config", str(CONFIGS / "rec.yaml"), "--input", str(SAMPLE / "rec.jsonl"), "num_wrkers=2"])
+    code = main(
+        [
+            "check",
+            "--config",
+            str(CONFIGS / "rec.yaml"),
+            "--input",
+            str(SAMPLE / "rec.jsonl"),
+            "num_wrkers=2",
+        ]
+    )
     assert code == 2
     assert "num_wrkers" in capsys.readouterr().err

@@ -24,7 +24,9 @@ TASKS = {  # sample file -> the reward mix it is scored with in the README
 
 
 def _load_script():
-    spec = importlib.util.spec_from_file_location("make_sample_data", ROOT / "scripts" / "make_sample_data.py")
+    spec = importlib.util.spec_from_file_location(
+        "make_sample_data", ROOT / "scripts" / "make_sample_data.py"
+    )
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -34,12 +36,16 @@ def _load_script():
 def test_script_reproduces_the_shipped_files(tmp_path: Path) -> None:
     _load_script().make_sample_data(tmp_path)
     for task in TASKS:
-        assert (tmp_path / f"{task}.jsonl").read_text() == (SAMPLE / f"{task}.jsonl").read_text(), task
+        assert (tmp_path / f"{task}.jsonl").read_text() == (SAMPLE / f"{task}.jsonl").read_text(), (
+            task
+        )
     shipped = sorted(p.name for p in (SAMPLE / "images").glob("*.png"))
     assert shipped == sorted(p.name for p in (tmp_path / "images").glob("*.png"))
     for name in shipped:
         with Image.open(SAMPLE / "images" / name) as a, Image.open(tmp_path / "images" / name) as b:
-            assert a.size == b.size and a.convert("RGB").tobytes() == b.convert("RGB").tobytes(), name
+            assert a.size == b.size and a.convert("RGB").tobytes() == b.convert("RGB").tobytes(), (
+                name
+            )
 
 
 @pytest.mark.parametrize("task", sorted(TASKS))
@@ -64,7 +70,8 @@ def test_package_data_globs_cover_the_sample_files() -> None:
     # pyproject ships sample_data/*.jsonl and sample_data/images/*.png: nothing may live elsewhere
     files = {p.relative_to(SAMPLE).as_posix() for p in SAMPLE.rglob("*") if p.is_file()}
     assert files and all(
-        (f.endswith(".jsonl") and "/" not in f) or (f.startswith("images/") and f.endswith(".png")) for f in files
+        (f.endswith(".jsonl") and "/" not in f) or (f.startswith("images/") and f.endswith(".png"))
+        for f in files
     ), files
 
 
