@@ -203,3 +203,40 @@ def test_bad_config_override_is_a_usage_error(capsys) -> None:
     )
     assert code == 2
     assert "num_wrkers" in capsys.readouterr().err
+
+
+def test_pool_start_status_stop_on_a_running_cluster(ray_local) -> None:
+    """`pool start` leaves a pool that outlives the command; `status` and `stop` reach it by name."""
+    import ray
+
+    from skyrl_rewards.pool import RewardPool
+
+    address = ray.get_runtime_context().gcs_address
+    name = "test_cli_detached_pool"
+    started = run_cli(
+        "pool",
+        "start",
+        "--config",
+        "configs/rec.yaml",
+        f"name={name}",
+        "num_workers=1",
+        f"address={address}",
+    )
+    assert started.returncode == 0, started.stderr
+    assert f"reward pool '{name}' started" in started.stdout
+    samples = to_samples(read_rows(SAMPLE / "rec.jsonl"), SAMPLE)[:6]
+    with RewardPool.connect(name) as client:  # the starting process is gone; the pool scores
+        assert [r.total for r in client.score(samples)] == pytest.approx(expected_totals("rec")[:6])
+    status = run_cli("pool", "status", "--name", name, "--address", address)
+    assert status.returncode == 0, status.stderr
+    assert "workers: 1" in status.stdout and "iou (weight 1.0)" in status.stdout
+    again = run_cli(
+        "pool", "start", "--config", "configs/rec.yaml", f"name={name}", f"address={address}"
+    )
+    assert again.returncode == 2 and "already runs" in again.stderr
+    stopped = run_cli("pool", "stop", "--name", name, "--address", address)
+    assert stopped.returncode == 0, stopped.stderr
+    with pytest.raises(ValueError):
+        RewardPool.connect(name)
+    gone = run_cli("pool", "status", "--name", name, "--address", address)
+    assert gone.returncode == 2 and f"no reward pool '{name}'" in gone.stderr
