@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from skyrl_rewards.batching import MicroBatcher
 from skyrl_rewards.mix import RewardMix
@@ -70,8 +71,11 @@ class RewardPool:
         else:
             raise PoolExistsError(f"name: a reward pool named {config.name!r} already runs in "
                                   f"namespace {config.namespace!r}; use RewardPool.connect")
+        # the directory lives on the creator's node: it shares the creator's fate anyway
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
         directory = ray.remote(PoolDirectory).options(
-            name=config.name, namespace=config.namespace, num_cpus=0).remote(config.to_dict())
+            name=config.name, namespace=config.namespace, num_cpus=0,
+            scheduling_strategy=here).remote(config.to_dict())
         self._open(config, directory, owner=True, owns_ray=owns_ray)
 
     @classmethod

@@ -61,6 +61,7 @@ WORKER_LOST = (RayActorError, WorkerCrashedError, ObjectLostError, NodeDiedError
 """What Ray raises when a worker's process or node is gone."""
 
 _RESTART_BACKOFF_S = 1.0
+_CLOSE_WAIT_S = 2.0
 
 
 @dataclass(eq=False)
@@ -94,6 +95,7 @@ class _Slot:
     pid: int = 0
     node_id: str = ""
     computations: int = 0
+    in_flight: int = 0
 
 
 class _LRU:
@@ -160,7 +162,11 @@ class Scheduler:
         """Stop serving; every unfinished item (and ``pending``) scores as an error."""
         for server in self._servers:
             server.cancel()
-        await asyncio.gather(*self._servers, return_exceptions=True)
+        if self._servers:
+            _, stuck = await asyncio.wait(self._servers, timeout=_CLOSE_WAIT_S)
+            for server in stuck:  # left behind: the loop stops without it
+                logger.warning("reward pool: a worker coroutine did not stop within %gs: %s",
+                               _CLOSE_WAIT_S, server.get_stack())
         message = "the reward pool was shut down before this item was scored"
         for item in [*self._open, *pending]:
             for name in self._mix.names:
@@ -174,7 +180,8 @@ class Scheduler:
             "queued_tasks": len(self._queue) + len(self._isolated),
             "open_items": len(self._open),
             "workers": [{"slot": s.index, "generation": s.generation, "pid": s.pid,
-                         "node_id": s.node_id, "computations": s.computations}
+                         "node_id": s.node_id, "computations": s.computations,
+                         "in_flight": s.in_flight}
                         for s in self._slots],
         }
 
@@ -248,6 +255,7 @@ class Scheduler:
         while True:
             chunk, fence_all = await self._next_chunk()
             self._metrics.count("worker_calls")
+            slot.in_flight = len(chunk)
             try:
                 await self._run_chunk(slot, chunk, fence_all)
             except Exception:  # last line of defence: a bug here must not leave items waiting
@@ -257,6 +265,8 @@ class Scheduler:
                         self._finish(task, ComponentScore(self._config.fallback, Status.ERROR,
                                                           f"{task.name}: reward pool bug (see log)"),
                                      cacheable=False)
+            finally:
+                slot.in_flight = 0
             if 0 < self._config.max_items_per_worker <= slot.computations:
                 self._metrics.count("workers_recycled")
                 await self._replace(slot, graceful=True)
@@ -282,8 +292,10 @@ class Scheduler:
                 index_of[id(task.sample)] = len(samples)
                 samples.append(task.sample)
             calls.append((index_of[id(task.sample)], task.name))
+        logger.debug("worker %d gen %d: call with %d tasks (fence_all=%s)", slot.index,
+                     slot.generation, len(tasks), fence_all)
         stream = slot.actor.score_tasks.options(num_returns="streaming").remote(
-            samples, calls, self._config.progress_interval_s, fence_all)
+            samples, calls, self._config.progress_interval_s, self._config.fence_min_s, fence_all)
         done = 0
         fenced: tuple[bool, ...] | None = None
         while True:
@@ -316,9 +328,12 @@ class Scheduler:
 
     def _suspects(self, tasks: list[_Task], done: int,
                   fenced: tuple[bool, ...] | None) -> tuple[list[_Task], list[_Task]]:
-        """Split unfinished tasks into (could be the stuck one, surely not started)."""
+        """Split unfinished tasks into (could be the current one, surely not started).
+
+        Before the worker's first message only the first task can have started.
+        """
         if fenced is None:
-            return tasks[done:], []
+            return tasks[:1], tasks[1:]
         end = next((i for i in range(done + 1, len(tasks)) if fenced[i]), len(tasks))
         return tasks[done:end], tasks[end:]
 
@@ -329,6 +344,7 @@ class Scheduler:
 
     async def _on_stall(self, slot: _Slot, tasks: list[_Task], done: int,
                         fenced: tuple[bool, ...] | None) -> None:
+        slot.in_flight = 0
         if fenced is not None and await self._node_lost(slot):
             await self._on_lost(slot, tasks, done, fenced, NodeDiedError("node lost"))
             return
@@ -358,6 +374,7 @@ class Scheduler:
 
     async def _on_lost(self, slot: _Slot, tasks: list[_Task], done: int,
                        fenced: tuple[bool, ...] | None, exc: BaseException) -> None:
+        slot.in_flight = 0
         logger.warning("worker %d (pid %d) was lost: %s", slot.index, slot.pid,
                        type(exc).__name__)
         self._metrics.count("worker_restarts")
@@ -386,10 +403,13 @@ class Scheduler:
     # -- workers ---------------------------------------------------------
 
     async def _replace(self, slot: _Slot, *, graceful: bool) -> None:
+        logger.debug("worker %d gen %d: replacing (graceful=%s)", slot.index, slot.generation,
+                     graceful)
         generation, actor = await self._directory.replace.remote(slot.index, slot.generation,
                                                                  graceful)
         slot.generation, slot.actor, slot.computations = generation, actor, 0
         await self._ensure_ready(slot)
+        logger.debug("worker %d gen %d: ready (pid %d)", slot.index, slot.generation, slot.pid)
 
     async def _ensure_ready(self, slot: _Slot) -> None:
         """Wait for the slot's worker; replace it until one starts."""

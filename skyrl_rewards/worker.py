@@ -15,8 +15,8 @@ that a hang is pinned on one task and nothing else of the call is lost:
 
 So when a stream goes quiet, the stuck task lies between the first unreported
 task and the next fenced one. A reward component whose mean time on this
-worker is at least ``progress_interval_s`` (or not yet measured) is fenced;
-cheap components are reported in groups at most ``progress_interval_s`` apart.
+worker is at least ``fence_min_s`` (or not yet measured) is fenced; cheap
+components are reported in groups at most ``progress_interval_s`` apart.
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ class RewardWorker:
         samples: Sequence[Mapping[str, Any]],
         tasks: Sequence[tuple[int, str]],
         progress_interval_s: float,
+        fence_min_s: float,
         fence_all: bool,
     ) -> Iterator[Progress]:
         """Score each ``(sample_index, component_name)`` task, streaming :class:`Progress`.
@@ -80,7 +81,7 @@ class RewardWorker:
         Scores never raise (the mix turns every failure into a status). With
         ``fence_all`` every task is fenced, so a hang is pinned exactly.
         """
-        fenced = tuple(fence_all or self._mean_s.get(name, progress_interval_s) >= progress_interval_s
+        fenced = tuple(fence_all or self._mean_s.get(name, fence_min_s) >= fence_min_s
                        for _, name in tasks)
         yield Progress(fenced=fenced)
         last_yield = time.perf_counter()

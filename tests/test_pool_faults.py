@@ -1,0 +1,177 @@
+"""Faults on a real local Ray with the real reward functions: hangs, killed workers, recycling.
+
+Every test checks the pool's promise: each item gets exactly one result, in
+order, and what went wrong is recorded on the item and counted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from skyrl_rewards.pool import RewardPool
+from skyrl_rewards.replay_log import read_replay_log
+from skyrl_rewards.result import RewardResult
+
+pytestmark = pytest.mark.slow
+
+# Passes math_check's complexity filter, then sympy computes 7^99980001 in C: well over a minute
+# of one busy core. Math-verify runs inline in a pool worker, so only the pool can stop it.
+HANG = {"completion": "<think>t</think><answer>\\boxed{7^{9999 \\cdot 9999}}</answer>",
+        "solution": "<answer>1</answer>"}
+
+
+def numbers(count: int, start: int = 0) -> list[dict]:
+    """Distinct integer answers: even i right (accuracy 1.0), odd i wrong (0.0)."""
+    return [{"completion": f"<think>t</think><answer>{i}</answer>",
+             "solution": f"<answer>{i if i % 2 == 0 else i + 1}</answer>"}
+            for i in range(start, start + count)]
+
+
+def expected_accuracy(samples: list[dict]) -> list[float]:
+    return [1.0 if int(s["completion"].split("<answer>")[1].split("<")[0]) % 2 == 0 else 0.0
+            for s in samples]
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+def score_in_background(pool: RewardPool, samples: list[dict]) -> tuple[threading.Thread, list]:
+    out: list[list[RewardResult]] = []
+    thread = threading.Thread(target=lambda: out.append(pool.score(samples)))
+    thread.start()
+    return thread, out
+
+
+def busy_worker_pid(pool: RewardPool) -> int:
+    busy = [w for w in pool.metrics()["workers"] if w["in_flight"] > 0]
+    return busy[0]["pid"] if busy else 0
+
+
+def test_hung_worker_is_killed_and_the_rest_of_its_batch_is_not_held(ray_local: None,
+                                                                     tmp_path: Path) -> None:
+    timeout_s = 4.0
+    replay = tmp_path / "replay.jsonl"
+    cfg = {"name": "test_pool_hang", "rewards": {"accuracy": {"weight": 1.0}, "format": {"weight": 0.5}},
+           "timeout_s": timeout_s, "replay_path": str(replay)}
+    with RewardPool.from_config(cfg) as pool:
+        pool.score(numbers(20, start=1000))  # warm both workers up
+        pids_before = {w["pid"] for w in pool.metrics()["workers"]}
+        batch = numbers(10) + [HANG] + numbers(10, start=10)
+        started = time.monotonic()
+        results = pool.score(batch)
+        elapsed_s = time.monotonic() - started
+
+        hung = results[10]
+        assert hung.status == {"accuracy": "timeout", "format": "ok"}
+        assert hung.components == {"accuracy": 0.0, "format": 1.0} and hung.should_mask
+        assert "timeout_s=4" in hung.errors["accuracy"]
+        others = results[:10] + results[11:]
+        assert [r.components["accuracy"] for r in others] == expected_accuracy(batch[:10] + batch[11:])
+        assert all(r.ok for r in others)
+        # one limit, not two: the hang was pinned on its first run, the rest re-queued at once
+        assert timeout_s <= elapsed_s < 2 * timeout_s
+        assert max(r.latency_s for r in others) < timeout_s + 2.0
+
+        metrics = pool.metrics()
+        assert (metrics["timeouts"], metrics["worker_restarts"], metrics["isolations"]) == (1, 1, 0)
+        # one worker replaced (its successor may still be loading: scoring did not wait for it)
+        wait_until(lambda: len(pids_before & {w["pid"] for w in pool.metrics()["workers"]}) == 1,
+                   timeout_s=60)
+        events = read_replay_log(replay)
+        assert [(e["kind"], e["component"]) for e in events] == [("timeout", "accuracy")]
+        assert events[0]["sample"]["completion"] == HANG["completion"]
+
+        # seen again: answered as a timeout at once, no worker burnt
+        started = time.monotonic()
+        again = pool.score([HANG, *numbers(2, start=500)])
+        assert time.monotonic() - started < 1.0
+        assert again[0].status["accuracy"] == "timeout" and "before" in again[0].errors["accuracy"]
+        assert again[1].ok and again[2].ok
+        metrics = pool.metrics()
+        assert (metrics["remembered_timeouts"], metrics["worker_restarts"]) == (1, 1)
+
+
+def test_hang_among_cheap_work_is_pinned_by_a_one_by_one_rerun(ray_local: None) -> None:
+    # fence_min_s above the cost of accuracy: the worker reports accuracy in groups, so the
+    # first stall cannot tell which task of the group hangs
+    timeout_s = 3.0
+    cfg = {"name": "test_pool_isolate", "rewards": {"accuracy": {}}, "num_workers": 1,
+           "timeout_s": timeout_s, "progress_interval_s": 1.0, "fence_min_s": 1.0}
+    with RewardPool.from_config(cfg) as pool:
+        pool.score(numbers(30, start=2000))  # the worker learns that accuracy is cheap
+        batch = numbers(3) + [HANG] + numbers(3, start=3)
+        started = time.monotonic()
+        results = pool.score(batch)
+        elapsed_s = time.monotonic() - started
+        assert [r.status["accuracy"] for r in results] == ["ok"] * 3 + ["timeout"] + ["ok"] * 3
+        assert [r.components["accuracy"] for r in results[4:]] == expected_accuracy(batch[4:])
+        assert elapsed_s >= 2 * timeout_s  # the price of a hang that could not be pinned at once
+        metrics = pool.metrics()
+        assert metrics["timeouts"] == 1 and metrics["isolations"] >= 2
+        assert metrics["worker_restarts"] == 2
+
+
+def test_killed_worker_is_replaced_and_its_items_scored_again(ray_local: None) -> None:
+    cfg = {"name": "test_pool_crash", "rewards": {"accuracy": {}}, "timeout_s": 30.0,
+           "batch_size": 256}
+    with RewardPool.from_config(cfg) as pool:
+        samples = numbers(1600)
+        thread, out = score_in_background(pool, samples)
+        wait_until(lambda: pool.metrics()["items"] >= 100, timeout_s=60)
+        victim = busy_worker_pid(pool)
+        assert victim
+        os.kill(victim, signal.SIGKILL)
+        thread.join(timeout=120)
+        results = out[0]
+        assert len(results) == len(samples)
+        assert [r.components["accuracy"] for r in results] == expected_accuracy(samples)
+        assert all(r.ok for r in results)
+        metrics = pool.metrics()
+        assert metrics["worker_restarts"] == 1 and metrics["retries"] > 0
+        wait_until(lambda: victim not in {w["pid"] for w in pool.metrics()["workers"]}, timeout_s=60)
+
+
+def test_item_that_keeps_killing_workers_ends_as_an_error(ray_local: None, tmp_path: Path) -> None:
+    replay = tmp_path / "replay.jsonl"
+    cfg = {"name": "test_pool_retries", "rewards": {"accuracy": {}}, "timeout_s": 60.0,
+           "max_retries": 1, "replay_path": str(replay)}
+    with RewardPool.from_config(cfg) as pool:
+        thread, out = score_in_background(pool, [HANG])
+        for _ in range(2):  # the worker running it dies twice: once retried, then given up
+            wait_until(lambda: busy_worker_pid(pool) != 0, timeout_s=60)
+            os.kill(busy_worker_pid(pool), signal.SIGKILL)
+            wait_until(lambda: pool.metrics()["worker_restarts"] >= _ + 1, timeout_s=60)
+        thread.join(timeout=60)
+        (result,) = out[0]
+        assert result.status == {"accuracy": "error"} and result.should_mask
+        assert "died 2 times" in result.errors["accuracy"]
+        metrics = pool.metrics()
+        assert (metrics["retries"], metrics["errors"], metrics["timeouts"]) == (1, 1, 0)
+        assert [e["kind"] for e in read_replay_log(replay)] == ["crash", "crash"]
+
+
+def test_workers_are_recycled_after_max_items(ray_local: None) -> None:
+    cfg = {"name": "test_pool_recycle", "rewards": {"accuracy": {}, "format": {}},
+           "num_workers": 1, "batch_size": 5, "max_items_per_worker": 20}
+    with RewardPool.from_config(cfg) as pool:
+        first_pid = pool.metrics()["workers"][0]["pid"]
+        samples = numbers(60)
+        results = pool.score(samples)
+        assert [r.components["accuracy"] for r in results] == expected_accuracy(samples)
+        assert all(r.ok for r in results)
+        metrics = pool.metrics()
+        assert metrics["workers_recycled"] >= 5  # 120 computations, 20 per worker
+        assert metrics["worker_restarts"] == 0 and metrics["retries"] == 0
+        assert metrics["workers"][0]["generation"] == metrics["workers_recycled"]
+        assert metrics["workers"][0]["pid"] != first_pid
