@@ -103,7 +103,11 @@ def cmd_score(args: argparse.Namespace) -> int:
         output,
         ({**row, "reward": result.to_dict()} for row, result in zip(rows, results, strict=True)),
     )
-    print(format_table(summarize(results)))
+    print(
+        format_table(
+            summarize(results, {n: float(e.get("weight", 1.0)) for n, e in cfg.rewards.items()})
+        )
+    )
     print(f"\nscored {len(results)} rows -> {output}")
     for path in write_histograms(results, output):
         print(f"histogram: {path}")

@@ -2,9 +2,12 @@
 
 For every component (and the weighted ``total``) over all scored samples:
 mean, standard deviation (population), the fraction of samples at the
-component's floor (the lowest value it pays: 0.0 for most rewards, -1.0 for
-``repetition``, -0.5 for ``length``), and the counts of ``unparseable``,
-``error`` and ``timeout`` outcomes (see :mod:`skyrl_rewards.result`).
+component's floor (within 0.001 of the lowest value it pays: 0.0 for most
+rewards, -1.0 for ``repetition``, -0.5 for ``length`` with its default
+schedule; for ``total`` the weighted sum of the floors), and the counts of
+``unparseable``, ``error`` and ``timeout`` outcomes (see
+:mod:`skyrl_rewards.result`). For ``total``, ``errors`` counts the samples to
+mask (a component timed out or errored).
 """
 
 from __future__ import annotations
@@ -36,17 +39,21 @@ class ComponentStats:
     timeouts: int
 
 
-def _stats(name: str, values: Sequence[float], statuses: Sequence[str]) -> ComponentStats:
+FLOOR_TOLERANCE = 1e-3
+
+
+def _stats(
+    name: str, values: Sequence[float], statuses: Sequence[str], floor: float
+) -> ComponentStats:
     count = len(values)
     mean = sum(values) / count if count else math.nan
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / count) if count else math.nan
-    floor = FLOORS.get(name, 0.0)
     return ComponentStats(
         name=name,
         count=count,
         mean=mean,
         std=std,
-        at_floor=sum(1 for v in values if math.isclose(v, floor, abs_tol=1e-9)) / count
+        at_floor=sum(1 for v in values if abs(v - floor) <= FLOOR_TOLERANCE) / count
         if count
         else math.nan,
         unparseable=statuses.count(Status.UNPARSEABLE.value),
@@ -63,8 +70,13 @@ def component_values(results: Sequence[RewardResult]) -> dict[str, list[float]]:
     return values
 
 
-def summarize(results: Sequence[RewardResult]) -> list[ComponentStats]:
+def summarize(
+    results: Sequence[RewardResult], weights: Mapping[str, float] | None = None
+) -> list[ComponentStats]:
     """One :class:`ComponentStats` per component, then one for ``total``.
+
+    ``weights`` (the mix's, name -> weight) place the floor of ``total``;
+    without them it is 0.0.
 
     >>> from skyrl_rewards.result import ComponentScore
     >>> r = RewardResult.from_components({"format": ComponentScore(1.0)}, {"format": 1.0})
@@ -74,10 +86,12 @@ def summarize(results: Sequence[RewardResult]) -> list[ComponentStats]:
     stats = []
     for name, values in component_values(results).items():
         if name == TOTAL:
+            floor = sum(w * FLOORS.get(n, 0.0) for n, w in (weights or {}).items())
             statuses = [Status.ERROR.value if r.should_mask else Status.OK.value for r in results]
-            stats.append(_stats(name, values, statuses))
+            stats.append(_stats(name, values, statuses, floor))
         else:
-            stats.append(_stats(name, values, [r.status.get(name, "") for r in results]))
+            statuses = [r.status.get(name, "") for r in results]
+            stats.append(_stats(name, values, statuses, FLOORS.get(name, 0.0)))
     return stats
 
 
