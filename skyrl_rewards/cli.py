@@ -4,7 +4,7 @@ Commands::
 
     skyrl-rewards score --config CFG --input IN.jsonl --output OUT.jsonl [key=value ...]
     skyrl-rewards check --config CFG --input IN.jsonl [key=value ...]
-    skyrl-rewards bench [bench options]
+    skyrl-rewards bench [options of scripts/bench_pool.py]
     skyrl-rewards pool start --config CFG [key=value ...]
     skyrl-rewards pool status --name NAME [--address ADDR]
     skyrl-rewards pool stop --name NAME [--address ADDR]
@@ -136,6 +136,25 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+BENCH_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_pool.py"
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``bench``: the pool benchmark of ``scripts/bench_pool.py``, its own options passed through."""
+    import importlib.util
+
+    if not BENCH_SCRIPT.is_file():
+        raise FileNotFoundError(
+            f"{BENCH_SCRIPT}: the benchmark ships with the repository; run from a checkout"
+        )
+    spec = importlib.util.spec_from_file_location("bench_pool", BENCH_SCRIPT)
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"{BENCH_SCRIPT}: cannot be loaded")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return int(module.main(args.bench_args) or 0)
+
+
 def cmd_pool_start(args: argparse.Namespace) -> int:
     """``pool start``: a named pool on the running cluster that outlives this command."""
     from skyrl_rewards import pool_service
@@ -205,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("overrides", nargs="*", help="config overrides key=value")
     check.set_defaults(func=cmd_check)
 
+    bench = commands.add_parser(
+        "bench",
+        help="benchmark the pool (scripts/bench_pool.py; its options after the command)",
+        add_help=False,
+    )
+    bench.set_defaults(func=cmd_bench)
+
     pool = commands.add_parser("pool", help="a named pool on a running Ray cluster")
     pool_commands = pool.add_subparsers(dest="pool_command", required=True)
     start = pool_commands.add_parser("start", help="start a named pool that outlives this command")
@@ -234,7 +260,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (see the module docstring)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "bench":
+        args.bench_args = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args.func(args))
     except (ValueError, FileNotFoundError, ConnectionError) as e:
