@@ -1,7 +1,7 @@
 """Command line: ``tau-bench-env rescore RESULTS.json --domain airline --backend tau2 [--json]``.
 
 Re-scores recorded runs (tau-bench's results format) with this package's
-reward and prints runs, success rate, pass^k per k and agreement with the
+reward (options: ``--score-truncated``, ``--strict-outputs``) and prints runs, success rate, pass^k per k and agreement with the
 recorded rewards; ``--json`` prints one JSON object with the keys ``runs``,
 ``success_rate``, ``agreement``, ``pass_hat_k`` (and ``disagreements``).
 Exit status: 0 on success, 2 on bad input.
@@ -33,6 +33,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="score runs cut off by the turn limit instead of giving them 0.0",
     )
+    rescore_cmd.add_argument(
+        "--strict-outputs",
+        action="store_true",
+        help="outputs must appear as whole tokens, numbers compared by value",
+    )
     rescore_cmd.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -62,7 +67,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         runs = json.loads(args.results.read_text(encoding="utf-8"))
         domain = load_domain(args.backend, args.domain)
-        summary = summarize(rescore(domain, runs, score_truncated=args.score_truncated))
+        scores = rescore(
+            domain,
+            runs,
+            score_truncated=args.score_truncated,
+            strict_outputs=args.strict_outputs,
+        )
+        summary = summarize(scores)
     except (OSError, ValueError) as error:
         print(f"tau-bench-env: error: {error}", file=sys.stderr)  # noqa: T201 - CLI output
         return 2

@@ -62,6 +62,8 @@ class TauBenchEnvConfig:
     """Agent turns before the episode is cut off (tau-bench's ``max_num_steps``)."""
     score_truncated: bool = False
     """Score an episode cut off by the turn limit; by default it scores 0.0, as in tau-bench."""
+    strict_outputs: bool = False
+    """Let the strict outputs check decide the reward (both are always reported)."""
     max_action_chars: int = DEFAULT_MAX_CHARS
     """Model text beyond this many characters is ignored before parsing."""
     tool_observation_role: str = "tool"

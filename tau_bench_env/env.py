@@ -193,7 +193,9 @@ class TauBenchEnv(BaseTextEnv):
             self.truncated = True
         if done or self.truncated:
             self.result = episode.score(
-                truncated=self.truncated, score_truncated=self.config.score_truncated
+                truncated=self.truncated,
+                score_truncated=self.config.score_truncated,
+                strict_outputs=self.config.strict_outputs,
             )
             reward = self.result.reward
             metadata["reward_info"] = self.result.to_dict()

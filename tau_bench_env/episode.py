@@ -58,6 +58,7 @@ class Episode:
         *,
         truncated: bool = False,
         score_truncated: bool = False,
+        strict_outputs: bool = False,
         cache: GroundTruthCache = GROUND_TRUTH,
     ) -> RewardResult:
         """The binary reward for the episode as it stands (see :mod:`tau_bench_env.reward`)."""
@@ -68,5 +69,6 @@ class Episode:
             self.actions,
             truncated=truncated,
             score_truncated=score_truncated,
+            strict_outputs=strict_outputs,
             cache=cache,
         )

@@ -56,9 +56,13 @@ def _tool_call(message: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
 
 
 def replay_run(
-    domain: Domain, run: Mapping[str, Any], *, score_truncated: bool = False
+    domain: Domain,
+    run: Mapping[str, Any],
+    *,
+    score_truncated: bool = False,
+    strict_outputs: bool = False,
 ) -> RunScore:
-    """Replay one recorded run on fresh data and score it.
+    """Replay one recorded run on fresh data and score it (options as in ``score_episode``).
 
     Raises ``ValueError`` naming the field when the run is malformed.
     """
@@ -90,7 +94,9 @@ def replay_run(
                 done = episode.is_terminal(call[0])
         elif role == "user" and episode.actions:
             done = episode.actions[-1].name == RESPOND and STOP in str(message.get("content", ""))
-    result = episode.score(truncated=not done, score_truncated=score_truncated)
+    result = episode.score(
+        truncated=not done, score_truncated=score_truncated, strict_outputs=strict_outputs
+    )
     return RunScore(run.get("task_id"), trial, recorded, result.reward, result)
 
 
@@ -146,9 +152,14 @@ def summarize(scores: Sequence[RunScore]) -> dict[str, Any]:
 
 
 def rescore(
-    domain: Domain, runs: Sequence[Mapping[str, Any]], *, score_truncated: bool = False
+    domain: Domain,
+    runs: Sequence[Mapping[str, Any]],
+    *,
+    score_truncated: bool = False,
+    strict_outputs: bool = False,
 ) -> list[RunScore]:
     """Re-score every run of a results file."""
     if not isinstance(runs, Sequence):
         raise ValueError("a results file must hold a JSON list of runs")
-    return [replay_run(domain, run, score_truncated=score_truncated) for run in runs]
+    options = {"score_truncated": score_truncated, "strict_outputs": strict_outputs}
+    return [replay_run(domain, run, **options) for run in runs]

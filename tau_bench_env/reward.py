@@ -9,6 +9,10 @@ At done the reward starts at 1.0 and drops to 0.0 when
   content.lower().replace(",", "")``, tau-bench's exact test), or
 - the episode was cut off by the turn limit (unless configured otherwise).
 
+A stricter outputs check (:func:`check_outputs_strict`) is always reported
+beside tau-bench's (``r_outputs_strict``) and decides the reward only when
+asked (``strict_outputs``), so published-score comparisons stay possible.
+
 The replay runs on its own fork of the shared data: it never touches an
 episode's data, action log or user simulator. Its hash depends only on the
 task, so it is computed once per (domain, task) and shared by every episode.
@@ -16,9 +20,11 @@ task, so it is computed once per (domain, task) and shared by every episode.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from tau_bench_env.backends.protocol import Domain
@@ -101,12 +107,47 @@ def check_outputs(outputs: Iterable[str], responses: Sequence[str]) -> dict[str,
     return {output: any(output.lower() in text for text in cleaned) for output in outputs}
 
 
+_NUMBER = re.compile(r"(?<![\w#.])[-+]?\$?\d[\d,]*(?:\.\d+)?(?![\w])")
+
+
+def _as_number(text: str) -> Decimal | None:
+    try:
+        return Decimal(text.replace(",", "").replace("$", ""))
+    except InvalidOperation:
+        return None
+
+
+def check_outputs_strict(outputs: Iterable[str], responses: Sequence[str]) -> dict[str, bool]:
+    """For each output, whether some response states it as a whole token.
+
+    A numeric output matches a number in a response by value (``$625.6``
+    states 625.60; ``#W2100`` states no 10); any other output matches
+    case-insensitively between non-word characters.
+
+    >>> check_outputs_strict(["625.60", "10", "gold"], ["$625.6 for #W2100, Gold member"])
+    {'625.60': True, '10': False, 'gold': True}
+    """
+    numbers = {_as_number(m) for r in responses for m in _NUMBER.findall(r)} - {None}
+    lowered = [response.lower() for response in responses]
+    found: dict[str, bool] = {}
+    for output in outputs:
+        value = _as_number(output.strip())
+        if value is not None:
+            found[output] = value in numbers
+        else:
+            pattern = re.compile(r"(?<!\w)" + re.escape(output.strip().lower()) + r"(?!\w)")
+            found[output] = any(pattern.search(text) for text in lowered)
+    return found
+
+
 @dataclass(frozen=True)
 class RewardResult:
     """The reward and which check failed.
 
-    ``r_outputs`` is None when the task lists no outputs. ``failed`` names the
-    failed checks: ``"data_hash"``, ``"outputs"``, ``"truncated"``.
+    ``r_outputs`` and ``r_outputs_strict`` are None when the task lists no
+    outputs. ``failed`` names the failed checks: ``"data_hash"``,
+    ``"outputs"`` (the check in force: tau-bench's, or the strict one when
+    asked), ``"truncated"``.
     """
 
     reward: float
@@ -116,6 +157,8 @@ class RewardResult:
     r_outputs: bool | None = None
     outputs: dict[str, bool] = field(default_factory=dict)
     missing_outputs: tuple[str, ...] = ()
+    r_outputs_strict: bool | None = None
+    missing_outputs_strict: tuple[str, ...] = ()
     truncated: bool = False
     failed: tuple[str, ...] = ()
 
@@ -123,6 +166,7 @@ class RewardResult:
         """Plain JSON-able form (for metadata and reports)."""
         result = asdict(self)
         result["missing_outputs"] = list(self.missing_outputs)
+        result["missing_outputs_strict"] = list(self.missing_outputs_strict)
         result["failed"] = list(self.failed)
         return result
 
@@ -135,12 +179,14 @@ def score_episode(
     *,
     truncated: bool = False,
     score_truncated: bool = False,
+    strict_outputs: bool = False,
     cache: GroundTruthCache = GROUND_TRUTH,
 ) -> RewardResult:
     """Score an ended episode from its data hash and its action log.
 
     ``truncated`` marks an episode cut off by the turn limit: it scores 0.0
     unless ``score_truncated`` (the checks are still reported).
+    ``strict_outputs`` makes :func:`check_outputs_strict` decide the outputs check.
     """
     gt_hash = cache.get(domain, task)
     failed: list[str] = []
@@ -148,12 +194,15 @@ def score_episode(
     if not r_actions:
         failed.append("data_hash")
     r_outputs: bool | None = None
+    r_strict: bool | None = None
     outputs: dict[str, bool] = {}
+    strict: dict[str, bool] = {}
     if task.outputs:
         responses = [str(a.kwargs.get("content", "")) for a in actions if a.name == RESPOND]
         outputs = check_outputs(task.outputs, responses)
-        r_outputs = all(outputs.values())
-        if not r_outputs:
+        strict = check_outputs_strict(task.outputs, responses)
+        r_outputs, r_strict = all(outputs.values()), all(strict.values())
+        if not (r_strict if strict_outputs else r_outputs):
             failed.append("outputs")
     if truncated and not score_truncated:
         failed.append("truncated")
@@ -165,6 +214,8 @@ def score_episode(
         r_outputs=r_outputs,
         outputs=outputs,
         missing_outputs=tuple(o for o, found in outputs.items() if not found),
+        r_outputs_strict=r_strict,
+        missing_outputs_strict=tuple(o for o, found in strict.items() if not found),
         truncated=truncated,
         failed=tuple(failed),
     )

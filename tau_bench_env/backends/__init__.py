@@ -1,7 +1,8 @@
 """Domain backends: ``tau2`` (default, offline) and ``tau_bench`` (the real package).
 
 :func:`load_domain` loads a domain once per process and caches it; every
-episode of that domain shares it.
+episode of that domain shares it. A backend is a module with ``NAME``,
+``DOMAINS`` and ``load_domain(name) -> Domain``, listed in :data:`BACKENDS`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from tau_bench_env.episode_data import EpisodeData, clone
 from tau_bench_env.hashing import HashIndex
@@ -77,14 +77,3 @@ class Domain:
                 f"split {split!r} is not a {self.key} split; choose one of {sorted(self.splits)}"
             )
         return self.splits[split]()
-
-
-class Backend(Protocol):
-    """What a backend module provides."""
-
-    NAME: str
-    DOMAINS: tuple[str, ...]
-
-    def load_domain(self, name: str) -> Domain:
-        """Load domain ``name`` (called once per process and cached by the caller)."""
-        ...

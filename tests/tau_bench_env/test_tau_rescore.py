@@ -96,3 +96,10 @@ def test_done_detection(edit, reward: float, failed: tuple[str, ...] | None) -> 
     score = replay_run(load_domain("tau2", "airline"), run)
     assert score.reward == reward
     assert (score.result.failed if score.result else None) == failed
+
+
+def test_cli_strict_outputs(capsys: pytest.CaptureFixture[str]) -> None:
+    # the recorded replies state their outputs as whole numbers: strict agrees here
+    args = ["rescore", str(RESULTS), "--domain", "airline", "--strict-outputs", "--json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["agreement"] == 1.0

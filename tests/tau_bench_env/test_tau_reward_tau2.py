@@ -11,7 +11,7 @@ from tau_bench_env.backends import Domain, load_domain
 from tau_bench_env.env import TauBenchEnv
 from tau_bench_env.episode import Episode
 from tau_bench_env.hashing import data_hash
-from tau_bench_env.reward import GroundTruthCache, check_outputs, replay_hash
+from tau_bench_env.reward import GroundTruthCache, check_outputs, check_outputs_strict, replay_hash
 from tau_bench_env.tasks import Action, Task
 
 DOMAINS = ["retail", "airline"]
@@ -176,3 +176,33 @@ def test_read_only_episode_passes_where_ground_truth_changes_nothing(domain_name
         outputs = _play(domain_name, task, [])
         data_ok = outputs[-1]["metadata"]["reward_info"]["r_actions"]
         assert data_ok == unchanged, task.task_id
+
+
+@pytest.mark.parametrize(
+    ("output", "response", "found"),
+    [
+        ("625.60", "It costs $625.6.", True),  # numbers by value
+        ("1093.34", "It costs $1,093.34.", True),  # thousands separators
+        ("10", "Order #W2100 is ready.", False),  # not inside an id
+        ("10", "You get 10 points.", True),
+        ("327", "Refunds: 327, 1000 and 1786.", True),  # in a list
+        ("5", "It costs 5.5 dollars.", False),  # not a prefix of another number
+        ("Gold", "you are a GOLD member", True),  # words case-insensitively
+        ("gold", "goldfish", False),  # whole words only
+    ],
+)
+def test_strict_outputs_check(output: str, response: str, found: bool) -> None:
+    assert check_outputs_strict([output], [response]) == {output: found}
+
+
+@pytest.mark.parametrize(("strict", "reward"), [(False, 1.0), (True, 0.0)])
+def test_strict_outputs_flag_decides_and_both_are_reported(strict: bool, reward: float) -> None:
+    domain = load_domain("tau2", "retail")
+    task = _first(domain, lambda t: t.outputs == ("10",))
+    reply = "Your orders are #W2100 and #W9999."  # passes tau-bench's substring test only
+    env = _env("retail", task, strict_outputs=strict)
+    outputs = run_episode(env, action_texts(task.actions) + [reply])
+    info = outputs[-1]["metadata"]["reward_info"]
+    assert outputs[-1]["reward"] == reward
+    assert info["r_outputs"] is True and info["r_outputs_strict"] is False
+    assert info["missing_outputs_strict"] == ["10"]
