@@ -19,8 +19,10 @@ What ``scripts/launch_grpo_*.sh`` call (``python -m skyrl_rewards.skyrl_train_la
    (local, ``address=auto`` or an address) before training, so every env
    connects to it by name; ``--rewards`` merges a reward mix into it.
 4. The run: ``skyrl.train`` (or the older ``skyrl_train``) builds its config
-   from the overrides, and a Ray task registers the envs (by importing
-   ``--env-module``) and runs ``BasePPOExp``, as SkyRL's own examples do.
+   from the overrides, and a Ray task registers the envs (importing
+   ``--env-module``, then every env installed packages declare in the
+   ``skyrl_gym.envs`` entry-point group) and runs ``BasePPOExp``, as SkyRL's
+   own examples do.
 
 ``--dry-run`` does 1-3 and then, instead of training, builds one env per row
 (the first ``--dry-run-rows``) through ``skyrl_gym.make`` exactly as SkyRL's
@@ -45,7 +47,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from skyrl_rewards.env import close_shared_pools
+from skyrl_rewards.env import close_shared_pools, register_installed_envs
 from skyrl_rewards.jsonl import read_rows, resolve_image_path, row_label
 
 PROMPT_KEY = "prompt"
@@ -296,6 +298,7 @@ def run_grpo(
     def skyrl_entrypoint(cfg: Any, modules: Sequence[str]) -> None:
         for module in modules:
             importlib.import_module(module)  # registers the env with skyrl-gym in this worker
+        register_installed_envs()  # and every env installed packages declare as entry points
         BasePPOExp(cfg).run()
 
     try:
@@ -367,6 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     skyrl_overrides += overrides
     for module in args.env_module:
         importlib.import_module(module)
+    register_installed_envs()
     pool_args = (args.pool_config, args.rewards, args.pool_override) if args.pool_config else None
     if not args.dry_run:
         run_grpo(skyrl_overrides, args.env_module, pool_args)

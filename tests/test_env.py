@@ -10,7 +10,14 @@ import pytest
 import skyrl_gym
 from omegaconf import OmegaConf
 
-from skyrl_rewards.env import ENTRY_POINT, ENV_ID, RewardEnvConfig, SkyRLRewardEnv, shared_pool
+from skyrl_rewards.env import (
+    ENTRY_POINT,
+    ENV_ID,
+    RewardEnvConfig,
+    SkyRLRewardEnv,
+    register_installed_envs,
+    shared_pool,
+)
 from skyrl_rewards.jsonl import read_rows, to_samples
 from skyrl_rewards.mix import RewardMix
 from skyrl_rewards.pool import RewardPool
@@ -49,6 +56,27 @@ def test_registered_on_import_and_by_entry_point() -> None:
     pyproject = (ROOT / "pyproject.toml").read_text()
     group = pyproject.split('[project.entry-points."skyrl_gym.envs"]')[1].split("\n[")[0]
     assert f'{ENV_ID} = "{ENTRY_POINT}"' in group
+
+
+def test_register_installed_envs_reads_the_entry_point_group(tmp_path: Path, monkeypatch) -> None:
+    # an installed distribution declaring an env, the way pyproject declares ours
+    dist = tmp_path / "demo_envs-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-envs\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[skyrl_gym.envs]\ndemo_reward_env = skyrl_rewards.env:SkyRLRewardEnv\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert "demo_reward_env" in register_installed_envs()
+        env = skyrl_gym.make(
+            "demo_reward_env",
+            env_config={"in_process": True, "rewards": {"format": {}}},
+            extras={"reward_spec": {"ground_truth": "<answer>1</answer>"}},
+        )
+        assert env.step("<think>a</think><answer>1</answer>")["reward"] == 1.0
+    finally:
+        skyrl_gym.envs.registration.deregister("demo_reward_env")
 
 
 @pytest.mark.parametrize(
