@@ -131,3 +131,19 @@ def test_tau_bench_user_drives_an_episode(monkeypatch: pytest.MonkeyPatch) -> No
         assert env.step(text)["reward"] == 0.0
     out = env.step("Your certificate has been sent.")
     assert out["done"] and out["reward"] == 1.0
+
+
+def test_tool_calls_cannot_change_a_tasks_ground_truth() -> None:
+    # tau-bench's book_reservation keeps its payment_methods list inside the data,
+    # and update_reservation_baggages appends to that list
+    domain = load_domain("tau_bench", "airline")
+    task = domain.tasks("test")[0]
+    booking = task.actions[0]
+    before = repr(task.actions)
+    episode = Episode(domain, task)
+    assert not episode.call_tool(booking.name, booking.kwargs).startswith("Error")
+    payment = booking.kwargs["payment_methods"][-1]["payment_id"]
+    update = {"reservation_id": "HATHAT", "total_baggages": 4, "nonfree_baggages": 1}
+    result = episode.call_tool("update_reservation_baggages", {**update, "payment_id": payment})
+    assert not result.startswith("Error"), result
+    assert repr(task.actions) == before
