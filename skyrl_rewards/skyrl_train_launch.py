@@ -4,8 +4,9 @@ What ``scripts/launch_grpo_*.sh`` call (``python -m skyrl_rewards.skyrl_train_la
 
 1. ``--input`` rows (JSONL: ``problem``, ``solution`` and columns, as in
    ``skyrl_rewards/sample_data``) become SkyRL prompt rows in
-   ``--data-dir/{train,validation}.parquet``: ``prompt`` (a user message,
-   with the image as a data URI when the row has one), ``env_class``,
+   ``--data-dir/{train,validation}.parquet``: ``prompt`` (a user message:
+   the problem with VLM-R1's think/answer instruction, preceded by the image
+   as a data URI when the row has one), ``env_class``,
    ``reward_spec: {method: rule, ground_truth: solution}`` and the row's
    columns (``image_path`` made absolute). A ``.parquet`` input is already
    in SkyRL's form (``scripts/tau_bench_dataset.py`` writes one) and is used
@@ -53,6 +54,11 @@ from skyrl_rewards.jsonl import read_rows, resolve_image_path, row_label
 PROMPT_KEY = "prompt"
 ENV_CLASS_KEY = "env_class"
 NOT_COLUMNS = frozenset({"problem", "solution", "completion"})
+QUESTION_TEMPLATE = (
+    "{problem} First output the thinking process in <think> </think> tags and then output the "
+    "final answer in <answer> </answer> tags."
+)
+"""VLM-R1's instruction after the question: what the format rewards pay for."""
 
 
 def image_data_uri(path: str | Path) -> str:
@@ -74,14 +80,15 @@ def skyrl_record(
         if name not in row:
             raise ValueError(f"{row_label(row, index)}: missing field '{name}'")
     columns = {k: v for k, v in row.items() if k not in NOT_COLUMNS}
-    content: str | list[dict[str, Any]] = str(row["problem"])
+    question = QUESTION_TEMPLATE.format(problem=row["problem"])
+    content: str | list[dict[str, Any]] = question
     if "image_path" in row:
         image_path = resolve_image_path(row["image_path"], base_dir)
         columns["image_path"] = image_path
         first = image_path[0] if isinstance(image_path, list) else image_path
         content = [
             {"type": "image_url", "image_url": {"url": image_data_uri(first)}},
-            {"type": "text", "text": str(row["problem"])},
+            {"type": "text", "text": question},
         ]
     return {
         "data_source": data_source,

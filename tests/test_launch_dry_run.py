@@ -57,6 +57,7 @@ def test_rec_dry_run_builds_and_steps_the_envs_through_the_pool(tmp_path: Path) 
     image_part, text_part = row["prompt"][0]["content"]
     assert image_part["image_url"]["url"].startswith("data:image/png;base64,")
     assert text_part["text"].startswith("Please provide the bounding box")
+    assert text_part["text"].endswith("in <answer> </answer> tags.")  # VLM-R1's instruction
 
 
 def test_tau_retail_dry_run_builds_the_envs_from_the_task_parquet(tmp_path: Path) -> None:
