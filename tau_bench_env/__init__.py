@@ -17,6 +17,7 @@ from tau_bench_env.tasks import Action, Task, task_from_dict
 from tau_bench_env.users import OpenAIUser, ReplayUser, TauBenchUser, UserSimulatorError
 
 __all__ = [
+    "ENV_ID",
     "Action",
     "BackendUnavailableError",
     "Episode",

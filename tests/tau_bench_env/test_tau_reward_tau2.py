@@ -206,3 +206,24 @@ def test_strict_outputs_flag_decides_and_both_are_reported(strict: bool, reward:
     assert outputs[-1]["reward"] == reward
     assert info["r_outputs"] is True and info["r_outputs_strict"] is False
     assert info["missing_outputs_strict"] == ["10"]
+
+
+def test_concurrent_episodes_share_one_ground_truth_replay() -> None:
+    # SkyRL steps envs from a thread pool: one replay per task, identical rewards
+    from concurrent.futures import ThreadPoolExecutor
+
+    domain = load_domain("tau2", "retail")
+    writes = _writes_data(domain)
+    tasks = [t for t in domain.tasks("test") if not t.outputs and writes(t)][:4]
+    cache = GroundTruthCache()
+
+    def play(task: Task) -> float:
+        episode = Episode(domain, task)
+        for action in task.actions:
+            episode.call_tool(action.name, action.kwargs)
+        return episode.score(cache=cache).reward
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        rewards = list(pool.map(play, tasks * 8))
+    assert rewards == [1.0] * len(rewards)
+    assert cache.computations == len(tasks)
