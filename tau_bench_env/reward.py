@@ -112,9 +112,10 @@ _NUMBER = re.compile(r"(?<![\w#.])[-+]?\$?\d[\d,]*(?:\.\d+)?(?![\w])")
 
 def _as_number(text: str) -> Decimal | None:
     try:
-        return Decimal(text.replace(",", "").replace("$", ""))
+        value = Decimal(text.replace(",", "").replace("$", ""))
     except InvalidOperation:
         return None
+    return value if value.is_finite() else None
 
 
 def check_outputs_strict(outputs: Iterable[str], responses: Sequence[str]) -> dict[str, bool]:

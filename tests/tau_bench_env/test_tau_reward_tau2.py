@@ -189,6 +189,7 @@ def test_read_only_episode_passes_where_ground_truth_changes_nothing(domain_name
         ("5", "It costs 5.5 dollars.", False),  # not a prefix of another number
         ("Gold", "you are a GOLD member", True),  # words case-insensitively
         ("gold", "goldfish", False),  # whole words only
+        ("NaN", "the value is nan", True),  # not a number: matched as a word
     ],
 )
 def test_strict_outputs_check(output: str, response: str, found: bool) -> None:
