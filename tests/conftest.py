@@ -8,10 +8,15 @@ multi-node tests) shuts this one down first; the next test that asks for
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
-import pytest
-import ray
+# Before Ray is imported: keep every Ray address on 127.0.0.1. Without this Ray swaps a
+# loopback node address for the host's IP, and a multi-node test cluster cannot reach itself.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+import pytest  # noqa: E402
+import ray  # noqa: E402
 
 RAY_NAMESPACE = "skyrl_rewards"
 RAY_LOCAL_CPUS = 4
