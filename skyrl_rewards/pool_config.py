@@ -80,6 +80,9 @@ class PoolConfig:
     """When the alarm fires, refuse further scoring (raise ``RewardAlarmError``)."""
     replay_path: str | None = None
     """JSONL file to which timed-out and crashed items are appended; ``None``: off."""
+    local_rewards: list[str] = field(default_factory=lambda: ["format", "format_rec"])
+    """Rewards scored in the calling process instead of on a worker: they cost microseconds,
+    less than shipping them. A mix made only of these never touches Ray when scoring."""
     rewards: Mapping[str, Mapping[str, Any]] = field(default_factory=_default_rewards)
     """Reward mix: registry name -> ``{weight: w, <param>: value, ...}``."""
 
@@ -112,6 +115,7 @@ class PoolConfig:
         """Plain-dict form (what the directory actor hands to ``connect``)."""
         data = dataclasses.asdict(self)
         data["rewards"] = {k: dict(v) for k, v in self.rewards.items()}
+        data["local_rewards"] = list(self.local_rewards)
         return data
 
 

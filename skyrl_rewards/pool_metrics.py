@@ -12,6 +12,7 @@ into fallbacks is then caught within one window.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 import threading
@@ -74,15 +75,21 @@ class PoolMetrics:
         if self._export:
             _ray_exporters()[0][name].inc(n, tags=self._tags)
 
-    def observe_latency(self, latency_s: float) -> None:
-        """Record one item's latency (submission to result)."""
-        bucket = next((i for i, bound in enumerate(LATENCY_BOUNDARIES_S) if latency_s <= bound),
-                      len(LATENCY_BOUNDARIES_S))
+    def record_items(self, latencies_s: list[float], *, errors: int, masked: int) -> None:
+        """Record finished items: their latencies (submission to result), error components
+        and masked items."""
+        buckets = [bisect.bisect_left(LATENCY_BOUNDARIES_S, x) for x in latencies_s]
         with self._lock:
-            self._buckets[bucket] += 1
-            self._recent_s.append(latency_s)
+            for bucket in buckets:
+                self._buckets[bucket] += 1
+            self._recent_s.extend(latencies_s)
+        self.count("items", len(latencies_s))
+        self.count("errors", errors)
+        self.count("masked_items", masked)
         if self._export:
-            _ray_exporters()[1].observe(latency_s, tags=self._tags)
+            histogram = _ray_exporters()[1]
+            for latency_s in latencies_s:
+                histogram.observe(latency_s, tags=self._tags)
 
     def snapshot(self) -> dict[str, Any]:
         """Counters, ``cache_hit_rate``, latency buckets and p50/p99 of recent items."""
@@ -123,6 +130,7 @@ class ErrorRateAlarm:
         self._pool_name = pool_name
         self.firing = False
         self.stopped = False
+        self._lock = threading.Lock()
 
     @property
     def rate(self) -> float:
@@ -130,7 +138,11 @@ class ErrorRateAlarm:
         return self._masked / len(self._window) if self._window else 0.0
 
     def record(self, masked: bool) -> None:
-        """Add one finished item to the window and update the alarm."""
+        """Add one finished item to the window and update the alarm. Thread-safe."""
+        with self._lock:
+            self._record(masked)
+
+    def _record(self, masked: bool) -> None:
         if len(self._window) == self._window.maxlen:
             self._masked -= self._window[0]
         self._window.append(masked)

@@ -98,6 +98,15 @@ class _Slot:
     in_flight: int = 0
 
 
+def record_results(metrics: PoolMetrics, alarm: ErrorRateAlarm, results: list[RewardResult]) -> None:
+    """Count finished items in the metrics and feed them to the error-rate alarm."""
+    metrics.record_items([r.latency_s for r in results],
+                         errors=sum(s == Status.ERROR.value for r in results for s in r.status.values()),
+                         masked=sum(r.should_mask for r in results))
+    for result in results:
+        alarm.record(result.should_mask)
+
+
 class _LRU:
     """A bounded mapping that forgets the least recently used key."""
 
@@ -140,7 +149,8 @@ class Scheduler:
         self._timed_out = _LRU(config.cache_size)
         self._running: dict[tuple[str, Hashable], _Task] = {}
         self._open: set[Item] = set()
-        self._max_chunk_tasks = config.batch_size * len(mix.names)
+        self._local = frozenset(config.local_rewards) & set(mix.names)
+        self._max_chunk_tasks = config.batch_size * max(1, len(mix.names) - len(self._local))
 
     async def start(self) -> None:
         """Wait until every worker has loaded its rewards, then start serving."""
@@ -150,12 +160,15 @@ class Scheduler:
         self._servers = [asyncio.create_task(self._serve(slot)) for slot in self._slots]
 
     def admit(self, items: list[Item]) -> None:
-        """Take a batch of items: answer what is known, queue the new work."""
+        """Take a batch of items: score local rewards, answer what is known, queue new work."""
+        self._metrics.count("tasks", len(items) * len(self._mix.names))
         for item in items:
             self._open.add(item)
             for name in self._mix.names:
-                self._metrics.count("tasks")
-                self._admit_task(item, name)
+                if name in self._local:
+                    self._give(item, name, self._mix.score_component(name, item.sample))
+                else:
+                    self._admit_task(item, name)
         self._wakeup.set()
 
     async def close(self, pending: list[Item]) -> None:
@@ -236,11 +249,7 @@ class Scheduler:
         latency_s = time.perf_counter() - item.submitted_s
         result = RewardResult.from_components({n: item.scores[n] for n in self._mix.names},
                                               self._mix.weights, latency_s)
-        self._metrics.count("items")
-        self._metrics.count("errors", sum(s == Status.ERROR.value for s in result.status.values()))
-        self._metrics.count("masked_items", int(result.should_mask))
-        self._metrics.observe_latency(latency_s)
-        self._alarm.record(result.should_mask)
+        record_results(self._metrics, self._alarm, [result])
         if not item.future.done():
             item.future.set_result(result)
 

@@ -152,6 +152,21 @@ def test_connect_to_a_missing_pool_fails(pool: RewardPool) -> None:
         RewardPool.connect("no_such_pool")
 
 
+def test_mix_of_local_rewards_scores_in_the_calling_process(pool: RewardPool) -> None:
+    with RewardPool.from_config({"name": "test_pool_local", "rewards": {"format": {}},
+                                 "num_workers": 1}) as local:
+        results = local.score(SAMPLES)
+        assert [r.components for r in results] == [{"format": e["components"]["format"]}
+                                                   for e in expected_for({"format": {}})]
+        metrics = local.metrics()
+        assert (metrics["items"], metrics["worker_calls"]) == (len(SAMPLES), 0)
+
+
+def expected_for(rewards: dict) -> list[dict]:
+    mix = RewardMix.from_config(rewards)
+    return [mix.score(sample).to_dict() for sample in SAMPLES]
+
+
 def test_shutdown_refuses_further_scoring(ray_local: None) -> None:
     closing = RewardPool.from_config({"name": "test_pool_closing", "rewards": {"format": {}},
                                       "num_workers": 1})

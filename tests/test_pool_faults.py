@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from skyrl_rewards.mix import RewardMix
 from skyrl_rewards.pool import RewardPool
 from skyrl_rewards.replay_log import read_replay_log
 from skyrl_rewards.result import RewardResult
@@ -32,6 +33,19 @@ def numbers(count: int, start: int = 0) -> list[dict]:
     return [{"completion": f"<think>t</think><answer>{i}</answer>",
              "solution": f"<answer>{i if i % 2 == 0 else i + 1}</answer>"}
             for i in range(start, start + count)]
+
+
+def fractions(count: int, start: int = 0) -> list[dict]:
+    """Distinct LaTeX answers (math-verify costs milliseconds each): even i right, odd i wrong."""
+    return [{"completion": f"<think>t</think><answer>$\\frac{{{i}}}{{{i + 1}}}$</answer>",
+             "solution": f"<answer>$\\frac{{{i}}}{{{i + 1 + i % 2}}}$</answer>"}
+            for i in range(start, start + count)]
+
+
+def in_process(rewards: dict, samples: list[dict]) -> list[dict]:
+    """Components and statuses the same mix gives in this process."""
+    mix = RewardMix.from_config(rewards)
+    return [{"components": r.components, "status": r.status} for r in map(mix.score, samples)]
 
 
 def expected_accuracy(samples: list[dict]) -> list[float]:
@@ -62,12 +76,13 @@ def test_hung_worker_is_killed_and_the_rest_of_its_batch_is_not_held(ray_local: 
                                                                      tmp_path: Path) -> None:
     timeout_s = 4.0
     replay = tmp_path / "replay.jsonl"
-    cfg = {"name": "test_pool_hang", "rewards": {"accuracy": {"weight": 1.0}, "format": {"weight": 0.5}},
-           "timeout_s": timeout_s, "replay_path": str(replay)}
+    rewards = {"accuracy": {"weight": 1.0}, "format": {"weight": 0.5}}
+    cfg = {"name": "test_pool_hang", "rewards": rewards, "timeout_s": timeout_s,
+           "replay_path": str(replay)}
     with RewardPool.from_config(cfg) as pool:
-        pool.score(numbers(20, start=1000))  # warm both workers up
+        pool.score(fractions(20, start=1000))  # warm both workers up
         pids_before = {w["pid"] for w in pool.metrics()["workers"]}
-        batch = numbers(10) + [HANG] + numbers(10, start=10)
+        batch = fractions(10) + [HANG] + fractions(10, start=10)
         started = time.monotonic()
         results = pool.score(batch)
         elapsed_s = time.monotonic() - started
@@ -77,8 +92,8 @@ def test_hung_worker_is_killed_and_the_rest_of_its_batch_is_not_held(ray_local: 
         assert hung.components == {"accuracy": 0.0, "format": 1.0} and hung.should_mask
         assert "timeout_s=4" in hung.errors["accuracy"]
         others = results[:10] + results[11:]
-        assert [r.components["accuracy"] for r in others] == expected_accuracy(batch[:10] + batch[11:])
-        assert all(r.ok for r in others)
+        assert [{"components": r.components, "status": r.status} for r in others] == in_process(
+            {**rewards, "accuracy": {"math_guard": "inline"}}, batch[:10] + batch[11:])
         # one limit, not two: the hang was pinned on its first run, the rest re-queued at once
         assert timeout_s <= elapsed_s < 2 * timeout_s
         assert max(r.latency_s for r in others) < timeout_s + 2.0
@@ -166,12 +181,12 @@ def test_workers_are_recycled_after_max_items(ray_local: None) -> None:
            "num_workers": 1, "batch_size": 5, "max_items_per_worker": 20}
     with RewardPool.from_config(cfg) as pool:
         first_pid = pool.metrics()["workers"][0]["pid"]
-        samples = numbers(60)
+        samples = numbers(120)
         results = pool.score(samples)
         assert [r.components["accuracy"] for r in results] == expected_accuracy(samples)
         assert all(r.ok for r in results)
         metrics = pool.metrics()
-        assert metrics["workers_recycled"] >= 5  # 120 computations, 20 per worker
+        assert metrics["workers_recycled"] >= 5  # 120 accuracy computations, 20 per worker
         assert metrics["worker_restarts"] == 0 and metrics["retries"] == 0
         assert metrics["workers"][0]["generation"] == metrics["workers_recycled"]
         assert metrics["workers"][0]["pid"] != first_pid
