@@ -240,3 +240,18 @@ def test_pool_start_status_stop_on_a_running_cluster(ray_local) -> None:
         RewardPool.connect(name)
     gone = run_cli("pool", "status", "--name", name, "--address", address)
     assert gone.returncode == 2 and f"no reward pool '{name}'" in gone.stderr
+
+
+def test_bench_runs_the_pool_benchmark_with_its_own_options(ray_local, capsys) -> None:
+    code = main(
+        ["bench", "--prompts", "2", "--group-size", "2", "--steps", "1", "--workloads", "mixed"]
+        + ["--engines", "loop", "pool", "--num-workers", "1"]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "| engine | items |" in out
+    assert [
+        line.split("|")[1].strip()
+        for line in out.splitlines()
+        if line.startswith("| loop") or line.startswith("| pool")
+    ] == ["loop", "pool"]
