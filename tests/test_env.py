@@ -15,6 +15,7 @@ from skyrl_rewards.env import (
     ENV_ID,
     RewardEnvConfig,
     SkyRLRewardEnv,
+    close_shared_pools,
     register_installed_envs,
     shared_pool,
 )
@@ -34,6 +35,7 @@ def reward_pool_rec(ray_module) -> Iterator[tuple[RewardPool, str]]:
     name = "test_env_rec_pool"
     pool = RewardPool.from_config(ROOT / "configs" / "rec.yaml", [f"name={name}", "num_workers=2"])
     yield pool, name
+    close_shared_pools()  # the envs' client of this pool, before the pool goes
     pool.shutdown()
 
 
