@@ -103,9 +103,12 @@ class RewardEnvConfig:
                 f"env_config: unknown keys {sorted(unknown)}; expected pool, in_process, rewards"
             )
         pool = env_config.get("pool")
+        in_process = env_config.get("in_process", False)
+        if not isinstance(in_process, bool):
+            raise ValueError(f"env_config.in_process: expected true or false, got {in_process!r}")
         return cls(
             pool=PoolConfig.name if pool is None else str(pool),
-            in_process=bool(env_config.get("in_process", False)),
+            in_process=in_process,
             rewards=dict(env_config.get("rewards") or {}),
         )
 
@@ -124,7 +127,13 @@ def shared_pool(name: str) -> RewardPool:
 
     with _lock:
         if name not in _pools:
-            _pools[name] = RewardPool.connect(name)
+            try:
+                _pools[name] = RewardPool.connect(name)
+            except ValueError as e:
+                raise ValueError(
+                    f"env_config.pool: no reward pool {name!r} is reachable ({e}); start it with "
+                    f"`skyrl-rewards pool start --config CFG name={name}` or set in_process=true"
+                ) from e
         return _pools[name]
 
 

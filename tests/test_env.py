@@ -134,6 +134,7 @@ def test_null_columns_are_left_out() -> None:
         ),  # no mix
         ({"pool": ""}, {"reward_spec": {"ground_truth": "1"}}, "env_config.pool"),  # empty name
         ({"pools": "x"}, {"reward_spec": {"ground_truth": "1"}}, "env_config"),  # typo'd key
+        ({"in_process": "no"}, {"reward_spec": {"ground_truth": "1"}}, "env_config.in_process"),
         ({"in_process": True, "rewards": {"format": {}}}, {}, "extras.reward_spec.ground_truth"),
         (
             {"in_process": True, "rewards": {"format": {}}},
@@ -188,3 +189,11 @@ def test_pool_mode_checks_a_given_mix_against_the_pool(reward_pool_rec) -> None:
     )  # same mix
     with pytest.raises(ValueError, match="env_config.rewards: .* differs from the mix of pool"):
         SkyRLRewardEnv({"pool": name, "rewards": {"iou": {"weight": 2.0}}}, extras)
+
+
+def test_a_pool_that_does_not_run_is_named_with_a_hint(ray_local) -> None:
+    env = SkyRLRewardEnv({"pool": "no_such_pool"}, {"reward_spec": {"ground_truth": "1"}})
+    with pytest.raises(
+        ValueError, match="env_config.pool: no reward pool 'no_such_pool'.*pool start"
+    ):
+        env.step("<answer>1</answer>")
