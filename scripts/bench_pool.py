@@ -252,8 +252,10 @@ def _bench_workload(rewards: Mapping[str, Any], warmup: list[Sample], steps: lis
                 rows.append(_measure(engine, lambda s: _run_processes(s, processes, chunk), warmup, steps))
         elif engine == "pool":
             started = time.perf_counter()
+            # the alarm stays quiet: iou reports 'error' on every row without an image, by design
             pool = RewardPool.from_config({"name": "bench_pool", "rewards": dict(rewards),
-                                           "num_workers": num_workers}, pool_overrides)
+                                           "num_workers": num_workers, "alarm_error_rate": 1.0,
+                                           "alarm_min_items": 10**9}, pool_overrides)
             extra["pool_start_s"] = round(time.perf_counter() - started, 2)
             try:
                 rows.append(_measure(engine, lambda s: _run_pool(pool, s), warmup, steps))

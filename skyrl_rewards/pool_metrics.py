@@ -2,7 +2,9 @@
 
 Counters are kept in the pool's process (readable with ``pool.metrics()``) and
 exported through ``ray.util.metrics`` with the tag ``pool=<name>``, so
-Prometheus sees the sum over every process that scores through the pool.
+Prometheus sees the sum over every process that scores through the pool
+(``skyrl_rewards_pool_<counter>``; latency as ``skyrl_rewards_pool_latency_s_bucket``
+with ``le`` tags, ``_sum``, and ``skyrl_rewards_pool_items`` as its count).
 
 The error-rate alarm watches a sliding window of items: when too many of them
 must be masked (a component timed out or errored), it logs an error loudly and,
@@ -17,6 +19,7 @@ import functools
 import logging
 import threading
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -43,16 +46,23 @@ _RECENT_LATENCIES = 10000
 
 
 @functools.cache
-def _ray_exporters() -> tuple[dict[str, Any], Any]:
-    """The process-wide ``ray.util.metrics`` objects (created once per process)."""
-    from ray.util.metrics import Counter, Histogram
+def _ray_exporters() -> dict[str, Any]:
+    """The process-wide ``ray.util.metrics`` counters (created once per process).
+
+    Latency is exported the way Prometheus stores a histogram (cumulative bucket
+    counters tagged ``le``, plus ``_sum`` and ``_count``), so that a batch of
+    items costs a few increments instead of one call per item.
+    """
+    from ray.util.metrics import Counter
 
     counters = {name: Counter(f"skyrl_rewards_pool_{name}", description=doc, tag_keys=("pool",))
                 for name, doc in COUNTERS.items()}
-    histogram = Histogram("skyrl_rewards_pool_latency_s",
-                          description="seconds from submission to result, per item",
-                          boundaries=list(LATENCY_BOUNDARIES_S), tag_keys=("pool",))
-    return counters, histogram
+    counters["latency_bucket"] = Counter(
+        "skyrl_rewards_pool_latency_s_bucket", tag_keys=("pool", "le"),
+        description="items whose latency (submission to result) is at most le seconds")
+    counters["latency_sum"] = Counter("skyrl_rewards_pool_latency_s_sum", tag_keys=("pool",),
+                                      description="total latency of scored items, seconds")
+    return counters
 
 
 class PoolMetrics:
@@ -73,23 +83,28 @@ class PoolMetrics:
         with self._lock:
             self._counts[name] += n
         if self._export:
-            _ray_exporters()[0][name].inc(n, tags=self._tags)
+            _ray_exporters()[name].inc(n, tags=self._tags)
 
     def record_items(self, latencies_s: list[float], *, errors: int, masked: int) -> None:
         """Record finished items: their latencies (submission to result), error components
         and masked items."""
-        buckets = [bisect.bisect_left(LATENCY_BOUNDARIES_S, x) for x in latencies_s]
+        added = [0] * len(self._buckets)
+        for latency_s in latencies_s:
+            added[bisect.bisect_left(LATENCY_BOUNDARIES_S, latency_s)] += 1
         with self._lock:
-            for bucket in buckets:
-                self._buckets[bucket] += 1
+            self._buckets = [old + new for old, new in zip(self._buckets, added)]
             self._recent_s.extend(latencies_s)
         self.count("items", len(latencies_s))
         self.count("errors", errors)
         self.count("masked_items", masked)
-        if self._export:
-            histogram = _ray_exporters()[1]
-            for latency_s in latencies_s:
-                histogram.observe(latency_s, tags=self._tags)
+        if self._export and latencies_s:
+            exporters = _ray_exporters()
+            cumulative = 0
+            for bound, n in zip((*LATENCY_BOUNDARIES_S, "+Inf"), added):
+                cumulative += n
+                if cumulative:
+                    exporters["latency_bucket"].inc(cumulative, tags={**self._tags, "le": str(bound)})
+            exporters["latency_sum"].inc(sum(latencies_s), tags=self._tags)
 
     def snapshot(self) -> dict[str, Any]:
         """Counters, ``cache_hit_rate``, latency buckets and p50/p99 of recent items."""
@@ -137,10 +152,11 @@ class ErrorRateAlarm:
         """Share of masked items in the current window (0.0 when empty)."""
         return self._masked / len(self._window) if self._window else 0.0
 
-    def record(self, masked: bool) -> None:
-        """Add one finished item to the window and update the alarm. Thread-safe."""
+    def record(self, masked: Sequence[bool]) -> None:
+        """Add finished items (True: masked) to the window and update the alarm. Thread-safe."""
         with self._lock:
-            self._record(masked)
+            for flag in masked:
+                self._record(flag)
 
     def _record(self, masked: bool) -> None:
         if len(self._window) == self._window.maxlen:

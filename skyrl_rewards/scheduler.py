@@ -51,7 +51,7 @@ from skyrl_rewards.mix import RewardMix
 from skyrl_rewards.pool_config import PoolConfig
 from skyrl_rewards.pool_metrics import ErrorRateAlarm, PoolMetrics
 from skyrl_rewards.replay_log import ReplayLog
-from skyrl_rewards.result import ComponentScore, RewardResult, Status
+from skyrl_rewards.result import MASKING_STATUSES, ComponentScore, RewardResult, Status
 from skyrl_rewards.worker import Progress
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ WORKER_LOST = (RayActorError, WorkerCrashedError, ObjectLostError, NodeDiedError
 """What Ray raises when a worker's process or node is gone."""
 
 _RESTART_BACKOFF_S = 1.0
+_MASKING_VALUES = frozenset(s.value for s in MASKING_STATUSES)
 _CLOSE_WAIT_S = 2.0
 
 
@@ -100,11 +101,12 @@ class _Slot:
 
 def record_results(metrics: PoolMetrics, alarm: ErrorRateAlarm, results: list[RewardResult]) -> None:
     """Count finished items in the metrics and feed them to the error-rate alarm."""
+    # RewardResult.should_mask, on the status strings (it builds an enum per status: slow)
+    masked = [any(s in _MASKING_VALUES for s in r.status.values()) for r in results]
     metrics.record_items([r.latency_s for r in results],
                          errors=sum(s == Status.ERROR.value for r in results for s in r.status.values()),
-                         masked=sum(r.should_mask for r in results))
-    for result in results:
-        alarm.record(result.should_mask)
+                         masked=sum(masked))
+    alarm.record(masked)
 
 
 class _LRU:
