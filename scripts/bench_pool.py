@@ -18,8 +18,13 @@ Workloads:
   the pool's overhead against the loop.
 
 Per item latency is the time from the moment a step is handed to the engine to the moment that
-item's result is available; throughput is items per second of wall time. Engines are warmed up
-on a separate step first; the pool's start-up time is reported on its own. Without a running
+item's result is available; throughput is items per second of wall time. Every engine is set up
+and warmed up on a separate step first (the pool's start-up time is reported on its own), then
+the engines are timed in turns for ``repeats`` rounds, so that they share the machine's load;
+the table gives the median round's wall time, and p50/p99 over all rounds. Every engine scores
+its own fresh data in every round (same generator, different draws): no engine profits from a
+cache another engine or an earlier round warmed (the in-process engines share one process), and
+the pool's cache helps only with the repeats inside a step, as in training. Without a running
 Ray, the pool starts a local one on 127.0.0.1 for each workload (and stops it).
 
 Run: ``python scripts/bench_pool.py`` (or ``skyrl-rewards bench``); ``--help`` for the options.
@@ -31,10 +36,13 @@ import argparse
 import json
 import multiprocessing
 import random
+import sys
 import tempfile
 import time
+import types
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +188,15 @@ def _run_threads(mix: Any, samples: list[Sample], executor: ThreadPoolExecutor) 
 _PROCESS_MIX: Any = None
 
 
+def _make_picklable() -> None:
+    """Let pickle find this module's functions when it was loaded from its path
+    (``skyrl-rewards bench`` does that): register it under its name."""
+    if __name__ not in sys.modules:
+        module = types.ModuleType(__name__)
+        module.__dict__.update(globals())
+        sys.modules[__name__] = module
+
+
 def _process_init(rewards: Mapping[str, Any]) -> None:
     global _PROCESS_MIX
     from skyrl_rewards.mix import RewardMix
@@ -213,59 +230,70 @@ def _run_pool(pool: Any, samples: list[Sample]) -> list[float]:
 # -- measurement -----------------------------------------------------------------------------
 
 
-def _summary(name: str, steps_latencies: list[list[float]], wall_s: float) -> dict[str, Any]:
-    latencies = sorted(x for step in steps_latencies for x in step)
-    items = len(latencies)
+def _summary(name: str, runs: list[tuple[float, list[float]]]) -> dict[str, Any]:
+    """Median wall time over the repeats; p50/p99 over every item of every repeat."""
+    walls = sorted(wall for wall, _ in runs)
+    wall_s = walls[len(walls) // 2]
+    latencies = sorted(x for _, run in runs for x in run)
+    items = len(runs[0][1])
     return {"engine": name, "items": items, "wall_s": round(wall_s, 3),
             "items_per_s": round(items / wall_s, 1),
-            "p50_ms": round(1000 * latencies[items // 2], 1),
-            "p99_ms": round(1000 * latencies[min(items - 1, int(0.99 * items))], 1)}
+            "p50_ms": round(1000 * latencies[len(latencies) // 2], 1),
+            "p99_ms": round(1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 1)}
 
 
-def _measure(name: str, run: Callable[[list[Sample]], list[float]], warmup: list[Sample],
-             steps: list[list[Sample]]) -> dict[str, Any]:
-    run(warmup)
-    start = time.perf_counter()
-    per_step = [run(step) for step in steps]
-    return _summary(name, per_step, time.perf_counter() - start)
+def _bench_workload(rewards: Mapping[str, Any], warmup: list[Sample],
+                    make_steps: Callable[[str], list[list[Sample]]], *, engines: Sequence[str],
+                    num_workers: int, repeats: int, pool_overrides: Sequence[str]) -> dict[str, Any]:
+    """Set every engine up and warm it, then time them in turns for ``repeats`` rounds.
 
-
-def _bench_workload(rewards: Mapping[str, Any], warmup: list[Sample], steps: list[list[Sample]], *,
-                    engines: Sequence[str], num_workers: int, pool_overrides: Sequence[str]) -> dict[str, Any]:
+    ``make_steps(tag)`` draws fresh steps: one call per engine per round.
+    """
     from skyrl_rewards.mix import RewardMix
     from skyrl_rewards.pool import RewardPool
 
+    unknown = set(engines) - set(ENGINES)
+    if unknown:
+        raise ValueError(f"engines: unknown {sorted(unknown)}; expected some of {ENGINES}")
     mix = RewardMix.from_config(rewards)
-    rows: list[dict[str, Any]] = []
+    rounds = [{engine: make_steps(f"r{r}{engine}") for engine in engines} for r in range(repeats)]
+    chunk = max(1, len(rounds[0][engines[0]][0]) // (8 * num_workers))
     extra: dict[str, Any] = {}
-    chunk = max(1, len(steps[0]) // (8 * num_workers))
-    for engine in engines:
-        if engine == "loop":
-            rows.append(_measure(engine, lambda s: _run_loop(mix, s), warmup, steps))
-        elif engine == "threads":
-            with ThreadPoolExecutor(max_workers=32) as threads:
-                rows.append(_measure(engine, lambda s: _run_threads(mix, s, threads), warmup, steps))
-        elif engine == "processes":
-            # fork, before any Ray starts in this process: the children need no Ray
-            with ProcessPoolExecutor(num_workers, mp_context=multiprocessing.get_context("fork"),
-                                     initializer=_process_init, initargs=(dict(rewards),)) as processes:
-                rows.append(_measure(engine, lambda s: _run_processes(s, processes, chunk), warmup, steps))
-        elif engine == "pool":
-            started = time.perf_counter()
-            # the alarm stays quiet: iou reports 'error' on every row without an image, by design
-            pool = RewardPool.from_config({"name": "bench_pool", "rewards": dict(rewards),
-                                           "num_workers": num_workers, "alarm_error_rate": 1.0,
-                                           "alarm_min_items": 10**9}, pool_overrides)
-            extra["pool_start_s"] = round(time.perf_counter() - started, 2)
-            try:
-                rows.append(_measure(engine, lambda s: _run_pool(pool, s), warmup, steps))
-                metrics = pool.metrics()
-                extra["pool_cache_hit_rate"] = round(metrics["cache_hit_rate"], 3)
-                extra["pool_worker_calls"] = metrics["worker_calls"]
-            finally:
-                pool.shutdown()
-        else:
-            raise ValueError(f"engines: unknown engine {engine!r}; expected some of {ENGINES}")
+    runners: dict[str, Callable[[list[Sample]], list[float]]] = {}
+    with ExitStack() as stack:
+        for engine in sorted(engines, key=lambda e: e == "pool"):  # fork before Ray starts here
+            if engine == "loop":
+                runners[engine] = lambda s: _run_loop(mix, s)
+            elif engine == "threads":
+                threads = stack.enter_context(ThreadPoolExecutor(max_workers=32))
+                runners[engine] = lambda s, ex=threads: _run_threads(mix, s, ex)
+            elif engine == "processes":
+                _make_picklable()
+                processes = stack.enter_context(ProcessPoolExecutor(
+                    num_workers, mp_context=multiprocessing.get_context("fork"),
+                    initializer=_process_init, initargs=(dict(rewards),)))
+                runners[engine] = lambda s, ex=processes: _run_processes(s, ex, chunk)
+            else:
+                started = time.perf_counter()
+                # the alarm stays quiet: iou reports 'error' on every row without an image, by design
+                pool = RewardPool.from_config({"name": "bench_pool", "rewards": dict(rewards),
+                                               "num_workers": num_workers, "alarm_error_rate": 1.0,
+                                               "alarm_min_items": 10**9}, pool_overrides)
+                stack.callback(pool.shutdown)
+                extra["pool_start_s"] = round(time.perf_counter() - started, 2)
+                runners[engine] = lambda s, p=pool: _run_pool(p, s)
+            runners[engine](warmup)
+        runs: dict[str, list[tuple[float, list[float]]]] = {engine: [] for engine in engines}
+        for data in rounds:
+            for engine in engines:
+                start = time.perf_counter()
+                latencies = [x for step in data[engine] for x in runners[engine](step)]
+                runs[engine].append((time.perf_counter() - start, latencies))
+        if "pool" in engines:
+            metrics = pool.metrics()
+            extra["pool_cache_hit_rate"] = round(metrics["cache_hit_rate"], 3)
+            extra["pool_worker_calls"] = metrics["worker_calls"]
+    rows = [_summary(engine, runs[engine]) for engine in engines]
     loop = next((r for r in rows if r["engine"] == "loop"), None)
     for row in rows:
         row["speedup_vs_loop"] = round(loop["wall_s"] / row["wall_s"], 2) if loop else None
@@ -274,7 +302,7 @@ def _bench_workload(rewards: Mapping[str, Any], warmup: list[Sample], steps: lis
 
 def run_bench(*, prompts: int = 64, group_size: int = 8, steps: int = 2, format_items: int = 10_000,
               num_workers: int = 2, engines: Sequence[str] = ENGINES, workloads: Sequence[str] = ("mixed", "format"),
-              seed: int = 0, pool_overrides: Sequence[str] = ()) -> dict[str, Any]:
+              repeats: int = 3, seed: int = 0, pool_overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Run the benchmark; return ``{workload: {"rows": [...], ...}, "targets": {...}}``.
 
     Each row: ``engine, items, wall_s, items_per_s, p50_ms, p99_ms, speedup_vs_loop``.
@@ -283,17 +311,19 @@ def run_bench(*, prompts: int = 64, group_size: int = 8, steps: int = 2, format_
     rng = random.Random(seed)
     report: dict[str, Any] = {"config": {"prompts": prompts, "group_size": group_size, "steps": steps,
                                          "format_items": format_items, "num_workers": num_workers,
-                                         "seed": seed, "pool_overrides": list(pool_overrides)}}
+                                         "repeats": repeats, "seed": seed, "pool_overrides": list(pool_overrides)}}
     with tempfile.TemporaryDirectory(prefix="bench_pool_") as folder:
         if "mixed" in workloads:
             warmup = mixed_step(rng, 8, group_size, Path(folder), "warm")
-            data = [mixed_step(rng, prompts, group_size, Path(folder), f"s{i}") for i in range(steps)]
-            report["mixed"] = _bench_workload(MIXED_REWARDS, warmup, data, engines=engines,
-                                              num_workers=num_workers, pool_overrides=pool_overrides)
+            report["mixed"] = _bench_workload(
+                MIXED_REWARDS, warmup,
+                lambda tag: [mixed_step(rng, prompts, group_size, Path(folder), f"{tag}s{i}")
+                             for i in range(steps)],
+                engines=engines, num_workers=num_workers, repeats=repeats, pool_overrides=pool_overrides)
         if "format" in workloads:
-            report["format"] = _bench_workload(FORMAT_REWARDS, format_step(rng, 500),
-                                               [format_step(rng, format_items)], engines=engines,
-                                               num_workers=num_workers, pool_overrides=pool_overrides)
+            report["format"] = _bench_workload(
+                FORMAT_REWARDS, format_step(rng, 500), lambda tag: [format_step(rng, format_items)],
+                engines=engines, num_workers=num_workers, repeats=repeats, pool_overrides=pool_overrides)
     report["targets"] = _targets(report)
     return report
 
@@ -345,14 +375,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
     parser.add_argument("--workloads", nargs="+", default=["mixed", "format"], choices=["mixed", "format"])
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds (median wall time)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the report here")
-    parser.add_argument("overrides", nargs="*", help="pool settings as key=value")
+    parser.add_argument("--pool", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="pool settings (configs/pool.yaml keys), e.g. --pool batch_size=128")
     args = parser.parse_args(argv)
     report = run_bench(prompts=args.prompts, group_size=args.group_size, steps=args.steps,
                        format_items=args.format_items, num_workers=args.num_workers,
-                       engines=args.engines, workloads=args.workloads, seed=args.seed,
-                       pool_overrides=args.overrides)
+                       engines=args.engines, workloads=args.workloads, repeats=args.repeats, seed=args.seed,
+                       pool_overrides=args.pool)
     print(format_table(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))

@@ -44,6 +44,10 @@ class PoolConfig:
     """Logical CPUs Ray reserves for each worker."""
     placement: str = "spread"
     """``spread``: workers across nodes (Ray SPREAD); ``default``: Ray decides (packs)."""
+    worker_niceness: int | None = 0
+    """Niceness of the worker processes. Ray starts workers at 15, so next to a busy trainer
+    the rewards starve; 0 competes evenly. Lowering it needs privileges (CAP_SYS_NICE): when
+    refused, a worker logs a warning and keeps Ray's value. ``None`` keeps Ray's value."""
     batch_size: int = 64
     """Most items gathered into one batch and sent to one worker in one call."""
     batch_wait_s: float = 0.005

@@ -67,4 +67,4 @@ class PoolDirectory:
             ray.kill(worker, no_restart=True)
 
     def _start_worker(self) -> ActorHandle:
-        return self._worker_cls.remote(self._config.rewards)
+        return self._worker_cls.remote(self._config.rewards, self._config.worker_niceness)

@@ -21,6 +21,7 @@ components are reported in groups at most ``progress_interval_s`` apart.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,6 +36,7 @@ WARMUP_SAMPLE = {"completion": "<think>1</think><answer>1</answer>", "solution":
 """Scored once per component when a worker starts, so lazy imports are not billed to real items."""
 
 _MEAN_DECAY = 0.8
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -53,10 +55,16 @@ class Progress:
 class RewardWorker:
     """Ray actor body. Build it with ``ray.remote(RewardWorker).options(...)``."""
 
-    def __init__(self, rewards: Mapping[str, Mapping[str, Any]]) -> None:
+    def __init__(self, rewards: Mapping[str, Mapping[str, Any]], niceness: int | None = None) -> None:
         # The pool bounds time by killing a stuck worker, so math-verify runs in this
         # process (no guard child per worker) unless the mix names a guard itself.
         os.environ.setdefault(GUARD_ENV_VAR, "inline")
+        if niceness is not None:
+            try:
+                os.setpriority(os.PRIO_PROCESS, 0, niceness)
+            except OSError as exc:  # lowering niceness needs privileges
+                logger.warning("reward worker keeps niceness %d (cannot set %d: %s)",
+                               os.getpriority(os.PRIO_PROCESS, 0), niceness, exc)
         self._mix = RewardMix.from_config(rewards)
         self._mean_s: dict[str, float] = {}
 
