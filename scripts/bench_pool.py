@@ -237,6 +237,7 @@ def _summary(name: str, runs: list[tuple[float, list[float]]]) -> dict[str, Any]
     latencies = sorted(x for _, run in runs for x in run)
     items = len(runs[0][1])
     return {"engine": name, "items": items, "wall_s": round(wall_s, 3),
+            "rounds_wall_s": [round(wall, 3) for wall, _ in runs],
             "items_per_s": round(items / wall_s, 1),
             "p50_ms": round(1000 * latencies[len(latencies) // 2], 1),
             "p99_ms": round(1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 1)}

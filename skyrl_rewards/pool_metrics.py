@@ -68,9 +68,8 @@ def _ray_exporters() -> dict[str, Any]:
 class PoolMetrics:
     """Thread-safe counters and a latency histogram for one pool client."""
 
-    def __init__(self, pool_name: str, *, export: bool = True) -> None:
+    def __init__(self, pool_name: str) -> None:
         self._tags = {"pool": pool_name}
-        self._export = export
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(COUNTERS, 0)
         self._buckets = [0] * (len(LATENCY_BOUNDARIES_S) + 1)
@@ -82,8 +81,7 @@ class PoolMetrics:
             return
         with self._lock:
             self._counts[name] += n
-        if self._export:
-            _ray_exporters()[name].inc(n, tags=self._tags)
+        _ray_exporters()[name].inc(n, tags=self._tags)
 
     def record_items(self, latencies_s: list[float], *, errors: int, masked: int) -> None:
         """Record finished items: their latencies (submission to result), error components
@@ -92,15 +90,15 @@ class PoolMetrics:
         for latency_s in latencies_s:
             added[bisect.bisect_left(LATENCY_BOUNDARIES_S, latency_s)] += 1
         with self._lock:
-            self._buckets = [old + new for old, new in zip(self._buckets, added)]
+            self._buckets = [old + new for old, new in zip(self._buckets, added, strict=True)]
             self._recent_s.extend(latencies_s)
         self.count("items", len(latencies_s))
         self.count("errors", errors)
         self.count("masked_items", masked)
-        if self._export and latencies_s:
+        if latencies_s:
             exporters = _ray_exporters()
             cumulative = 0
-            for bound, n in zip((*LATENCY_BOUNDARIES_S, "+Inf"), added):
+            for bound, n in zip((*LATENCY_BOUNDARIES_S, "+Inf"), added, strict=True):
                 cumulative += n
                 if cumulative:
                     exporters["latency_bucket"].inc(cumulative, tags={**self._tags, "le": str(bound)})
@@ -114,7 +112,7 @@ class PoolMetrics:
             recent = sorted(self._recent_s)
         data["cache_hit_rate"] = data["cache_hits"] / data["tasks"] if data["tasks"] else 0.0
         data["latency_s"] = {
-            "buckets": {**{f"le_{b:g}": n for b, n in zip(LATENCY_BOUNDARIES_S, buckets)},
+            "buckets": {**{f"le_{b:g}": n for b, n in zip(LATENCY_BOUNDARIES_S, buckets[:-1], strict=True)},
                         "inf": buckets[-1]},
             "p50": _percentile(recent, 0.50),
             "p99": _percentile(recent, 0.99),

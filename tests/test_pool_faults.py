@@ -163,10 +163,10 @@ def test_item_that_keeps_killing_workers_ends_as_an_error(ray_local: None, tmp_p
            "max_retries": 1, "replay_path": str(replay)}
     with RewardPool.from_config(cfg) as pool:
         thread, out = score_in_background(pool, [HANG])
-        for _ in range(2):  # the worker running it dies twice: once retried, then given up
+        for kills in (1, 2):  # the worker running it dies twice: once retried, then given up
             wait_until(lambda: busy_worker_pid(pool) != 0, timeout_s=60)
             os.kill(busy_worker_pid(pool), signal.SIGKILL)
-            wait_until(lambda: pool.metrics()["worker_restarts"] >= _ + 1, timeout_s=60)
+            wait_until(lambda k=kills: pool.metrics()["worker_restarts"] >= k, timeout_s=60)
         thread.join(timeout=60)
         (result,) = out[0]
         assert result.status == {"accuracy": "error"} and result.should_mask

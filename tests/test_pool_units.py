@@ -1,0 +1,107 @@
+"""The pool's pieces without Ray: settings, micro-batcher, alarm, replay log."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from skyrl_rewards.batching import MicroBatcher
+from skyrl_rewards.pool_config import PoolConfig, load_pool_config
+from skyrl_rewards.pool_metrics import ErrorRateAlarm, PoolMetrics
+from skyrl_rewards.replay_log import ReplayLog, read_replay_log
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_configs_pool_yaml_holds_the_defaults() -> None:
+    assert load_pool_config(REPO / "configs" / "pool.yaml") == PoolConfig()
+
+
+@pytest.mark.parametrize(("overrides", "key", "value"), [
+    (["num_workers=3"], "num_workers", 3),
+    (["timeout_s=2"], "timeout_s", 2.0),                   # an int where a float is expected
+    (["address=auto"], "address", "auto"),
+    (["replay_path=null"], "replay_path", None),
+    (["local_rewards=[]"], "local_rewards", []),
+    (["rewards.format.weight=0.25"], "rewards", {"accuracy": {"weight": 1.0}, "format": {"weight": 0.25}}),
+])
+def test_key_value_overrides(overrides: list[str], key: str, value: object) -> None:
+    assert getattr(load_pool_config(None, overrides), key) == value
+
+
+def test_a_given_mix_replaces_the_default_mix() -> None:
+    assert load_pool_config({"rewards": {"iou": {"weight": 2}}}).rewards == {"iou": {"weight": 2}}
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ({"num_workers": 0}, "num_workers: must be > 0"),
+    ({"num_workers": "two"}, "num_workers: expected"),
+    ({"alarm_stop": 1}, "alarm_stop: expected"),            # no int for a bool
+    ({"timeout_s": True}, "timeout_s: expected"),           # no bool for a number
+    ({"placement": "pack"}, "placement: expected one of"),
+    ({"alarm_error_rate": 0}, "alarm_error_rate"),
+    ({"rewards": {}}, "rewards: the reward mix is empty"),
+    ({"rewards": {"format": 1}}, "rewards.format: expected a mapping"),
+    ({"workers": 2}, "unknown keys"),
+])
+def test_bad_settings_name_the_key(source: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        load_pool_config(source)
+
+
+def test_micro_batcher_sends_full_batches_at_once_and_the_rest_after_the_delay() -> None:
+    async def run() -> list[tuple[float, list[int]]]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        sent: list[tuple[float, list[int]]] = []
+        batcher = MicroBatcher(lambda b: sent.append((loop.time() - start, b)), batch_size=3,
+                               batch_wait_s=0.05)
+        batcher.add([1, 2])
+        batcher.add([3, 4])  # fills the first batch: sent now
+        await asyncio.sleep(0.1)
+        batcher.add([5])
+        assert batcher.drain() == [5]  # taken back: never sent
+        await asyncio.sleep(0.1)
+        return sent
+
+    sent = asyncio.run(run())
+    assert [batch for _, batch in sent] == [[1, 2, 3], [4]]
+    assert sent[0][0] < 0.01 and 0.04 < sent[1][0] < 0.09
+
+
+def test_alarm_fires_at_the_rate_and_clears_below_it() -> None:
+    alarm = ErrorRateAlarm(window_items=10, max_rate=0.5, min_items=4, stop=False, pool_name="p")
+    alarm.record([True, True, True])
+    assert not alarm.firing  # fewer than min_items
+    alarm.record([False])
+    assert alarm.firing and not alarm.stopped
+    alarm.record([False] * 10)
+    assert not alarm.firing and alarm.rate == 0.0
+
+
+def test_stopping_alarm_stays_stopped() -> None:
+    alarm = ErrorRateAlarm(window_items=4, max_rate=0.5, min_items=4, stop=True, pool_name="p")
+    alarm.record([True] * 4 + [False] * 4)
+    assert alarm.stopped and not alarm.firing
+
+
+def test_metrics_histogram_and_percentiles() -> None:
+    metrics = PoolMetrics("units")
+    metrics.record_items([0.001, 0.003, 0.2, 100.0], errors=2, masked=1)
+    snapshot = metrics.snapshot()
+    assert (snapshot["items"], snapshot["errors"], snapshot["masked_items"]) == (4, 2, 1)
+    buckets = snapshot["latency_s"]["buckets"]
+    assert (buckets["le_0.001"], buckets["le_0.005"], buckets["le_0.25"], buckets["inf"]) == (1, 1, 1, 1)
+    assert snapshot["latency_s"]["p50"] == 0.2 and snapshot["latency_s"]["p99"] == 100.0
+
+
+def test_replay_log_writes_one_json_line_per_event(tmp_path: Path) -> None:
+    log = ReplayLog(tmp_path / "sub" / "replay.jsonl", pool_name="p", max_field_chars=5)
+    log.append("timeout", "accuracy", {"completion": "0123456789", "grid": (1, 2, 3)}, "slow")
+    log.append("crash", "iou", {"completion": "x"}, "died")
+    events = read_replay_log(tmp_path / "sub" / "replay.jsonl")
+    assert [(e["kind"], e["component"], e["message"]) for e in events] == [
+        ("timeout", "accuracy", "slow"), ("crash", "iou", "died")]
+    assert events[0]["sample"] == {"completion": "01234", "grid": [1, 2, 3]}
