@@ -2,7 +2,9 @@
 
 Per-sample functions follow VLM-R1's names and signatures; batch functions
 follow TRL's reward-function convention; :class:`RewardMix` scores a weighted
-set of rewards on one sample.
+set of rewards on one sample; :class:`RewardPool` scores many on Ray actors;
+:class:`SkyRLRewardEnv` is registered with skyrl-gym as ``skyrl_rewards`` on
+import.
 """
 
 from skyrl_rewards.accuracy import default_accuracy_reward
@@ -15,9 +17,11 @@ from skyrl_rewards.batch import (
 )
 from skyrl_rewards.choice import extract_choice
 from skyrl_rewards.detection import detection_score
+from skyrl_rewards.env import SkyRLRewardEnv  # importing it registers the env with skyrl-gym
 from skyrl_rewards.format_checks import format_reward, format_reward_rec
 from skyrl_rewards.geometry import iou
 from skyrl_rewards.mix import RewardMix, RewardSpec
+from skyrl_rewards.pool import RewardPool
 from skyrl_rewards.rec import iou_reward
 from skyrl_rewards.registry import COMPONENTS
 from skyrl_rewards.result import ComponentScore, RewardResult, Status
@@ -30,8 +34,10 @@ __all__ = [
     "ComponentScore",
     "CosineSchedule",
     "RewardMix",
+    "RewardPool",
     "RewardResult",
     "RewardSpec",
+    "SkyRLRewardEnv",
     "Status",
     "accuracy_reward",
     "answer_span",
