@@ -72,7 +72,7 @@ class RewardPool:
             raise PoolExistsError(f"name: a reward pool named {config.name!r} already runs in "
                                   f"namespace {config.namespace!r}; use RewardPool.connect")
         # the directory lives on the creator's node: it shares the creator's fate anyway
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         directory = ray.remote(PoolDirectory).options(
             name=config.name, namespace=config.namespace, num_cpus=0,
             scheduling_strategy=here).remote(config.to_dict())
@@ -215,7 +215,7 @@ class RewardPool:
             raise RewardAlarmError(f"reward pool {self._config.name!r} stopped scoring: "
                                    f"error rate {self._alarm.rate:.0%} (see the logs)")
         for index, sample in enumerate(samples):
-            if not isinstance(sample, Mapping):
+            if type(sample) is not dict and not isinstance(sample, Mapping):  # dict: the fast test
                 raise ValueError(f"samples[{index}]: expected a mapping with 'completion' and "
                                  f"'solution', got {type(sample).__name__}")
 

@@ -153,6 +153,11 @@ class ErrorRateAlarm:
     def record(self, masked: Sequence[bool]) -> None:
         """Add finished items (True: masked) to the window and update the alarm. Thread-safe."""
         with self._lock:
+            quiet = not self.firing and len(self._window) >= self._min_items
+            if quiet and not any(masked):  # the rate can only fall: no transition
+                self._window.extend(masked)
+                self._masked = sum(self._window)
+                return
             for flag in masked:
                 self._record(flag)
 

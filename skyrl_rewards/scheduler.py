@@ -101,11 +101,15 @@ class _Slot:
 
 def record_results(metrics: PoolMetrics, alarm: ErrorRateAlarm, results: list[RewardResult]) -> None:
     """Count finished items in the metrics and feed them to the error-rate alarm."""
-    # RewardResult.should_mask, on the status strings (it builds an enum per status: slow)
-    masked = [any(s in _MASKING_VALUES for s in r.status.values()) for r in results]
-    metrics.record_items([r.latency_s for r in results],
-                         errors=sum(s == Status.ERROR.value for r in results for s in r.status.values()),
-                         masked=sum(masked))
+    masked: list[bool] = []
+    errors = 0
+    for result in results:
+        # RewardResult.should_mask on the status strings (it builds an enum per status: slow)
+        flag = any(s in _MASKING_VALUES for s in result.status.values())
+        masked.append(flag)
+        if flag:
+            errors += sum(s == Status.ERROR.value for s in result.status.values())
+    metrics.record_items([r.latency_s for r in results], errors=errors, masked=sum(masked))
     alarm.record(masked)
 
 
@@ -151,6 +155,7 @@ class Scheduler:
         self._timed_out = _LRU(config.cache_size)
         self._running: dict[tuple[str, Hashable], _Task] = {}
         self._open: set[Item] = set()
+        self._closing = False
         self._local = frozenset(config.local_rewards) & set(mix.names)
         self._max_chunk_tasks = config.batch_size * max(1, len(mix.names) - len(self._local))
 
@@ -174,7 +179,13 @@ class Scheduler:
         self._wakeup.set()
 
     async def close(self, pending: list[Item]) -> None:
-        """Stop serving; every unfinished item (and ``pending``) scores as an error."""
+        """Stop serving; every unfinished item (and ``pending``) scores as an error.
+
+        Besides cancelling, a flag ends the serving loops: ``asyncio.wait_for`` can
+        swallow a cancellation that arrives as its inner call completes (Python < 3.12).
+        """
+        self._closing = True
+        self._wakeup.set()
         for server in self._servers:
             server.cancel()
         if self._servers:
@@ -263,8 +274,10 @@ class Scheduler:
     # -- serving ---------------------------------------------------------
 
     async def _serve(self, slot: _Slot) -> None:
-        while True:
+        while not self._closing:
             chunk, fence_all = await self._next_chunk()
+            if not chunk:
+                return
             self._metrics.count("worker_calls")
             slot.in_flight = len(chunk)
             try:
@@ -283,9 +296,12 @@ class Scheduler:
                 await self._replace(slot, graceful=True)
 
     async def _next_chunk(self) -> tuple[list[_Task], bool]:
-        while not (self._queue or self._isolated):
+        """The next chunk of queued tasks, or an empty one when the scheduler closes."""
+        while not (self._queue or self._isolated or self._closing):
             self._wakeup.clear()
             await self._wakeup.wait()
+        if self._closing:
+            return [], False
         if self._isolated:
             source, fence_all = self._isolated, True
         else:
