@@ -168,9 +168,9 @@ def format_step(rng: random.Random, items: int) -> list[Sample]:
 
 def _run_loop(mix: Any, samples: list[Sample]) -> list[float]:
     start = time.perf_counter()
-    latencies = []
-    for sample in samples:
-        mix.score(sample)
+    results, latencies = [], []
+    for sample in samples:  # results are kept, as a trainer keeps its rewards
+        results.append(mix.score(sample))
         latencies.append(time.perf_counter() - start)
     return latencies
 
@@ -178,11 +178,10 @@ def _run_loop(mix: Any, samples: list[Sample]) -> list[float]:
 def _run_threads(mix: Any, samples: list[Sample], executor: ThreadPoolExecutor) -> list[float]:
     start = time.perf_counter()
 
-    def timed(sample: Sample) -> float:
-        mix.score(sample)
-        return time.perf_counter() - start
+    def timed(sample: Sample) -> tuple[Any, float]:
+        return mix.score(sample), time.perf_counter() - start
 
-    return list(executor.map(timed, samples))
+    return [latency for _, latency in executor.map(timed, samples)]
 
 
 _PROCESS_MIX: Any = None
@@ -204,10 +203,8 @@ def _process_init(rewards: Mapping[str, Any]) -> None:
     _PROCESS_MIX = RewardMix.from_config(rewards)
 
 
-def _process_chunk(chunk: list[Sample]) -> int:
-    for sample in chunk:
-        _PROCESS_MIX.score(sample)
-    return len(chunk)
+def _process_chunk(chunk: list[Sample]) -> list[Any]:
+    return [_PROCESS_MIX.score(sample) for sample in chunk]
 
 
 def _run_processes(samples: list[Sample], executor: ProcessPoolExecutor, chunk_size: int) -> list[float]:
@@ -219,7 +216,7 @@ def _run_processes(samples: list[Sample], executor: ProcessPoolExecutor, chunk_s
         done, pending = wait(pending, return_when=FIRST_COMPLETED)
         now = time.perf_counter() - start
         for future in done:
-            latencies += [now] * future.result()
+            latencies += [now] * len(future.result())
     return latencies
 
 

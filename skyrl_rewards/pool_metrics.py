@@ -87,8 +87,8 @@ class PoolMetrics:
         """Record finished items: their latencies (submission to result), error components
         and masked items."""
         added = [0] * len(self._buckets)
-        for latency_s in latencies_s:
-            added[bisect.bisect_left(LATENCY_BOUNDARIES_S, latency_s)] += 1
+        for bucket in map(functools.partial(bisect.bisect_left, LATENCY_BOUNDARIES_S), latencies_s):
+            added[bucket] += 1
         with self._lock:
             self._buckets = [old + new for old, new in zip(self._buckets, added, strict=True)]
             self._recent_s.extend(latencies_s)

@@ -105,7 +105,7 @@ def record_results(metrics: PoolMetrics, alarm: ErrorRateAlarm, results: list[Re
     errors = 0
     for result in results:
         # RewardResult.should_mask on the status strings (it builds an enum per status: slow)
-        flag = any(s in _MASKING_VALUES for s in result.status.values())
+        flag = not _MASKING_VALUES.isdisjoint(result.status.values())
         masked.append(flag)
         if flag:
             errors += sum(s == Status.ERROR.value for s in result.status.values())
