@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from skyrl_rewards.batching import MicroBatcher
@@ -185,9 +186,12 @@ class RewardPool:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(_SHUTDOWN_WAIT_S)
         self._loop.close()
-        if self._owner:
-            ray.get(self._directory.shutdown.remote(), timeout=_SHUTDOWN_WAIT_S)
-            ray.kill(self._directory)
+        if self._owner and not self._scheduler.lost:
+            try:
+                ray.get(self._directory.shutdown.remote(), timeout=_SHUTDOWN_WAIT_S)
+                ray.kill(self._directory)
+            except RayActorError:  # the directory died meanwhile: its workers died with it
+                pass
         if self._owns_ray:
             ray.shutdown()
 
@@ -211,6 +215,8 @@ class RewardPool:
     def _check_open(self, samples: Sequence[Mapping[str, Any]]) -> None:
         if self._closed:
             raise PoolClosedError(f"reward pool {self._config.name!r} was shut down")
+        if self._scheduler.lost:
+            raise PoolClosedError(self._scheduler.lost)
         if self._alarm.stopped:
             raise RewardAlarmError(f"reward pool {self._config.name!r} stopped scoring: "
                                    f"error rate {self._alarm.rate:.0%} (see the logs)")

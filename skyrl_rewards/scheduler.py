@@ -65,6 +65,10 @@ _MASKING_VALUES = frozenset(s.value for s in MASKING_STATUSES)
 _CLOSE_WAIT_S = 2.0
 
 
+class PoolLostError(RuntimeError):
+    """The pool's directory actor is gone (stopped, or its node lost), and its workers with it."""
+
+
 @dataclass(eq=False)
 class Item:
     """One submitted sample: its component scores so far and the future of its result."""
@@ -156,6 +160,8 @@ class Scheduler:
         self._running: dict[tuple[str, Hashable], _Task] = {}
         self._open: set[Item] = set()
         self._closing = False
+        self.lost = ""
+        """Why the pool is gone (its directory died); empty while it runs."""
         self._local = frozenset(config.local_rewards) & set(mix.names)
         self._max_chunk_tasks = config.batch_size * max(1, len(mix.names) - len(self._local))
 
@@ -169,6 +175,10 @@ class Scheduler:
     def admit(self, items: list[Item]) -> None:
         """Take a batch of items: score local rewards, answer what is known, queue new work."""
         self._metrics.count("tasks", len(items) * len(self._mix.names))
+        if self.lost:
+            for item in items:
+                self._fail(item, self.lost)
+            return
         for item in items:
             self._open.add(item)
             for name in self._mix.names:
@@ -195,10 +205,7 @@ class Scheduler:
                                _CLOSE_WAIT_S, server.get_stack())
         message = "the reward pool was shut down before this item was scored"
         for item in [*self._open, *pending]:
-            for name in self._mix.names:
-                if name not in item.scores:
-                    self._give(item, name, ComponentScore(self._config.fallback, Status.ERROR,
-                                                          message))
+            self._fail(item, message)
 
     def describe(self) -> dict[str, Any]:
         """Queue lengths and each worker's slot, generation, pid, node and load."""
@@ -274,6 +281,12 @@ class Scheduler:
     # -- serving ---------------------------------------------------------
 
     async def _serve(self, slot: _Slot) -> None:
+        try:
+            await self._serve_chunks(slot)
+        except PoolLostError as exc:
+            self._lose(str(exc))
+
+    async def _serve_chunks(self, slot: _Slot) -> None:
         while not self._closing:
             chunk, fence_all = await self._next_chunk()
             if not chunk:
@@ -282,6 +295,8 @@ class Scheduler:
             slot.in_flight = len(chunk)
             try:
                 await self._run_chunk(slot, chunk, fence_all)
+            except PoolLostError:
+                raise
             except Exception:  # last line of defence: a bug here must not leave items waiting
                 logger.exception("reward pool scheduler failed on a call to worker %d", slot.index)
                 for task in chunk:
@@ -432,9 +447,8 @@ class Scheduler:
     async def _replace(self, slot: _Slot, *, graceful: bool) -> None:
         logger.debug("worker %d gen %d: replacing (graceful=%s)", slot.index, slot.generation,
                      graceful)
-        generation, actor = await self._directory.replace.remote(slot.index, slot.generation,
-                                                                 graceful)
-        slot.generation, slot.actor, slot.computations = generation, actor, 0
+        slot.generation, slot.actor = await self._ask_directory_to_replace(slot, graceful)
+        slot.computations = 0
         await self._ensure_ready(slot)
         logger.debug("worker %d gen %d: ready (pid %d)", slot.index, slot.generation, slot.pid)
 
@@ -448,8 +462,33 @@ class Scheduler:
             except (TimeoutError, *WORKER_LOST, RayTaskError) as exc:
                 logger.error("worker %d did not start (%s); starting another", slot.index, exc)
                 await asyncio.sleep(_RESTART_BACKOFF_S)
-                slot.generation, slot.actor = await self._directory.replace.remote(
-                    slot.index, slot.generation, False)
+                slot.generation, slot.actor = await self._ask_directory_to_replace(slot, False)
+
+    async def _ask_directory_to_replace(self, slot: _Slot, graceful: bool) -> tuple[int, ActorHandle]:
+        try:
+            return await self._directory.replace.remote(slot.index, slot.generation, graceful)
+        except WORKER_LOST as exc:
+            raise PoolLostError(f"the reward pool {self._config.name!r} is gone (its directory "
+                                f"actor died: {type(exc).__name__})") from exc
+
+    def _lose(self, message: str) -> None:
+        """The pool is gone: every open item and every later one scores as an error."""
+        if self.lost:
+            return
+        logger.error("%s; open items score as errors", message)
+        self.lost = message
+        self._closing = True
+        self._wakeup.set()
+        self._queue.clear()
+        self._isolated.clear()
+        self._running.clear()
+        for item in list(self._open):
+            self._fail(item, message)
+
+    def _fail(self, item: Item, message: str) -> None:
+        for name in self._mix.names:
+            if name not in item.scores:
+                self._give(item, name, ComponentScore(self._config.fallback, Status.ERROR, message))
 
     async def _node_lost(self, slot: _Slot) -> bool:
         nodes = await asyncio.get_running_loop().run_in_executor(None, ray.nodes)

@@ -179,6 +179,18 @@ def test_shutdown_refuses_further_scoring(ray_local: None) -> None:
         ray.get_actor("test_pool_closing", namespace="skyrl_rewards")
 
 
+def test_a_pool_whose_directory_died_gives_errors_not_hangs(ray_local: None) -> None:
+    lost = RewardPool.from_config({"name": "test_pool_lost", "rewards": REWARDS, "num_workers": 1})
+    assert lost.score(SAMPLES[:1])[0].ok
+    ray.kill(ray.get_actor("test_pool_lost", namespace="skyrl_rewards"))  # workers die with it
+    results = lost.score(SAMPLES[1:3], wait_timeout_s=120)
+    assert [r.status["accuracy"] for r in results] == ["error", "error"]
+    assert all("is gone" in r.errors["accuracy"] and r.should_mask for r in results)
+    with pytest.raises(PoolClosedError, match="is gone"):
+        lost.score(SAMPLES[:1])
+    lost.shutdown()
+
+
 def test_error_rate_alarm_fires_and_stops_scoring(ray_local: None, tmp_path: Path,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     # iou on a row whose image file does not exist: a dataset error on every item
