@@ -42,7 +42,11 @@ def cluster(_ray_session: None) -> Iterator[Cluster]:
     three_nodes.shutdown()
 
 
-def test_workers_spread_and_a_lost_node_loses_nothing(cluster: Cluster) -> None:
+@pytest.mark.parametrize("graceful", [
+    True,   # the node drains: Ray reports the actors dead at once
+    False,  # the node's processes are killed: the driver sees its calls fail (ActorUnavailable)
+])
+def test_workers_spread_and_a_lost_node_loses_nothing(cluster: Cluster, graceful: bool) -> None:
     cfg = {"name": "test_pool_nodes", "rewards": {"accuracy": {}}, "num_workers": 3,
            "placement": "spread", "batch_size": 128, "timeout_s": 60.0}
     with RewardPool.from_config(cfg) as pool:
@@ -60,7 +64,7 @@ def test_workers_spread_and_a_lost_node_loses_nothing(cluster: Cluster) -> None:
         head = ray.get_runtime_context().get_node_id()
         busy = {w["node_id"] for w in pool.metrics()["workers"] if w["in_flight"] and w["node_id"] != head}
         victim = next(n for n in cluster.worker_nodes if n.node_id in busy)
-        cluster.remove_node(victim)
+        cluster.remove_node(victim, allow_graceful=graceful)
         thread.join(timeout=180)
 
         results = out[0]
@@ -69,6 +73,7 @@ def test_workers_spread_and_a_lost_node_loses_nothing(cluster: Cluster) -> None:
         assert all(r.ok for r in results)
         metrics = pool.metrics()
         assert metrics["worker_restarts"] >= 1 and metrics["retries"] > 0
+        assert metrics["timeouts"] == 0  # a lost node is not blamed on an item
         while victim.node_id in {w["node_id"] for w in pool.metrics()["workers"]}:
             assert time.monotonic() < deadline + 120, "the lost node's worker was not replaced"
             time.sleep(0.1)
