@@ -57,9 +57,10 @@ def default_accuracy_score(
 ) -> ComponentScore:
     """:func:`default_accuracy_reward` with its outcome.
 
-    Status ``unparseable`` when the student answer is empty or math-verify had
-    to give up on it (too long, too deep, timed out); the value is then what
-    the string branches give, and ``error`` says why.
+    Status ``unparseable`` when the student answer is empty or too long or
+    complex for math-verify; ``timeout`` when math-verify ran past
+    ``timeout_s``; ``error`` when its process died. In those cases the value
+    is what the string branches give, and ``error`` says why.
     """
     gold = _gold_span(sol)
     student = answer_span(content) if isinstance(content, str) else ""
@@ -69,15 +70,18 @@ def default_accuracy_score(
     if outcome is MathStatus.EQUAL:
         return ComponentScore(1.0)
     value = _string_accuracy(student, gold)
+    if outcome is MathStatus.NOT_EQUAL:
+        return ComponentScore(value)
+    return ComponentScore(value, *_gave_up(outcome, timeout_s))
+
+
+def _gave_up(outcome: MathStatus, timeout_s: float) -> tuple[Status, str]:
+    """Status and message for a symbolic check that could not judge."""
     if outcome is MathStatus.TIMEOUT:
-        return ComponentScore(
-            value, Status.UNPARSEABLE, f"math-verify timed out after {timeout_s}s"
-        )
-    if outcome is MathStatus.TOO_COMPLEX:
-        return ComponentScore(
-            value, Status.UNPARSEABLE, "answer too long or too nested for math-verify"
-        )
-    return ComponentScore(value)
+        return Status.TIMEOUT, f"math-verify timed out after {timeout_s}s"
+    if outcome is MathStatus.CRASHED:
+        return Status.ERROR, "math-verify's process died or could not start"
+    return Status.UNPARSEABLE, "answer too long or too complex for math-verify"
 
 
 def _string_accuracy(student: str, gold: str) -> float:
@@ -111,8 +115,8 @@ def _gold_span(sol: Any) -> str:
     if not isinstance(sol, str):
         raise ValueError(f"solution: expected a string, got {type(sol).__name__}")
     gold = answer_span(sol)
-    if not gold:
-        raise ValueError("solution: the ground-truth answer is empty")
+    if not clean(gold):
+        raise ValueError(f"solution: the ground-truth answer is empty ({sol!r:.80})")
     return gold
 
 
@@ -165,7 +169,7 @@ def math_score(
         return ComponentScore(1.0)
     if outcome is MathStatus.NOT_EQUAL:
         return ComponentScore(0.0)
-    return ComponentScore(0.0, Status.UNPARSEABLE, f"math-verify could not judge: {outcome.value}")
+    return ComponentScore(0.0, *_gave_up(outcome, timeout_s))
 
 
 def weighted_sum_score(content: str, sol: str) -> ComponentScore:

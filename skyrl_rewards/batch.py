@@ -3,7 +3,7 @@
 A batch reward takes ``completions`` (message lists or strings), ``solution``
 and dataset columns as keyword lists, and returns one float per completion.
 A bad row raises ``ValueError`` naming the field and the sample index; what
-a model wrote never raises.
+a model wrote never raises; a bug in our code raises as itself.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Any
 from skyrl_rewards.components import Component
 from skyrl_rewards.debug_log import log_rewards
 from skyrl_rewards.registry import build_component
-from skyrl_rewards.result import Status
 from skyrl_rewards.text import completion_text
 
 
@@ -41,15 +40,15 @@ class BatchReward:
         self, completions: Sequence[Any], solution: Sequence[Any] | None = None, **kwargs: Any
     ) -> list[float]:
         rewards = []
-        for index, completion in enumerate(completions):
+        contents = [completion_text(c) for c in completions]
+        for index, content in enumerate(contents):
             sample = {key: _row(values, key, index) for key, values in kwargs.items()}
-            sample["completion"] = completion
             sample["solution"] = _row(solution, "solution", index) if solution is not None else None
-            score = self._component.score(sample)
-            if score.status is Status.ERROR:
-                raise ValueError(f"sample {index}: {score.error}")
-            rewards.append(score.value)
-        log_rewards(self.__name__, [completion_text(c) for c in completions], rewards)
+            try:
+                rewards.append(self._component.compute(content, sample).value)
+            except ValueError as error:
+                raise ValueError(f"sample {index}: {error}") from error
+        log_rewards(self.__name__, contents, rewards)
         return rewards
 
 

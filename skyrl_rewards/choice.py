@@ -23,18 +23,20 @@ _STRONG_FOLLOWERS = frozenset("。.!！,，")
 def extract_choice(text: str) -> str | None:
     """The multiple-choice letter ``text`` commits to, or ``None``.
 
-    Candidates are single letters A-Z (after upper-casing) not preceded by a
-    letter and followed by one of ``.,?!:;`` or the end of the text. With
-    several candidates, each scores +1 per keyword within 20 characters of its
-    first occurrence, +2 if it sits in the last 30% of the text, +1 if followed
-    by one of ``。.!！,，``; the highest score wins, ties go to the first seen.
+    The text is upper-cased and its whitespace runs collapsed to one space (not
+    stripped: ``"B "`` has no candidate). Candidates are single letters A-Z not
+    preceded by a letter and followed by one of ``.,?!:;`` or the end of the
+    text. With several candidates, each scores +1 per keyword in the 20
+    characters either side of its first occurrence, +2 if it starts past 70% of
+    the text, +1 if followed by one of ``。.!！,，``; the highest score wins,
+    ties go to the first seen.
 
     >>> extract_choice("I think the answer is B.")
     'B'
     """
     if not isinstance(text, str):
         return None
-    text = _WHITESPACE.sub(" ", cap(text, MAX_CHOICE_TEXT_CHARS).upper()).strip()
+    text = _WHITESPACE.sub(" ", cap(text, MAX_CHOICE_TEXT_CHARS).upper())
     first_seen: dict[str, int] = {}
     for match in _CANDIDATE.finditer(text):
         first_seen.setdefault(match.group(1), match.start())
@@ -51,9 +53,9 @@ def extract_choice(text: str) -> str | None:
 
 
 def _candidate_score(text: str, pos: int) -> int:
-    window = text[max(0, pos - _KEYWORD_WINDOW) : pos + _KEYWORD_WINDOW + 1]
+    window = text[max(0, pos - _KEYWORD_WINDOW) : pos + _KEYWORD_WINDOW]
     score = sum(1 for keyword in _KEYWORDS if keyword in window)
-    if pos >= len(text) * _TAIL_FRACTION:
+    if pos > len(text) * _TAIL_FRACTION:
         score += 2
     if pos + 1 < len(text) and text[pos + 1] in _STRONG_FOLLOWERS:
         score += 1

@@ -123,7 +123,7 @@ def ground_truth_detections(sol: str) -> list[Detection]:
         raise ValueError(f"solution: expected a string, got {type(sol).__name__}")
     text = clean(sol)
     block = json_block(text)
-    data = parse_json(block if block is not None else text, repair=False)
+    data = parse_json(block if block is not None else text, repair=False, max_chars=None)
     if not isinstance(data, list):
         raise ValueError("solution: expected a JSON list of {bbox_2d, label} objects")
     detections = [_detection(item) for item in data]

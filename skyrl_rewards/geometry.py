@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import os
 import re
 from collections.abc import Sequence
@@ -102,9 +103,11 @@ def grid_thw(value: Any, field: str = "image_grid_thw") -> tuple[int, int, int]:
         value = value[0]
     if not isinstance(value, (list, tuple)) or len(value) != 3:
         raise ValueError(f"{field}: expected (t, h, w), got {value!r:.80}")
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+    if not all(
+        isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0 for v in value
+    ):
         raise ValueError(f"{field}: expected three positive integers, got {value!r:.80}")
-    return value[0], value[1], value[2]
+    return int(value[0]), int(value[1]), int(value[2])
 
 
 def image_path(value: Any, field: str = "image_path") -> str:

@@ -15,8 +15,11 @@ import json_repair
 
 from skyrl_rewards.text import cap
 
-MAX_JSON_CHARS = 20_000
-"""Longer JSON candidates are cut before parsing (json-repair is super-linear on some inputs)."""
+MAX_JSON_CHARS = 100_000
+"""Longer JSON candidates are cut before ``json.loads`` (linear) sees them."""
+
+MAX_REPAIR_CHARS = 4_000
+"""json-repair runs only on candidates up to this length (it is quadratic on some inputs)."""
 
 MAX_SEARCH_CHARS = 50_000
 """Longer texts are cut before a block search runs."""
@@ -37,19 +40,26 @@ def any_block(text: str) -> str | None:
     return match.group(1).strip() if match else None
 
 
-def parse_json(text: str, *, repair: bool = True) -> list[Any] | dict[str, Any] | None:
+def parse_json(
+    text: str, *, repair: bool = True, max_chars: int | None = MAX_JSON_CHARS
+) -> list[Any] | dict[str, Any] | None:
     """``text`` parsed as JSON (then, if allowed, with json-repair); ``None`` unless a finite list/dict.
+
+    ``text`` is cut to ``max_chars`` first (``None``: no cut, for trusted
+    ground truth); json-repair only sees candidates up to
+    :data:`MAX_REPAIR_CHARS`.
 
     >>> parse_json('[{"a": 1},]')
     [{'a': 1}]
     """
     if not isinstance(text, str) or not text:
         return None
-    text = cap(text, MAX_JSON_CHARS)
+    if max_chars is not None:
+        text = cap(text, max_chars)
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        data = _repair(text) if repair else None
+    except (ValueError, RecursionError):  # JSONDecodeError, or an integer past Python's digit limit
+        data = _repair(text) if repair and len(text) <= MAX_REPAIR_CHARS else None
     if isinstance(data, (list, dict)) and _finite(data):
         return data
     return None

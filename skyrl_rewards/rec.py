@@ -28,12 +28,14 @@ def ground_truth_box(sol: Any) -> Box:
         raise ValueError(f"solution: expected a string, got {type(sol).__name__}")
     try:
         box = as_box(json.loads(answer_span(sol)))
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # JSONDecodeError, or an integer past the digit limit
         box = None
     if box is None:
         raise ValueError(
             f"solution: expected a JSON box [x1, y1, x2, y2], got {answer_span(sol)!r:.80}"
         )
+    if box[2] <= box[0] or box[3] <= box[1]:
+        raise ValueError(f"solution: the box {list(box)} has no area (need x1 < x2 and y1 < y2)")
     return box
 
 
@@ -83,6 +85,12 @@ def iou_reward(completions: list[Any], solution: list[Any], **kwargs: Any) -> li
     [1.0]
     """
     patch_size = kwargs.get("patch_size", DEFAULT_PATCH_SIZE)
+    if isinstance(patch_size, bool) or not isinstance(patch_size, int) or patch_size <= 0:
+        raise ValueError(f"patch_size: expected a positive integer, got {patch_size!r}")
+    if not isinstance(solution, Sequence) or isinstance(solution, str):
+        raise ValueError(
+            f"solution: expected a list with one ground truth per completion, got {type(solution).__name__}"
+        )
     if len(solution) != len(completions):
         raise ValueError(f"solution: {len(solution)} values for {len(completions)} completions")
     contents = [completion_text(c) for c in completions]

@@ -72,8 +72,10 @@ class CosineSchedule:
 DEFAULT_SCHEDULE = CosineSchedule()
 
 
-def token_length(content: str, tokenizer: Tokenizer, max_len: int) -> int:
-    """Tokens in ``content``; texts too long to matter are cut so the count stays cheap."""
+def token_length(content: str, tokenizer: Tokenizer, max_len: int | None) -> int:
+    """Tokens in ``content``; with a ``max_len``, texts too long to matter are cut so the count stays cheap."""
+    if max_len is None:
+        return len(tokenizer.encode(content))
     limit = max_len * CHARS_PER_TOKEN_BOUND
     length = len(tokenizer.encode(cap(content, limit)))
     return max(length, max_len) if len(content) > limit else length
@@ -97,7 +99,8 @@ def cosine_reward(content: str, tokenizer: Tokenizer, acc_reward: float, **kwarg
         correct = float(acc_reward) >= schedule.correct_threshold
     except (TypeError, ValueError):
         correct = False
-    return schedule.value(token_length(text, tokenizer, schedule.max_len), correct)
+    max_len = schedule.max_len if schedule.clamp else None
+    return schedule.value(token_length(text, tokenizer, max_len), correct)
 
 
 def repetition_reward(content: str, **kwargs: Any) -> float:

@@ -9,8 +9,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-MAX_TEXT_CHARS = 100_000
-"""Model text longer than this is cut before any regex or parser sees it."""
+MAX_TEXT_CHARS = 1_000_000
+"""Model text longer than this (far past any generation length) is cut to its head."""
+
+MAX_ANSWER_CHARS = 100_000
+"""An answer span longer than this is cut before any regex or parser sees it."""
 
 _ANSWER_OPEN = "<answer>"
 _ANSWER_CLOSE = "</answer>"
@@ -45,23 +48,26 @@ def completion_text(completion: Any) -> str:
 
 
 def answer_span(text: str) -> str:
-    """The stripped text inside the last ``<answer>...</answer>`` of ``text``.
+    """The stripped text inside the last ``<answer>...</answer>`` of ``text``, capped.
 
-    Without a complete answer tag the whole text, stripped. Uses plain string
-    search (no regex), so it is linear in the length of ``text``.
+    Without a complete answer tag the whole text, stripped. The span runs from
+    the last ``<answer>`` before the last ``</answer>`` (so
+    ``"<answer>a <answer>b</answer>"`` gives ``"b"``). Uses plain string
+    search on the whole text (no regex), so it is linear and finds the answer
+    at the end of a long reasoning trace; the span is then cut to
+    :data:`MAX_ANSWER_CHARS`.
 
     >>> answer_span("<answer> 1 </answer> and <answer>2</answer>")
     '2'
     """
     if not isinstance(text, str):
         return ""
-    text = cap(text)
     close = text.rfind(_ANSWER_CLOSE)
     if close != -1:
         start = text.rfind(_ANSWER_OPEN, 0, close)
         if start != -1:
-            return text[start + len(_ANSWER_OPEN) : close].strip()
-    return text.strip()
+            return cap(text[start + len(_ANSWER_OPEN) : close].strip(), MAX_ANSWER_CHARS)
+    return cap(text.strip(), MAX_ANSWER_CHARS)
 
 
 def clean(text: str) -> str:

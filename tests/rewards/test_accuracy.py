@@ -19,7 +19,7 @@ from skyrl_rewards.result import Status
         # the ground truth's last answer tag is used (reference uses the first)
         ("<answer>3</answer>", "<answer>9</answer> <answer>3</answer>", 1.0),
         # digit branch: both parse as floats -> exact comparison
-        ("<answer>3.5</answer>", "<answer>4</answer>", 0.0),
+        ("<answer>3.51</answer>", "<answer>3.5</answer>", 0.0),  # a ratio would give 0.857
         # digit branch: one side is not a float -> Levenshtein ratio of the cleaned texts
         ("<answer>route b</answer>", "<answer>route 66</answer>", pytest.approx(0.8)),
         # choice branch: ground truth is a letter, student picks the same
@@ -106,3 +106,14 @@ def test_unparseable_outcomes_are_reported() -> None:
     assert (score.value, score.status) == (0.0, Status.UNPARSEABLE)
     too_long = default_accuracy_score("<answer>" + "1+" * 5000 + "1</answer>", "<answer>3</answer>")
     assert too_long.status is Status.UNPARSEABLE and "too long" in too_long.error
+
+
+def test_answer_at_the_end_of_a_long_reasoning_trace_is_found() -> None:
+    long = "<think>" + "step " * 40_000 + "</think><answer>42</answer>"  # 200,000 characters
+    assert default_accuracy_reward(long, "<answer>42</answer>") == 1.0
+
+
+@pytest.mark.parametrize("sol", ["<answer>.</answer>", "<answer> \n </answer>", "..."])
+def test_ground_truth_empty_after_cleaning_is_a_dataset_error(sol: str) -> None:
+    with pytest.raises(ValueError, match="sample 0: solution: the ground-truth answer is empty"):
+        accuracy_reward(["<answer>1</answer>"], solution=[sol])

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import pickle
 
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from skyrl_rewards import RewardMix, Status, make_reward
+from skyrl_rewards import RewardMix, Status, cosine_reward, default_accuracy_reward, make_reward
+from skyrl_rewards.components import WordTokenizer
 from skyrl_rewards.registry import COMPONENTS, build_component
 
 FORMATTED = "<think>t</think><answer>2</answer>"
@@ -28,7 +30,19 @@ def test_every_batch_reward_pickles_and_keeps_its_name(name: str) -> None:
     )
     if name == "detection":
         solution = ['<answer>```json [{"bbox_2d": [1, 2, 3, 4], "label": "a"}]```</answer>']
-    assert clone(completions, solution=solution) == reward(completions, solution=solution)
+    content = completions[0][0]["content"]
+    expected = {
+        "iou": 1.0,
+        "format_rec": 0.0,  # no braces around the box
+        "detection": 0.0,  # no JSON list
+        "accuracy": default_accuracy_reward(content, solution[0]),
+        "format": 1.0,
+        "repetition": 0.0,
+        "length": cosine_reward(
+            content, WordTokenizer(), default_accuracy_reward(content, solution[0])
+        ),
+    }
+    assert clone(completions, solution=solution) == pytest.approx([expected[name]])
 
 
 def test_extra_kwargs_are_ignored() -> None:
@@ -38,9 +52,14 @@ def test_extra_kwargs_are_ignored() -> None:
 
 def test_length_reward_with_a_real_tokenizer(bpe_tokenizer: PreTrainedTokenizerFast) -> None:
     reward = make_reward("length", tokenizer=bpe_tokenizer, max_len=8)
-    # "<answer>2</answer>" is correct (accuracy 1.0) -> a correct, short answer scores near 1.0
-    (value,) = reward(["<answer>2</answer>"], solution=["<answer>2</answer>"])
-    assert 0.5 <= value <= 1.0
+    content = "<answer>cat cat cat cat</answer>"
+    tokens = len(bpe_tokenizer.encode(content))
+    progress = (1 - math.cos(min(tokens, 8) * math.pi / 8)) / 2
+    right, wrong = reward(
+        [content] * 2, solution=["<answer>cat cat cat cat</answer>", "<answer>dog</answer>"]
+    )
+    assert right == pytest.approx(1.0 - 0.5 * progress)
+    assert wrong == pytest.approx(-0.5 + 0.5 * progress)
 
 
 @pytest.mark.parametrize(

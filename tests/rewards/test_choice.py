@@ -25,7 +25,10 @@ from skyrl_rewards.choice import extract_choice
             "A",
         ),  # A: keyword +1, followed by ',' +1; C: tail +2 -> tie, first wins
         ("选择 A。 or perhaps B", "B"),  # A never a candidate ('。' is not a follower); B at end
-        ("A, B, C, D. I think the answer is D.", "D"),  # keyword and tail favour D
+        # only each letter's first occurrence is scored: A (+1 THINK, +1 ',') ties D (+1, +1)
+        ("A, B, C, D. I think the answer is D.", "A"),
+        ("B ", None),  # not stripped: B is followed by a space, so it is no candidate
+        ("Bis ?B,A.\n\n", "B"),  # A starts exactly at 70%: no tail bonus (strictly past 70%)
         ("A? maybe B?", "B"),  # tail bonus (last 30%) breaks the tie
         ("A? B?", "A"),  # B starts before the last 30%: tie, first seen wins
         ("a\n\n  b   c.", "C"),  # whitespace collapsed before scoring

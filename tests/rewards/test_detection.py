@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -95,3 +96,24 @@ def test_repaired_prediction_is_used() -> None:
 def test_bad_ground_truth_is_a_dataset_error(sol: str) -> None:
     with pytest.raises(ValueError, match="solution"):
         detection_score(_block([CAT]), sol)
+
+
+def test_long_ground_truth_is_read_whole() -> None:
+    label = "a tabby cat sitting on the left side of the sofa"
+    items = [{"bbox_2d": [i, i, i + 10, i + 10], "label": label} for i in range(250)]
+    assert len(json.dumps(items)) > 20_000
+    assert detection_score(_block(items), _block(items)) == 1.0
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "```json\n[" + "1" * 5000 + "]\n```",  # past Python's integer digit limit
+        "```json\n[" + 'a"' * 10_000 + "\n```",  # json-repair is quadratic on this
+        "```json\n" + '{"' * 10_000 + "```",
+    ],
+)
+def test_hostile_json_neither_raises_nor_stalls(content: str) -> None:
+    start = time.perf_counter()
+    assert detection_score(content, _block([CAT])) == 0.0
+    assert time.perf_counter() - start < 2.0  # seconds per call before the repair cap

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from skyrl_rewards import default_accuracy_reward
+from skyrl_rewards.accuracy import default_accuracy_score
 from skyrl_rewards.math_check import MathStatus, check_equal
+from skyrl_rewards.result import Status
+
+SLOW = "$\\Gamma(10^{10})$"  # passes the pre-screen; SymPy computes (10^10 - 1)!
 
 CASES = [
     ("<answer>$\\frac{1}{2}$</answer>", "<answer>0.5</answer>"),
@@ -93,11 +99,53 @@ def test_pathological_math_is_bounded_in_a_subprocess() -> None:
 
 
 def test_a_timed_out_pair_is_answered_at_once_the_second_time() -> None:
-    gold, student = "$1$", "$\\prod_{k=1}^{10^{7}} k$"  # not caught by the pre-screen; SymPy grinds
+    gold, student = "$1$", SLOW  # not caught by the pre-screen; SymPy grinds
     assert check_equal(gold, student, timeout_s=1) is MathStatus.TIMEOUT
     start = time.perf_counter()
     assert check_equal(gold, student, timeout_s=1) is MathStatus.TIMEOUT
+    assert check_equal(gold, student, timeout_s=0.5) is MathStatus.TIMEOUT  # a smaller limit too
     assert time.perf_counter() - start < 0.05
+
+
+def test_a_remembered_timeout_does_not_bind_a_larger_limit() -> None:
+    gold, student = "$2$", "$\\frac{\\sin(\\pi/4)}{\\sqrt{2}/2} + 1$"
+    warm = check_equal(gold, student)  # start a child outside the timing
+    assert warm is MathStatus.EQUAL
+    assert check_equal(gold, "$1 + \\cos(0)$", timeout_s=0.0001) is MathStatus.TIMEOUT
+    assert check_equal(gold, "$1 + \\cos(0)$", timeout_s=5) is MathStatus.EQUAL
+
+
+def test_a_timeout_is_reported_as_a_timeout() -> None:
+    score = default_accuracy_score(f"<answer>{SLOW}</answer>", "<answer>3</answer>", timeout_s=1)
+    assert score.status is Status.TIMEOUT and "timed out" in score.error
+
+
+def test_a_child_killed_mid_check_is_replaced_and_reported() -> None:
+    check_equal("$1$", "$1$")  # a child is running
+    student = "$\\binom{10^{9}}{10^{8}}$"
+    killer = threading.Timer(1.0, _kill_math_children)
+    killer.start()
+    outcome = check_equal("$3$", student, timeout_s=8)
+    killer.join()
+    assert outcome in (MathStatus.CRASHED, MathStatus.TIMEOUT)
+    assert (
+        check_equal("$\\frac{1}{2}$", "0.5") is MathStatus.EQUAL
+    )  # a fresh child serves the next call
+
+
+def _kill_math_children() -> None:
+    subprocess.run(
+        ["pkill", "-9", "-P", str(os.getpid()), "-f", "skyrl_rewards.math_child"], check=False
+    )
+
+
+def test_inline_guard_gives_the_same_answers_in_threads() -> None:
+    on_main = [default_accuracy_reward(c, s, math_guard="inline") for c, s in CASES]
+    with ThreadPoolExecutor(max_workers=4) as executor:
+        in_threads = list(
+            executor.map(lambda case: default_accuracy_reward(*case, math_guard="inline"), CASES)
+        )
+    assert in_threads == on_main == _main_thread(CASES)
 
 
 @pytest.mark.parametrize(

@@ -131,3 +131,30 @@ def test_corrupt_image_is_a_dataset_error(tmp_path: Path) -> None:
 def test_bad_ground_truth_box_raises() -> None:
     with pytest.raises(ValueError, match="sample 0: solution"):
         iou_reward(["<answer>[1, 2, 3, 4]</answer>"], solution=["<answer>[1, 2]</answer>"])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"solution": ["<answer>[10, 10, 0, 0]</answer>"]}, "solution"),  # inverted ground truth
+        ({"solution": ["<answer>[0, 0, 0, 10]</answer>"]}, "solution"),  # no area
+        ({"solution": None}, "solution"),
+        ({"solution": ["<answer>[1, 2, 3, 4]</answer>"], "patch_size": 0}, "patch_size"),
+    ],
+)
+def test_bad_ground_truth_and_parameters_name_the_field(kwargs: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        iou_reward(["<answer>[1, 2, 3, 4]</answer>"], **kwargs)
+
+
+def test_numpy_grid_and_long_reasoning(image_640x480: str) -> None:
+    import numpy as np
+
+    content = "<think>" + "look " * 30_000 + "</think><answer>[105, 70, 210, 140]</answer>"
+    rewards = iou_reward(
+        [content],
+        solution=["<answer>[160, 120, 320, 240]</answer>"],
+        image_grid_thw=np.array([[1, 20, 30]], dtype=np.int64),
+        image_path=[image_640x480],
+    )
+    assert rewards == [pytest.approx(1.0)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pytest
@@ -50,6 +51,13 @@ def test_cosine_without_clamp_cycles_like_the_reference(
     ) == pytest.approx(1.0)
 
 
+def test_cosine_without_clamp_counts_every_token(bpe_tokenizer: PreTrainedTokenizerFast) -> None:
+    content = "cat " * 40_000  # 40,000 tokens; the cheap cut must not apply without the clamp
+    expected = 1.0 - 0.5 * (1 - math.cos(40_000 * math.pi / 1024)) / 2
+    schedule = CosineSchedule(clamp=False)
+    assert cosine_reward(content, bpe_tokenizer, 1.0, schedule=schedule) == pytest.approx(expected)
+
+
 def test_cosine_schedule_is_configurable(bpe_tokenizer: PreTrainedTokenizerFast) -> None:
     schedule = CosineSchedule(correct_start=2.0, correct_end=1.0, max_len=10)
     assert cosine_reward(
@@ -89,6 +97,22 @@ def _items(boxes: list[tuple[list[int], str]]) -> str:
         ("boxes: " + _items([([1, 2, 3, 4], "a")] * 2) + " done", -(1 - 1 / 2)),
         # a JSON list with no bbox/label items scores 0.0 (reference)
         ('```json [{"x": 1}, {"x": 1}]```', 0.0),
+        # discovery order: the ```json block wins over a plain block and a bare array
+        (
+            "```\n"
+            + _items([([1, 2, 3, 4], "a")] * 4)
+            + "\n```\n```json\n"
+            + _items([([1, 2, 3, 4], "a")])
+            + "\n```",
+            0.0,
+        ),
+        # a plain block wins over a bare array
+        (
+            "```\n" + _items([([1, 2, 3, 4], "a")]) + "\n``` " + _items([([1, 2, 3, 4], "a")] * 2),
+            0.0,
+        ),
+        # JSON past Python's integer digit limit does not raise: scored as text
+        ("```json\n[" + "1" * 5000 + "]\n```", 0.0),
         # a list of non-dicts is scored as text, without crashing
         ("```json [1, 1, 1]``` w w w w w w w w", -(1 - 5 / 7)),
     ],
