@@ -22,9 +22,9 @@ from skyrl_rewards.result import RewardResult
 
 pytestmark = pytest.mark.slow
 
-# Passes math_check's complexity filter, then sympy computes 7^99980001 in C: well over a minute
-# of one busy core. Math-verify runs inline in a pool worker, so only the pool can stop it.
-HANG = {"completion": "<think>t</think><answer>\\boxed{7^{9999 \\cdot 9999}}</answer>",
+# Passes math_check's complexity filter, then sympy computes (10^10 - 1)!: far longer than any
+# limit. Math-verify runs inline in a pool worker, so only the pool can stop it.
+HANG = {"completion": "<think>t</think><answer>$\\Gamma(10^{10})$</answer>",
         "solution": "<answer>1</answer>"}
 
 
