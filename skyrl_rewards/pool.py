@@ -120,12 +120,9 @@ class RewardPool:
         self._thread = threading.Thread(target=self._loop.run_forever,
                                         name=f"reward-pool-{config.name}", daemon=True)
         self._thread.start()
-        self._batcher: MicroBatcher[Item] = self._call(self._make_batcher())
+        self._batcher: MicroBatcher[Item] = MicroBatcher(
+            self._scheduler.admit, batch_size=config.batch_size, batch_wait_s=config.batch_wait_s)
         self._call(self._scheduler.start())
-
-    async def _make_batcher(self) -> MicroBatcher[Item]:
-        return MicroBatcher(self._scheduler.admit, batch_size=self._config.batch_size,
-                            batch_wait_s=self._config.batch_wait_s)
 
     @property
     def config(self) -> PoolConfig:

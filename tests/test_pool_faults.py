@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from skyrl_rewards.math_check import too_complex
 from skyrl_rewards.mix import RewardMix
 from skyrl_rewards.pool import RewardPool
 from skyrl_rewards.replay_log import read_replay_log
@@ -22,10 +23,19 @@ from skyrl_rewards.result import RewardResult
 
 pytestmark = pytest.mark.slow
 
-# Passes math_check's complexity filter, then sympy computes (10^10 - 1)!: far longer than any
-# limit. Math-verify runs inline in a pool worker, so only the pool can stop it.
-HANG = {"completion": "<think>t</think><answer>$\\Gamma(10^{10})$</answer>",
-        "solution": "<answer>1</answer>"}
+# Each makes SymPy compute a giant number inside C ((10^10 - 1)!, 7^99980001, 7^10^8): far
+# longer than any limit. The accuracy reward's pre-screen refuses more of them as it learns; the
+# first one it lets through is the hang. Math-verify runs inline in a pool worker, so only the
+# pool can stop it.
+HANG_ANSWERS = [
+    "$\\Gamma(10^{10})$",
+    "\\boxed{7^{\\frac{199960002}{2}}}",
+    "\\boxed{7^{\\sqrt{10000000000000000}}}",
+]
+HANG_ANSWER = next((a for a in HANG_ANSWERS if not too_complex(a)), None)
+HANG = {"completion": f"<think>t</think><answer>{HANG_ANSWER}</answer>", "solution": "<answer>1</answer>"}
+needs_hang = pytest.mark.skipif(HANG_ANSWER is None,
+                                reason="the math pre-screen refuses every known hanging answer")
 
 
 def numbers(count: int, start: int = 0) -> list[dict]:
@@ -72,6 +82,7 @@ def busy_worker_pid(pool: RewardPool) -> int:
     return busy[0]["pid"] if busy else 0
 
 
+@needs_hang
 def test_hung_worker_is_killed_and_the_rest_of_its_batch_is_not_held(ray_local: None,
                                                                      tmp_path: Path) -> None:
     timeout_s = 4.0
@@ -117,6 +128,7 @@ def test_hung_worker_is_killed_and_the_rest_of_its_batch_is_not_held(ray_local: 
         assert (metrics["remembered_timeouts"], metrics["worker_restarts"]) == (1, 1)
 
 
+@needs_hang
 def test_hang_among_cheap_work_is_pinned_by_a_one_by_one_rerun(ray_local: None) -> None:
     # fence_min_s above the cost of accuracy: the worker reports accuracy in groups, so the
     # first stall cannot tell which task of the group hangs
@@ -157,6 +169,7 @@ def test_killed_worker_is_replaced_and_its_items_scored_again(ray_local: None) -
         wait_until(lambda: victim not in {w["pid"] for w in pool.metrics()["workers"]}, timeout_s=60)
 
 
+@needs_hang
 def test_item_that_keeps_killing_workers_ends_as_an_error(ray_local: None, tmp_path: Path) -> None:
     replay = tmp_path / "replay.jsonl"
     cfg = {"name": "test_pool_retries", "rewards": {"accuracy": {}}, "timeout_s": 60.0,
