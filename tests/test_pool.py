@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -182,13 +184,26 @@ def test_shutdown_refuses_further_scoring(ray_local: None) -> None:
 def test_a_pool_whose_directory_died_gives_errors_not_hangs(ray_local: None) -> None:
     lost = RewardPool.from_config({"name": "test_pool_lost", "rewards": REWARDS, "num_workers": 1})
     assert lost.score(SAMPLES[:1])[0].ok
+    pids = [w["pid"] for w in lost.metrics()["workers"]]
     ray.kill(ray.get_actor("test_pool_lost", namespace="skyrl_rewards"))  # workers die with it
+    deadline = time.monotonic() + 60
+    while any(_alive(pid) for pid in pids):
+        assert time.monotonic() < deadline, "the workers outlived their directory"
+        time.sleep(0.05)
     results = lost.score(SAMPLES[1:3], wait_timeout_s=120)
     assert [r.status["accuracy"] for r in results] == ["error", "error"]
     assert all("is gone" in r.errors["accuracy"] and r.should_mask for r in results)
     with pytest.raises(PoolClosedError, match="is gone"):
         lost.score(SAMPLES[:1])
     lost.shutdown()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_error_rate_alarm_fires_and_stops_scoring(ray_local: None, tmp_path: Path,
