@@ -30,6 +30,8 @@ class Status(str, Enum):
 
 
 MASKING_STATUSES = frozenset({Status.TIMEOUT, Status.ERROR})
+MASKING_VALUES = frozenset(status.value for status in MASKING_STATUSES)
+"""The plain-string statuses (as stored in :attr:`RewardResult.status`) that call for masking."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class RewardResult:
     @property
     def should_mask(self) -> bool:
         """True when a component timed out or errored: mask the sample, do not train on zero."""
-        return any(Status(s) in MASKING_STATUSES for s in self.status.values())
+        return any(s in MASKING_VALUES for s in self.status.values())
 
     @property
     def ok(self) -> bool:

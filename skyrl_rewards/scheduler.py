@@ -51,7 +51,7 @@ from skyrl_rewards.mix import RewardMix
 from skyrl_rewards.pool_config import PoolConfig
 from skyrl_rewards.pool_metrics import ErrorRateAlarm, PoolMetrics
 from skyrl_rewards.replay_log import ReplayLog
-from skyrl_rewards.result import MASKING_STATUSES, ComponentScore, RewardResult, Status
+from skyrl_rewards.result import ComponentScore, RewardResult, Status
 from skyrl_rewards.worker import Progress
 
 logger = logging.getLogger(__name__)
@@ -61,7 +61,6 @@ WORKER_LOST = (RayActorError, WorkerCrashedError, ObjectLostError, NodeDiedError
 """What Ray raises when a worker's process or node is gone."""
 
 _RESTART_BACKOFF_S = 1.0
-_MASKING_VALUES = frozenset(s.value for s in MASKING_STATUSES)
 _CLOSE_WAIT_S = 2.0
 
 
@@ -108,8 +107,7 @@ def record_results(metrics: PoolMetrics, alarm: ErrorRateAlarm, results: list[Re
     masked: list[bool] = []
     errors = 0
     for result in results:
-        # RewardResult.should_mask on the status strings (it builds an enum per status: slow)
-        flag = not _MASKING_VALUES.isdisjoint(result.status.values())
+        flag = result.should_mask
         masked.append(flag)
         if flag:
             errors += sum(s == Status.ERROR.value for s in result.status.values())
