@@ -15,7 +15,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 from skyrl_rewards.accuracy import ACCURACY_METHODS, accuracy_score
-from skyrl_rewards.detection import detection_score_with_status
+from skyrl_rewards.detection import check_weights, detection_score_with_status
 from skyrl_rewards.format_checks import has_rec_format, has_think_answer_format
 from skyrl_rewards.geometry import DEFAULT_PATCH_SIZE
 from skyrl_rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard
@@ -134,11 +134,7 @@ class Detection(Component):
     def __init__(
         self, iou_threshold: float = 0.5, alpha: float = 0.7, beta: float = 0.0, gamma: float = 0.3
     ) -> None:
-        weights = (alpha, beta, gamma)
-        if any(w < 0 for w in weights) or sum(weights) <= 0:
-            raise ValueError(
-                f"alpha, beta, gamma: need non-negative weights with a positive sum, got {weights}"
-            )
+        check_weights(alpha, beta, gamma)
         if not 0.0 <= iou_threshold <= 1.0:
             raise ValueError(f"iou_threshold: expected a number in [0, 1], got {iou_threshold!r}")
         self.params = {"iou_threshold": iou_threshold, "alpha": alpha, "beta": beta, "gamma": gamma}

@@ -52,11 +52,7 @@ def detection_score_with_status(
     gamma: float = 0.3,
 ) -> ComponentScore:
     """:func:`detection_score` with its outcome (``unparseable`` when no prediction list was found)."""
-    weights = (alpha, beta, gamma)
-    if any(w < 0 for w in weights) or sum(weights) <= 0:
-        raise ValueError(
-            f"alpha, beta, gamma: need non-negative weights with a positive sum, got {weights}"
-        )
+    weights = check_weights(alpha, beta, gamma)
     gt = ground_truth_detections(sol)
     predictions = predicted_detections(content)
     if predictions is None:  # read as an empty list, as the reference does
@@ -73,6 +69,16 @@ def detection_score_with_status(
     completeness = 1.0 - (miss_rate + false_alarm_rate) / 2.0
     score = (alpha * position + beta * label + gamma * completeness) / sum(weights)
     return ComponentScore(min(1.0, max(0.0, score)))
+
+
+def check_weights(alpha: float, beta: float, gamma: float) -> tuple[float, float, float]:
+    """The three weights, or ``ValueError`` unless all are non-negative with a positive sum."""
+    weights = (alpha, beta, gamma)
+    if any(w < 0 for w in weights) or sum(weights) <= 0:
+        raise ValueError(
+            f"alpha, beta, gamma: need non-negative weights with a positive sum, got {weights}"
+        )
+    return weights
 
 
 def greedy_match(
