@@ -32,8 +32,9 @@ class MicroBatcher(Generic[T]):
     [[1, 2], [3]]
     """
 
-    def __init__(self, flush: Callable[[list[T]], None], *, batch_size: int,
-                 batch_wait_s: float) -> None:
+    def __init__(
+        self, flush: Callable[[list[T]], None], *, batch_size: int, batch_wait_s: float
+    ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
         self._flush = flush
@@ -46,15 +47,16 @@ class MicroBatcher(Generic[T]):
         """Buffer ``items``; send every full batch now and arm the timer for the rest."""
         self._buffer.extend(items)
         while len(self._buffer) >= self._batch_size:
-            batch, self._buffer = self._buffer[: self._batch_size], self._buffer[self._batch_size:]
+            batch, self._buffer = self._buffer[: self._batch_size], self._buffer[self._batch_size :]
             self._flush(batch)
         if not self._buffer:
             self._cancel_timer()
         elif self._batch_wait_s <= 0:
             self._send_partial()
         elif self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self._batch_wait_s,
-                                                                self._send_partial)
+            self._timer = asyncio.get_running_loop().call_later(
+                self._batch_wait_s, self._send_partial
+            )
 
     def drain(self) -> list[T]:
         """Take back every buffered item without sending it (used at shutdown)."""

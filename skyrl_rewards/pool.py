@@ -70,24 +70,34 @@ class RewardPool:
         except ValueError:
             pass
         else:
-            raise PoolExistsError(f"name: a reward pool named {config.name!r} already runs in "
-                                  f"namespace {config.namespace!r}; use RewardPool.connect")
+            raise PoolExistsError(
+                f"name: a reward pool named {config.name!r} already runs in "
+                f"namespace {config.namespace!r}; use RewardPool.connect"
+            )
         # the directory lives on the creator's node: it shares the creator's fate anyway
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        directory = ray.remote(PoolDirectory).options(
-            name=config.name, namespace=config.namespace, num_cpus=0,
-            scheduling_strategy=here).remote(config.to_dict())
+        directory = (
+            ray.remote(PoolDirectory)
+            .options(
+                name=config.name, namespace=config.namespace, num_cpus=0, scheduling_strategy=here
+            )
+            .remote(config.to_dict())
+        )
         self._open(config, directory, owner=True, owns_ray=owns_ray)
 
     @classmethod
-    def from_config(cls, source: str | Path | Mapping[str, Any] | PoolConfig | None = None,
-                    overrides: Sequence[str] = ()) -> RewardPool:
+    def from_config(
+        cls,
+        source: str | Path | Mapping[str, Any] | PoolConfig | None = None,
+        overrides: Sequence[str] = (),
+    ) -> RewardPool:
         """Create a pool from a YAML path, mapping or omegaconf node plus ``key=value`` overrides."""
         return cls(load_pool_config(source, overrides))
 
     @classmethod
-    def connect(cls, name: str, *, namespace: str = "skyrl_rewards",
-                address: str | None = None) -> RewardPool:
+    def connect(
+        cls, name: str, *, namespace: str = "skyrl_rewards", address: str | None = None
+    ) -> RewardPool:
         """Reach the running pool ``name`` from another process of the same Ray cluster.
 
         The connected client shares the pool's workers; :meth:`shutdown` on it
@@ -107,21 +117,29 @@ class RewardPool:
         self._owns_ray = owns_ray
         self._closed = False
         self._metrics = PoolMetrics(config.name)
-        self._alarm = ErrorRateAlarm(window_items=config.alarm_window_items,
-                                     max_rate=config.alarm_error_rate,
-                                     min_items=config.alarm_min_items, stop=config.alarm_stop,
-                                     pool_name=config.name)
-        replay = (ReplayLog(config.replay_path, pool_name=config.name)
-                  if config.replay_path else None)
+        self._alarm = ErrorRateAlarm(
+            window_items=config.alarm_window_items,
+            max_rate=config.alarm_error_rate,
+            min_items=config.alarm_min_items,
+            stop=config.alarm_stop,
+            pool_name=config.name,
+        )
+        replay = (
+            ReplayLog(config.replay_path, pool_name=config.name) if config.replay_path else None
+        )
         self._mix = RewardMix.from_config(config.rewards)
         self._all_local = set(self._mix.names) <= set(config.local_rewards)
-        self._scheduler = Scheduler(config, self._mix, directory, self._metrics, self._alarm, replay)
+        self._scheduler = Scheduler(
+            config, self._mix, directory, self._metrics, self._alarm, replay
+        )
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever,
-                                        name=f"reward-pool-{config.name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name=f"reward-pool-{config.name}", daemon=True
+        )
         self._thread.start()
         self._batcher: MicroBatcher[Item] = MicroBatcher(
-            self._scheduler.admit, batch_size=config.batch_size, batch_wait_s=config.batch_wait_s)
+            self._scheduler.admit, batch_size=config.batch_size, batch_wait_s=config.batch_wait_s
+        )
         self._call(self._scheduler.start())
 
     @property
@@ -129,8 +147,9 @@ class RewardPool:
         """The pool's settings."""
         return self._config
 
-    def score(self, samples: Sequence[Mapping[str, Any]], *,
-              wait_timeout_s: float | None = None) -> list[RewardResult]:
+    def score(
+        self, samples: Sequence[Mapping[str, Any]], *, wait_timeout_s: float | None = None
+    ) -> list[RewardResult]:
         """Score ``samples``; one result per sample, in order. Thread-safe.
 
         Blocks until every result is in (bounded by the pool's per-item limits);
@@ -215,12 +234,16 @@ class RewardPool:
         if self._scheduler.lost:
             raise PoolClosedError(self._scheduler.lost)
         if self._alarm.stopped:
-            raise RewardAlarmError(f"reward pool {self._config.name!r} stopped scoring: "
-                                   f"error rate {self._alarm.rate:.0%} (see the logs)")
+            raise RewardAlarmError(
+                f"reward pool {self._config.name!r} stopped scoring: "
+                f"error rate {self._alarm.rate:.0%} (see the logs)"
+            )
         for index, sample in enumerate(samples):
             if type(sample) is not dict and not isinstance(sample, Mapping):  # dict: the fast test
-                raise ValueError(f"samples[{index}]: expected a mapping with 'completion' and "
-                                 f"'solution', got {type(sample).__name__}")
+                raise ValueError(
+                    f"samples[{index}]: expected a mapping with 'completion' and "
+                    f"'solution', got {type(sample).__name__}"
+                )
 
     def _call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
@@ -234,8 +257,13 @@ def _ensure_ray(address: str | None, namespace: str) -> bool:
     if ray.is_initialized():
         return False
     if address is None:
-        ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
-                 namespace=namespace, log_to_driver=False)
+        ray.init(
+            address="local",
+            _node_ip_address="127.0.0.1",
+            include_dashboard=False,
+            namespace=namespace,
+            log_to_driver=False,
+        )
     else:
         ray.init(address=address, namespace=namespace, log_to_driver=False)
     return True

@@ -92,14 +92,27 @@ class PoolConfig:
 
     def __post_init__(self) -> None:
         _check_types(self)
-        positive = ("num_workers", "batch_size", "timeout_s", "start_timeout_s", "queue_timeout_s",
-                    "alarm_window_items", "num_cpus_per_worker", "progress_interval_s",
-                    "fence_min_s")
+        positive = (
+            "num_workers",
+            "batch_size",
+            "timeout_s",
+            "start_timeout_s",
+            "queue_timeout_s",
+            "alarm_window_items",
+            "num_cpus_per_worker",
+            "progress_interval_s",
+            "fence_min_s",
+        )
         for key in positive:
             if getattr(self, key) <= 0:
                 raise ValueError(f"{key}: must be > 0, got {getattr(self, key)!r}")
-        for key in ("batch_wait_s", "max_retries", "max_items_per_worker", "cache_size",
-                    "alarm_min_items"):
+        for key in (
+            "batch_wait_s",
+            "max_retries",
+            "max_items_per_worker",
+            "cache_size",
+            "alarm_min_items",
+        ):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key}: must be >= 0, got {getattr(self, key)!r}")
         if not 0.0 < self.alarm_error_rate <= 1.0:
@@ -112,8 +125,9 @@ class PoolConfig:
             raise ValueError("rewards: the reward mix is empty; name at least one reward")
         for reward, entry in self.rewards.items():
             if not isinstance(entry, Mapping):
-                raise ValueError(f"rewards.{reward}: expected a mapping {{weight: w, ...}}, "
-                                 f"got {entry!r}")
+                raise ValueError(
+                    f"rewards.{reward}: expected a mapping {{weight: w, ...}}, got {entry!r}"
+                )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (what the directory actor hands to ``connect``)."""
@@ -137,8 +151,11 @@ def load_pool_config(
         source = source.to_dict()
     merged = OmegaConf.create(PoolConfig().to_dict())
     if source is not None:
-        loaded = OmegaConf.load(source) if isinstance(source, (str, Path)) else OmegaConf.create(
-            source if hasattr(source, "_metadata") else dict(source))
+        loaded = (
+            OmegaConf.load(source)
+            if isinstance(source, (str, Path))
+            else OmegaConf.create(source if hasattr(source, "_metadata") else dict(source))
+        )
         plain = OmegaConf.to_container(loaded, resolve=True)
         if not isinstance(plain, dict):
             raise ValueError(f"pool config: expected a mapping, got {type(plain).__name__}")
@@ -168,7 +185,9 @@ def _check_types(cfg: PoolConfig) -> None:
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
         expected = hints[f.name]
-        allowed = typing.get_args(expected) if isinstance(expected, types.UnionType) else (expected,)
+        allowed = (
+            typing.get_args(expected) if isinstance(expected, types.UnionType) else (expected,)
+        )
         if value is None and type(None) in allowed:
             continue
         base = next(t for t in allowed if t is not type(None))

@@ -35,7 +35,8 @@ class PoolDirectory:
             max_restarts=0,
         )
         self._slots: list[tuple[int, ActorHandle]] = [
-            (0, self._start_worker()) for _ in range(self._config.num_workers)]
+            (0, self._start_worker()) for _ in range(self._config.num_workers)
+        ]
 
     def config(self) -> dict[str, Any]:
         """The pool's settings as a plain dict (see :class:`PoolConfig`)."""

@@ -24,8 +24,23 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-LATENCY_BOUNDARIES_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                        10.0, 30.0, 60.0)
+LATENCY_BOUNDARIES_S = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
 """Upper bounds of the latency histogram buckets (the last bucket is open)."""
 
 COUNTERS = {
@@ -55,13 +70,20 @@ def _ray_exporters() -> dict[str, Any]:
     """
     from ray.util.metrics import Counter
 
-    counters = {name: Counter(f"skyrl_rewards_pool_{name}", description=doc, tag_keys=("pool",))
-                for name, doc in COUNTERS.items()}
+    counters = {
+        name: Counter(f"skyrl_rewards_pool_{name}", description=doc, tag_keys=("pool",))
+        for name, doc in COUNTERS.items()
+    }
     counters["latency_bucket"] = Counter(
-        "skyrl_rewards_pool_latency_s_bucket", tag_keys=("pool", "le"),
-        description="items whose latency (submission to result) is at most le seconds")
-    counters["latency_sum"] = Counter("skyrl_rewards_pool_latency_s_sum", tag_keys=("pool",),
-                                      description="total latency of scored items, seconds")
+        "skyrl_rewards_pool_latency_s_bucket",
+        tag_keys=("pool", "le"),
+        description="items whose latency (submission to result) is at most le seconds",
+    )
+    counters["latency_sum"] = Counter(
+        "skyrl_rewards_pool_latency_s_sum",
+        tag_keys=("pool",),
+        description="total latency of scored items, seconds",
+    )
     return counters
 
 
@@ -101,7 +123,9 @@ class PoolMetrics:
             for bound, n in zip((*LATENCY_BOUNDARIES_S, "+Inf"), added, strict=True):
                 cumulative += n
                 if cumulative:
-                    exporters["latency_bucket"].inc(cumulative, tags={**self._tags, "le": str(bound)})
+                    exporters["latency_bucket"].inc(
+                        cumulative, tags={**self._tags, "le": str(bound)}
+                    )
             exporters["latency_sum"].inc(sum(latencies_s), tags=self._tags)
 
     def snapshot(self) -> dict[str, Any]:
@@ -112,8 +136,10 @@ class PoolMetrics:
             recent = sorted(self._recent_s)
         data["cache_hit_rate"] = data["cache_hits"] / data["tasks"] if data["tasks"] else 0.0
         data["latency_s"] = {
-            "buckets": {**{f"le_{b:g}": n for b, n in zip(LATENCY_BOUNDARIES_S, buckets[:-1], strict=True)},
-                        "inf": buckets[-1]},
+            "buckets": {
+                **{f"le_{b:g}": n for b, n in zip(LATENCY_BOUNDARIES_S, buckets[:-1], strict=True)},
+                "inf": buckets[-1],
+            },
             "p50": _percentile(recent, 0.50),
             "p99": _percentile(recent, 0.99),
         }
@@ -133,8 +159,9 @@ class ErrorRateAlarm:
     With ``stop=True`` a fired alarm stays fired: :attr:`stopped` is then True.
     """
 
-    def __init__(self, *, window_items: int, max_rate: float, min_items: int, stop: bool,
-                 pool_name: str) -> None:
+    def __init__(
+        self, *, window_items: int, max_rate: float, min_items: int, stop: bool, pool_name: str
+    ) -> None:
         self._window: deque[bool] = deque(maxlen=window_items)
         self._masked = 0
         self._max_rate = max_rate
@@ -173,14 +200,25 @@ class ErrorRateAlarm:
             logger.error(
                 "REWARD ALARM on pool %r: %.0f%% of the last %d items timed out or errored "
                 "(limit %.0f%%); their rewards are fallbacks, not judgements%s",
-                self._pool_name, 100 * self.rate, len(self._window), 100 * self._max_rate,
-                "; scoring is stopped" if self._stop else "")
+                self._pool_name,
+                100 * self.rate,
+                len(self._window),
+                100 * self._max_rate,
+                "; scoring is stopped" if self._stop else "",
+            )
         elif not hot and self.firing:
             self.firing = False
-            logger.warning("reward alarm on pool %r cleared: error rate %.0f%%",
-                           self._pool_name, 100 * self.rate)
+            logger.warning(
+                "reward alarm on pool %r cleared: error rate %.0f%%",
+                self._pool_name,
+                100 * self.rate,
+            )
 
     def snapshot(self) -> dict[str, Any]:
         """``{"firing", "stopped", "error_rate", "window_items"}``."""
-        return {"firing": self.firing, "stopped": self.stopped, "error_rate": self.rate,
-                "window_items": len(self._window)}
+        return {
+            "firing": self.firing,
+            "stopped": self.stopped,
+            "error_rate": self.rate,
+            "window_items": len(self._window),
+        }

@@ -35,9 +35,14 @@ class ReplayLog:
 
     def append(self, kind: str, component: str, sample: Mapping[str, Any], message: str) -> None:
         """Write one event; an ``OSError`` is logged, never raised (scoring must go on)."""
-        record = {"time": time.time(), "pool": self._pool_name, "kind": kind,
-                  "component": component, "message": message,
-                  "sample": {str(k): self._jsonable(v) for k, v in sample.items()}}
+        record = {
+            "time": time.time(),
+            "pool": self._pool_name,
+            "kind": kind,
+            "component": component,
+            "message": message,
+            "sample": {str(k): self._jsonable(v) for k, v in sample.items()},
+        }
         line = json.dumps(record, ensure_ascii=False, default=repr) + "\n"
         try:
             with self._lock:

@@ -56,8 +56,13 @@ from skyrl_rewards.worker import Progress
 
 logger = logging.getLogger(__name__)
 
-WORKER_LOST = (RayActorError, WorkerCrashedError, ObjectLostError, NodeDiedError,
-               LocalRayletDiedError)
+WORKER_LOST = (
+    RayActorError,
+    WorkerCrashedError,
+    ObjectLostError,
+    NodeDiedError,
+    LocalRayletDiedError,
+)
 """What Ray raises when a worker's process or node is gone."""
 
 _RESTART_BACKOFF_S = 1.0
@@ -102,7 +107,9 @@ class _Slot:
     in_flight: int = 0
 
 
-def record_results(metrics: PoolMetrics, alarm: ErrorRateAlarm, results: list[RewardResult]) -> None:
+def record_results(
+    metrics: PoolMetrics, alarm: ErrorRateAlarm, results: list[RewardResult]
+) -> None:
     """Count finished items in the metrics and feed them to the error-rate alarm."""
     masked: list[bool] = []
     errors = 0
@@ -140,8 +147,15 @@ class _LRU:
 class Scheduler:
     """Runs items through the workers of one pool. Call every method on the loop thread."""
 
-    def __init__(self, config: PoolConfig, mix: RewardMix, directory: ActorHandle,
-                 metrics: PoolMetrics, alarm: ErrorRateAlarm, replay: ReplayLog | None) -> None:
+    def __init__(
+        self,
+        config: PoolConfig,
+        mix: RewardMix,
+        directory: ActorHandle,
+        metrics: PoolMetrics,
+        alarm: ErrorRateAlarm,
+        replay: ReplayLog | None,
+    ) -> None:
         self._config = config
         self._mix = mix
         self._directory = directory
@@ -199,8 +213,11 @@ class Scheduler:
         if self._servers:
             _, stuck = await asyncio.wait(self._servers, timeout=_CLOSE_WAIT_S)
             for server in stuck:  # left behind: the loop stops without it
-                logger.warning("reward pool: a worker coroutine did not stop within %gs: %s",
-                               _CLOSE_WAIT_S, server.get_stack())
+                logger.warning(
+                    "reward pool: a worker coroutine did not stop within %gs: %s",
+                    _CLOSE_WAIT_S,
+                    server.get_stack(),
+                )
         message = "the reward pool was shut down before this item was scored"
         for item in [*self._open, *pending]:
             self._fail(item, message)
@@ -210,10 +227,17 @@ class Scheduler:
         return {
             "queued_tasks": len(self._queue) + len(self._isolated),
             "open_items": len(self._open),
-            "workers": [{"slot": s.index, "generation": s.generation, "pid": s.pid,
-                         "node_id": s.node_id, "computations": s.computations,
-                         "in_flight": s.in_flight}
-                        for s in self._slots],
+            "workers": [
+                {
+                    "slot": s.index,
+                    "generation": s.generation,
+                    "pid": s.pid,
+                    "node_id": s.node_id,
+                    "computations": s.computations,
+                    "in_flight": s.in_flight,
+                }
+                for s in self._slots
+            ],
         }
 
     # -- admission -------------------------------------------------------
@@ -265,15 +289,19 @@ class Scheduler:
             return
         self._open.discard(item)
         latency_s = time.perf_counter() - item.submitted_s
-        result = RewardResult.from_components({n: item.scores[n] for n in self._mix.names},
-                                              self._mix.weights, latency_s)
+        result = RewardResult.from_components(
+            {n: item.scores[n] for n in self._mix.names}, self._mix.weights, latency_s
+        )
         record_results(self._metrics, self._alarm, [result])
         if not item.future.done():
             item.future.set_result(result)
 
     def _timeout_score(self, name: str, *, remembered: bool) -> ComponentScore:
-        why = ("this input timed out before and is not scored again" if remembered else
-               f"ran past timeout_s={self._config.timeout_s:g}; the worker was killed and replaced")
+        why = (
+            "this input timed out before and is not scored again"
+            if remembered
+            else f"ran past timeout_s={self._config.timeout_s:g}; the worker was killed and replaced"
+        )
         return ComponentScore(self._config.fallback, Status.TIMEOUT, f"{name}: {why}")
 
     # -- serving ---------------------------------------------------------
@@ -299,9 +327,15 @@ class Scheduler:
                 logger.exception("reward pool scheduler failed on a call to worker %d", slot.index)
                 for task in chunk:
                     if any(task.name not in item.scores for item in task.waiters):
-                        self._finish(task, ComponentScore(self._config.fallback, Status.ERROR,
-                                                          f"{task.name}: reward pool bug (see log)"),
-                                     cacheable=False)
+                        self._finish(
+                            task,
+                            ComponentScore(
+                                self._config.fallback,
+                                Status.ERROR,
+                                f"{task.name}: reward pool bug (see log)",
+                            ),
+                            cacheable=False,
+                        )
             finally:
                 slot.in_flight = 0
             if 0 < self._config.max_items_per_worker <= slot.computations:
@@ -332,10 +366,16 @@ class Scheduler:
                 index_of[id(task.sample)] = len(samples)
                 samples.append(task.sample)
             calls.append((index_of[id(task.sample)], task.name))
-        logger.debug("worker %d gen %d: call with %d tasks (fence_all=%s)", slot.index,
-                     slot.generation, len(tasks), fence_all)
+        logger.debug(
+            "worker %d gen %d: call with %d tasks (fence_all=%s)",
+            slot.index,
+            slot.generation,
+            len(tasks),
+            fence_all,
+        )
         stream = slot.actor.score_tasks.options(num_returns="streaming").remote(
-            samples, calls, self._config.progress_interval_s, self._config.fence_min_s, fence_all)
+            samples, calls, self._config.progress_interval_s, self._config.fence_min_s, fence_all
+        )
         done = 0
         fenced: tuple[bool, ...] | None = None
         while True:
@@ -354,20 +394,26 @@ class Scheduler:
             except RayTaskError as exc:  # our worker code raised: a bug, not the item's fault
                 logger.error("worker %d raised while scoring: %s", slot.index, exc)
                 for task in tasks[done:]:
-                    self._finish(task, ComponentScore(self._config.fallback, Status.ERROR,
-                                                      f"{task.name}: worker error: {exc}"),
-                                 cacheable=False)
+                    self._finish(
+                        task,
+                        ComponentScore(
+                            self._config.fallback, Status.ERROR, f"{task.name}: worker error: {exc}"
+                        ),
+                        cacheable=False,
+                    )
                 return
             if fenced is None:
                 fenced = progress.fenced
             for value, status, error in progress.scores:
-                self._finish(tasks[done], ComponentScore(value, Status(status), error),
-                             cacheable=True)
+                self._finish(
+                    tasks[done], ComponentScore(value, Status(status), error), cacheable=True
+                )
                 done += 1
         slot.computations += len(tasks)
 
-    def _suspects(self, tasks: list[_Task], done: int,
-                  fenced: tuple[bool, ...] | None) -> tuple[list[_Task], list[_Task]]:
+    def _suspects(
+        self, tasks: list[_Task], done: int, fenced: tuple[bool, ...] | None
+    ) -> tuple[list[_Task], list[_Task]]:
         """Split unfinished tasks into (could be the current one, surely not started).
 
         Before the worker's first message only the first task can have started.
@@ -382,8 +428,9 @@ class Scheduler:
         target.extendleft(reversed(tasks))
         self._wakeup.set()
 
-    async def _on_stall(self, slot: _Slot, tasks: list[_Task], done: int,
-                        fenced: tuple[bool, ...] | None) -> None:
+    async def _on_stall(
+        self, slot: _Slot, tasks: list[_Task], done: int, fenced: tuple[bool, ...] | None
+    ) -> None:
         slot.in_flight = 0
         if fenced is not None and await self._node_lost(slot):
             await self._on_lost(slot, tasks, done, fenced, NodeDiedError("node lost"))
@@ -392,14 +439,21 @@ class Scheduler:
         self._metrics.count("worker_restarts")
         replaced = asyncio.create_task(self._replace(slot, graceful=False))
         if fenced is None:  # never started: stuck behind another client's call
-            logger.warning("worker %d did not start a call within queue_timeout_s=%g; replacing it",
-                           slot.index, self._config.queue_timeout_s)
+            logger.warning(
+                "worker %d did not start a call within queue_timeout_s=%g; replacing it",
+                slot.index,
+                self._config.queue_timeout_s,
+            )
             self._requeue(suspects, isolated=False)
         elif len(suspects) == 1:
             task = suspects[0]
             score = self._timeout_score(task.name, remembered=False)
-            logger.warning("%s timed out on worker %d (pid %d); killed and replaced",
-                           task.name, slot.index, slot.pid)
+            logger.warning(
+                "%s timed out on worker %d (pid %d); killed and replaced",
+                task.name,
+                slot.index,
+                slot.pid,
+            )
             self._metrics.count("timeouts")
             if task.key is not None:
                 self._timed_out.put((task.name, task.key), True)
@@ -412,11 +466,16 @@ class Scheduler:
         self._requeue(rest, isolated=False)
         await replaced
 
-    async def _on_lost(self, slot: _Slot, tasks: list[_Task], done: int,
-                       fenced: tuple[bool, ...] | None, exc: BaseException) -> None:
+    async def _on_lost(
+        self,
+        slot: _Slot,
+        tasks: list[_Task],
+        done: int,
+        fenced: tuple[bool, ...] | None,
+        exc: BaseException,
+    ) -> None:
         slot.in_flight = 0
-        logger.warning("worker %d (pid %d) was lost: %s", slot.index, slot.pid,
-                       type(exc).__name__)
+        logger.warning("worker %d (pid %d) was lost: %s", slot.index, slot.pid, type(exc).__name__)
         self._metrics.count("worker_restarts")
         replaced = asyncio.create_task(self._replace(slot, graceful=False))
         suspects, rest = self._suspects(tasks, done, fenced)
@@ -426,15 +485,22 @@ class Scheduler:
             if task.attempts <= self._config.max_retries:
                 again.append(task)
                 continue
-            message = (f"{task.name}: the worker died {task.attempts} times while scoring this "
-                       f"({type(exc).__name__})")
+            message = (
+                f"{task.name}: the worker died {task.attempts} times while scoring this "
+                f"({type(exc).__name__})"
+            )
             if self._replay is not None:
                 self._replay.append("crash", task.name, task.sample, message)
-            self._finish(task, ComponentScore(self._config.fallback, Status.ERROR, message),
-                         cacheable=False)
+            self._finish(
+                task, ComponentScore(self._config.fallback, Status.ERROR, message), cacheable=False
+            )
         if len(suspects) == 1 and again and self._replay is not None:
-            self._replay.append("crash", again[0].name, again[0].sample,
-                                f"worker died while scoring this ({type(exc).__name__}); retried")
+            self._replay.append(
+                "crash",
+                again[0].name,
+                again[0].sample,
+                f"worker died while scoring this ({type(exc).__name__}); retried",
+            )
         self._metrics.count("retries", len(again) + len(rest))
         self._requeue(again, isolated=len(again) > 1)
         self._requeue(rest, isolated=False)
@@ -443,8 +509,9 @@ class Scheduler:
     # -- workers ---------------------------------------------------------
 
     async def _replace(self, slot: _Slot, *, graceful: bool) -> None:
-        logger.debug("worker %d gen %d: replacing (graceful=%s)", slot.index, slot.generation,
-                     graceful)
+        logger.debug(
+            "worker %d gen %d: replacing (graceful=%s)", slot.index, slot.generation, graceful
+        )
         slot.generation, slot.actor = await self._ask_directory_to_replace(slot, graceful)
         slot.computations = 0
         await self._ensure_ready(slot)
@@ -455,19 +522,24 @@ class Scheduler:
         while True:
             try:
                 slot.pid, slot.node_id = await asyncio.wait_for(
-                    slot.actor.ready.remote(), timeout=self._config.start_timeout_s)
+                    slot.actor.ready.remote(), timeout=self._config.start_timeout_s
+                )
                 return
             except (TimeoutError, *WORKER_LOST, RayTaskError) as exc:
                 logger.error("worker %d did not start (%s); starting another", slot.index, exc)
                 await asyncio.sleep(_RESTART_BACKOFF_S)
                 slot.generation, slot.actor = await self._ask_directory_to_replace(slot, False)
 
-    async def _ask_directory_to_replace(self, slot: _Slot, graceful: bool) -> tuple[int, ActorHandle]:
+    async def _ask_directory_to_replace(
+        self, slot: _Slot, graceful: bool
+    ) -> tuple[int, ActorHandle]:
         try:
             return await self._directory.replace.remote(slot.index, slot.generation, graceful)
         except WORKER_LOST as exc:
-            raise PoolLostError(f"the reward pool {self._config.name!r} is gone (its directory "
-                                f"actor died: {type(exc).__name__})") from exc
+            raise PoolLostError(
+                f"the reward pool {self._config.name!r} is gone (its directory "
+                f"actor died: {type(exc).__name__})"
+            ) from exc
 
     def _lose(self, message: str) -> None:
         """The pool is gone: every open item and every later one scores as an error."""

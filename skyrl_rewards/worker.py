@@ -32,7 +32,10 @@ from skyrl_rewards.math_check import GUARD_ENV_VAR
 from skyrl_rewards.mix import RewardMix
 from skyrl_rewards.result import ComponentScore
 
-WARMUP_SAMPLE = {"completion": "<think>1</think><answer>1</answer>", "solution": "<answer>1</answer>"}
+WARMUP_SAMPLE = {
+    "completion": "<think>1</think><answer>1</answer>",
+    "solution": "<answer>1</answer>",
+}
 """Scored once per component when a worker starts, so lazy imports are not billed to real items."""
 
 _MEAN_DECAY = 0.8
@@ -55,7 +58,9 @@ class Progress:
 class RewardWorker:
     """Ray actor body. Build it with ``ray.remote(RewardWorker).options(...)``."""
 
-    def __init__(self, rewards: Mapping[str, Mapping[str, Any]], niceness: int | None = None) -> None:
+    def __init__(
+        self, rewards: Mapping[str, Mapping[str, Any]], niceness: int | None = None
+    ) -> None:
         # The pool bounds time by killing a stuck worker, so math-verify runs in this
         # process (no guard child per worker) unless the mix names a guard itself.
         os.environ.setdefault(GUARD_ENV_VAR, "inline")
@@ -63,8 +68,12 @@ class RewardWorker:
             try:
                 os.setpriority(os.PRIO_PROCESS, 0, niceness)
             except OSError as exc:  # lowering niceness needs privileges
-                logger.warning("reward worker keeps niceness %d (cannot set %d: %s)",
-                               os.getpriority(os.PRIO_PROCESS, 0), niceness, exc)
+                logger.warning(
+                    "reward worker keeps niceness %d (cannot set %d: %s)",
+                    os.getpriority(os.PRIO_PROCESS, 0),
+                    niceness,
+                    exc,
+                )
         self._mix = RewardMix.from_config(rewards)
         self._mean_s: dict[str, float] = {}
 
@@ -89,13 +98,16 @@ class RewardWorker:
         Scores never raise (the mix turns every failure into a status). With
         ``fence_all`` every task is fenced, so a hang is pinned exactly.
         """
-        fenced = tuple(fence_all or self._mean_s.get(name, fence_min_s) >= fence_min_s
-                       for _, name in tasks)
+        fenced = tuple(
+            fence_all or self._mean_s.get(name, fence_min_s) >= fence_min_s for _, name in tasks
+        )
         yield Progress(fenced=fenced)
         last_yield = time.perf_counter()
         pending: list[tuple[float, str, str]] = []
         for index, (sample_index, name) in enumerate(tasks):
-            if pending and (fenced[index] or time.perf_counter() - last_yield >= progress_interval_s):
+            if pending and (
+                fenced[index] or time.perf_counter() - last_yield >= progress_interval_s
+            ):
                 yield Progress(scores=tuple(pending))
                 pending = []
                 last_yield = time.perf_counter()
@@ -108,6 +120,9 @@ class RewardWorker:
         score = self._mix.score_component(name, sample)
         elapsed_s = time.perf_counter() - start
         previous = self._mean_s.get(name)
-        self._mean_s[name] = elapsed_s if previous is None else (
-            _MEAN_DECAY * previous + (1 - _MEAN_DECAY) * elapsed_s)
+        self._mean_s[name] = (
+            elapsed_s
+            if previous is None
+            else (_MEAN_DECAY * previous + (1 - _MEAN_DECAY) * elapsed_s)
+        )
         return score

@@ -25,8 +25,14 @@ RAY_LOCAL_CPUS = 4
 def start_local_ray() -> None:
     """Start the loopback-only local Ray the tests share (no-op when connected)."""
     if not ray.is_initialized():
-        ray.init(address="local", num_cpus=RAY_LOCAL_CPUS, include_dashboard=False,
-                 _node_ip_address="127.0.0.1", namespace=RAY_NAMESPACE, log_to_driver=False)
+        ray.init(
+            address="local",
+            num_cpus=RAY_LOCAL_CPUS,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            namespace=RAY_NAMESPACE,
+            log_to_driver=False,
+        )
 
 
 @pytest.fixture(scope="session")

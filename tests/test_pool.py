@@ -25,25 +25,34 @@ REPO = Path(__file__).resolve().parents[1]
 
 SAMPLES = [
     # LaTeX fraction equal to a decimal ground truth
-    {"completion": "<think>half</think><answer>\\frac{1}{2}</answer>", "solution": "<answer>0.5</answer>"},
+    {
+        "completion": "<think>half</think><answer>\\frac{1}{2}</answer>",
+        "solution": "<answer>0.5</answer>",
+    },
     # wrong number, no think block
     {"completion": "<answer>3</answer>", "solution": "<answer>2</answer>"},
     # multiple choice
     {"completion": "<think>b</think> <answer>B.</answer>", "solution": "<answer>B</answer>"},
     # message-list completion
-    {"completion": [{"role": "assistant", "content": "<think>t</think><answer>7</answer>"}],
-     "solution": "<answer>7</answer>"},
+    {
+        "completion": [{"role": "assistant", "content": "<think>t</think><answer>7</answer>"}],
+        "solution": "<answer>7</answer>",
+    },
     # no answer tag at all
     {"completion": "I don't know", "solution": "<answer>4</answer>"},
     # plain-text answer (fuzzy)
-    {"completion": "<think>a</think><answer>a red car</answer>", "solution": "<answer>red car</answer>"},
+    {
+        "completion": "<think>a</think><answer>a red car</answer>",
+        "solution": "<answer>red car</answer>",
+    },
 ]
 
 
 @pytest.fixture(scope="module")
 def pool(ray_module: None) -> Iterator[RewardPool]:
-    with RewardPool.from_config({"name": "test_pool_basic", "rewards": REWARDS,
-                                 "batch_wait_s": 0.02}) as reward_pool:
+    with RewardPool.from_config(
+        {"name": "test_pool_basic", "rewards": REWARDS, "batch_wait_s": 0.02}
+    ) as reward_pool:
         yield reward_pool
 
 
@@ -73,12 +82,15 @@ def test_score_async_matches_score(pool: RewardPool, expected: list[dict]) -> No
     assert [_comparable(r.to_dict()) for r in results] == expected
 
 
-def test_single_sample_calls_from_many_threads_are_batched(pool: RewardPool,
-                                                           expected: list[dict]) -> None:
+def test_single_sample_calls_from_many_threads_are_batched(
+    pool: RewardPool, expected: list[dict]
+) -> None:
     before = pool.metrics()["worker_calls"]
     # distinct work per call, so the cache cannot answer it
-    samples = [{"completion": f"<think>x</think><answer>{i}</answer>", "solution": f"<answer>{i}</answer>"}
-               for i in range(10_000, 10_064)]
+    samples = [
+        {"completion": f"<think>x</think><answer>{i}</answer>", "solution": f"<answer>{i}</answer>"}
+        for i in range(10_000, 10_064)
+    ]
 
     def one(sample: dict) -> float:
         return pool.score([sample])[0].total
@@ -92,8 +104,10 @@ def test_single_sample_calls_from_many_threads_are_batched(pool: RewardPool,
 
 def test_identical_work_is_computed_once(pool: RewardPool) -> None:
     # one GRPO group: 8 samples, 3 distinct answers, one ground truth
-    group = [{"completion": f"<think>t</think><answer>{a}</answer>", "solution": "<answer>12</answer>"}
-             for a in ["12", "12", "13", "12", "\\frac{24}{2}", "13", "12", "12"]]
+    group = [
+        {"completion": f"<think>t</think><answer>{a}</answer>", "solution": "<answer>12</answer>"}
+        for a in ["12", "12", "13", "12", "\\frac{24}{2}", "13", "12", "12"]
+    ]
     before = pool.metrics()
     first = pool.score(group)
     middle = pool.metrics()
@@ -142,8 +156,15 @@ def test_connect_from_another_process(pool: RewardPool, expected: list[dict]) ->
         client.shutdown()
         sys.stdout.write(json.dumps([r.to_dict() for r in results]))
     """)
-    done = subprocess.run([sys.executable, "-c", script], input=json.dumps(SAMPLES), text=True,
-                          capture_output=True, timeout=120, cwd=REPO, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        input=json.dumps(SAMPLES),
+        text=True,
+        capture_output=True,
+        timeout=120,
+        cwd=REPO,
+        check=True,
+    )
     assert [_comparable(r) for r in json.loads(done.stdout)] == expected
     # the connected client closed itself only: the pool still scores
     assert pool.score(SAMPLES[:1])[0].total == expected[0]["total"]
@@ -155,11 +176,13 @@ def test_connect_to_a_missing_pool_fails(pool: RewardPool) -> None:
 
 
 def test_mix_of_local_rewards_scores_in_the_calling_process(pool: RewardPool) -> None:
-    with RewardPool.from_config({"name": "test_pool_local", "rewards": {"format": {}},
-                                 "num_workers": 1}) as local:
+    with RewardPool.from_config(
+        {"name": "test_pool_local", "rewards": {"format": {}}, "num_workers": 1}
+    ) as local:
         results = local.score(SAMPLES)
-        assert [r.components for r in results] == [{"format": e["components"]["format"]}
-                                                   for e in expected_for({"format": {}})]
+        assert [r.components for r in results] == [
+            {"format": e["components"]["format"]} for e in expected_for({"format": {}})
+        ]
         metrics = local.metrics()
         assert (metrics["items"], metrics["worker_calls"]) == (len(SAMPLES), 0)
 
@@ -170,8 +193,9 @@ def expected_for(rewards: dict) -> list[dict]:
 
 
 def test_shutdown_refuses_further_scoring(ray_local: None) -> None:
-    closing = RewardPool.from_config({"name": "test_pool_closing", "rewards": {"format": {}},
-                                      "num_workers": 1})
+    closing = RewardPool.from_config(
+        {"name": "test_pool_closing", "rewards": {"format": {}}, "num_workers": 1}
+    )
     assert closing.score(SAMPLES[:1])[0].components == {"format": 1.0}
     closing.shutdown()
     closing.shutdown()  # idempotent
@@ -206,15 +230,28 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def test_error_rate_alarm_fires_and_stops_scoring(ray_local: None, tmp_path: Path,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_error_rate_alarm_fires_and_stops_scoring(
+    ray_local: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     # iou on a row whose image file does not exist: a dataset error on every item
-    rows = [{"completion": "<answer>[1, 2, 30, 40]</answer>", "solution": "<answer>[1, 2, 30, 40]</answer>",
-             "image_path": str(tmp_path / f"missing_{i}.png"), "image_grid_thw": [1, 10, 10]}
-            for i in range(12)]
-    cfg = {"name": "test_pool_alarm", "rewards": {"iou": {"weight": 1.0}}, "num_workers": 1,
-           "alarm_window_items": 10, "alarm_min_items": 10, "alarm_error_rate": 0.5,
-           "alarm_stop": True}
+    rows = [
+        {
+            "completion": "<answer>[1, 2, 30, 40]</answer>",
+            "solution": "<answer>[1, 2, 30, 40]</answer>",
+            "image_path": str(tmp_path / f"missing_{i}.png"),
+            "image_grid_thw": [1, 10, 10],
+        }
+        for i in range(12)
+    ]
+    cfg = {
+        "name": "test_pool_alarm",
+        "rewards": {"iou": {"weight": 1.0}},
+        "num_workers": 1,
+        "alarm_window_items": 10,
+        "alarm_min_items": 10,
+        "alarm_error_rate": 0.5,
+        "alarm_stop": True,
+    }
     with RewardPool.from_config(cfg) as alarmed:
         results = alarmed.score(rows)
         assert all(r.status == {"iou": "error"} and r.should_mask for r in results)

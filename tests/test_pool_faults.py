@@ -33,23 +33,35 @@ HANG_ANSWERS = [
     "\\boxed{7^{\\sqrt{10000000000000000}}}",
 ]
 HANG_ANSWER = next((a for a in HANG_ANSWERS if not too_complex(a)), None)
-HANG = {"completion": f"<think>t</think><answer>{HANG_ANSWER}</answer>", "solution": "<answer>1</answer>"}
-needs_hang = pytest.mark.skipif(HANG_ANSWER is None,
-                                reason="the math pre-screen refuses every known hanging answer")
+HANG = {
+    "completion": f"<think>t</think><answer>{HANG_ANSWER}</answer>",
+    "solution": "<answer>1</answer>",
+}
+needs_hang = pytest.mark.skipif(
+    HANG_ANSWER is None, reason="the math pre-screen refuses every known hanging answer"
+)
 
 
 def numbers(count: int, start: int = 0) -> list[dict]:
     """Distinct integer answers: even i right (accuracy 1.0), odd i wrong (0.0)."""
-    return [{"completion": f"<think>t</think><answer>{i}</answer>",
-             "solution": f"<answer>{i if i % 2 == 0 else i + 1}</answer>"}
-            for i in range(start, start + count)]
+    return [
+        {
+            "completion": f"<think>t</think><answer>{i}</answer>",
+            "solution": f"<answer>{i if i % 2 == 0 else i + 1}</answer>",
+        }
+        for i in range(start, start + count)
+    ]
 
 
 def fractions(count: int, start: int = 0) -> list[dict]:
     """Distinct LaTeX answers (math-verify costs milliseconds each): even i right, odd i wrong."""
-    return [{"completion": f"<think>t</think><answer>$\\frac{{{i}}}{{{i + 1}}}$</answer>",
-             "solution": f"<answer>$\\frac{{{i}}}{{{i + 1 + i % 2}}}$</answer>"}
-            for i in range(start, start + count)]
+    return [
+        {
+            "completion": f"<think>t</think><answer>$\\frac{{{i}}}{{{i + 1}}}$</answer>",
+            "solution": f"<answer>$\\frac{{{i}}}{{{i + 1 + i % 2}}}$</answer>",
+        }
+        for i in range(start, start + count)
+    ]
 
 
 def in_process(rewards: dict, samples: list[dict]) -> list[dict]:
@@ -59,8 +71,10 @@ def in_process(rewards: dict, samples: list[dict]) -> list[dict]:
 
 
 def expected_accuracy(samples: list[dict]) -> list[float]:
-    return [1.0 if int(s["completion"].split("<answer>")[1].split("<")[0]) % 2 == 0 else 0.0
-            for s in samples]
+    return [
+        1.0 if int(s["completion"].split("<answer>")[1].split("<")[0]) % 2 == 0 else 0.0
+        for s in samples
+    ]
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float) -> None:
@@ -83,13 +97,18 @@ def busy_worker_pid(pool: RewardPool) -> int:
 
 
 @needs_hang
-def test_hung_worker_is_killed_and_the_rest_of_its_batch_is_not_held(ray_local: None,
-                                                                     tmp_path: Path) -> None:
+def test_hung_worker_is_killed_and_the_rest_of_its_batch_is_not_held(
+    ray_local: None, tmp_path: Path
+) -> None:
     timeout_s = 4.0
     replay = tmp_path / "replay.jsonl"
     rewards = {"accuracy": {"weight": 1.0}, "format": {"weight": 0.5}}
-    cfg = {"name": "test_pool_hang", "rewards": rewards, "timeout_s": timeout_s,
-           "replay_path": str(replay)}
+    cfg = {
+        "name": "test_pool_hang",
+        "rewards": rewards,
+        "timeout_s": timeout_s,
+        "replay_path": str(replay),
+    }
     with RewardPool.from_config(cfg) as pool:
         pool.score(fractions(20, start=1000))  # warm both workers up
         pids_before = {w["pid"] for w in pool.metrics()["workers"]}
@@ -104,7 +123,8 @@ def test_hung_worker_is_killed_and_the_rest_of_its_batch_is_not_held(ray_local: 
         assert "timeout_s=4" in hung.errors["accuracy"]
         others = results[:10] + results[11:]
         assert [{"components": r.components, "status": r.status} for r in others] == in_process(
-            {**rewards, "accuracy": {"math_guard": "inline"}}, batch[:10] + batch[11:])
+            {**rewards, "accuracy": {"math_guard": "inline"}}, batch[:10] + batch[11:]
+        )
         # one limit, not two: the hang was pinned on its first run, the rest re-queued at once
         assert timeout_s <= elapsed_s < 2 * timeout_s
         assert max(r.latency_s for r in others) < timeout_s + 2.0
@@ -112,8 +132,10 @@ def test_hung_worker_is_killed_and_the_rest_of_its_batch_is_not_held(ray_local: 
         metrics = pool.metrics()
         assert (metrics["timeouts"], metrics["worker_restarts"], metrics["isolations"]) == (1, 1, 0)
         # one worker replaced (its successor may still be loading: scoring did not wait for it)
-        wait_until(lambda: len(pids_before & {w["pid"] for w in pool.metrics()["workers"]}) == 1,
-                   timeout_s=60)
+        wait_until(
+            lambda: len(pids_before & {w["pid"] for w in pool.metrics()["workers"]}) == 1,
+            timeout_s=60,
+        )
         events = read_replay_log(replay)
         assert [(e["kind"], e["component"]) for e in events] == [("timeout", "accuracy")]
         assert events[0]["sample"]["completion"] == HANG["completion"]
@@ -133,8 +155,14 @@ def test_hang_among_cheap_work_is_pinned_by_a_one_by_one_rerun(ray_local: None) 
     # fence_min_s above the cost of accuracy: the worker reports accuracy in groups, so the
     # first stall cannot tell which task of the group hangs
     timeout_s = 3.0
-    cfg = {"name": "test_pool_isolate", "rewards": {"accuracy": {}}, "num_workers": 1,
-           "timeout_s": timeout_s, "progress_interval_s": 1.0, "fence_min_s": 1.0}
+    cfg = {
+        "name": "test_pool_isolate",
+        "rewards": {"accuracy": {}},
+        "num_workers": 1,
+        "timeout_s": timeout_s,
+        "progress_interval_s": 1.0,
+        "fence_min_s": 1.0,
+    }
     with RewardPool.from_config(cfg) as pool:
         pool.score(numbers(30, start=2000))  # the worker learns that accuracy is cheap
         batch = numbers(3) + [HANG] + numbers(3, start=3)
@@ -150,8 +178,12 @@ def test_hang_among_cheap_work_is_pinned_by_a_one_by_one_rerun(ray_local: None) 
 
 
 def test_killed_worker_is_replaced_and_its_items_scored_again(ray_local: None) -> None:
-    cfg = {"name": "test_pool_crash", "rewards": {"accuracy": {}}, "timeout_s": 30.0,
-           "batch_size": 256}
+    cfg = {
+        "name": "test_pool_crash",
+        "rewards": {"accuracy": {}},
+        "timeout_s": 30.0,
+        "batch_size": 256,
+    }
     with RewardPool.from_config(cfg) as pool:
         samples = numbers(1600)
         thread, out = score_in_background(pool, samples)
@@ -166,14 +198,21 @@ def test_killed_worker_is_replaced_and_its_items_scored_again(ray_local: None) -
         assert all(r.ok for r in results)
         metrics = pool.metrics()
         assert metrics["worker_restarts"] == 1 and metrics["retries"] > 0
-        wait_until(lambda: victim not in {w["pid"] for w in pool.metrics()["workers"]}, timeout_s=60)
+        wait_until(
+            lambda: victim not in {w["pid"] for w in pool.metrics()["workers"]}, timeout_s=60
+        )
 
 
 @needs_hang
 def test_item_that_keeps_killing_workers_ends_as_an_error(ray_local: None, tmp_path: Path) -> None:
     replay = tmp_path / "replay.jsonl"
-    cfg = {"name": "test_pool_retries", "rewards": {"accuracy": {}}, "timeout_s": 60.0,
-           "max_retries": 1, "replay_path": str(replay)}
+    cfg = {
+        "name": "test_pool_retries",
+        "rewards": {"accuracy": {}},
+        "timeout_s": 60.0,
+        "max_retries": 1,
+        "replay_path": str(replay),
+    }
     with RewardPool.from_config(cfg) as pool:
         thread, out = score_in_background(pool, [HANG])
         for kills in (1, 2):  # the worker running it dies twice: once retried, then given up
@@ -190,8 +229,13 @@ def test_item_that_keeps_killing_workers_ends_as_an_error(ray_local: None, tmp_p
 
 
 def test_workers_are_recycled_after_max_items(ray_local: None) -> None:
-    cfg = {"name": "test_pool_recycle", "rewards": {"accuracy": {}, "format": {}},
-           "num_workers": 1, "batch_size": 5, "max_items_per_worker": 20}
+    cfg = {
+        "name": "test_pool_recycle",
+        "rewards": {"accuracy": {}, "format": {}},
+        "num_workers": 1,
+        "batch_size": 5,
+        "max_items_per_worker": 20,
+    }
     with RewardPool.from_config(cfg) as pool:
         first_pid = pool.metrics()["workers"][0]["pid"]
         samples = numbers(120)
@@ -202,6 +246,8 @@ def test_workers_are_recycled_after_max_items(ray_local: None) -> None:
         assert metrics["workers_recycled"] >= 5  # 120 accuracy computations, 20 per worker
         assert metrics["worker_restarts"] == 0 and metrics["retries"] == 0
         # the last recycling may still be under way when the results are in
-        wait_until(lambda: pool.metrics()["workers"][0]["generation"] == metrics["workers_recycled"],
-                   timeout_s=60)
+        wait_until(
+            lambda: pool.metrics()["workers"][0]["generation"] == metrics["workers_recycled"],
+            timeout_s=60,
+        )
         assert pool.metrics()["workers"][0]["pid"] != first_pid

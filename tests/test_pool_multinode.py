@@ -22,8 +22,13 @@ pytestmark = [pytest.mark.multinode, pytest.mark.slow]
 
 def numbers(count: int) -> list[dict]:
     """Distinct integer answers: even i right (accuracy 1.0), odd i wrong (0.0)."""
-    return [{"completion": f"<think>t</think><answer>{i}</answer>",
-             "solution": f"<answer>{i if i % 2 == 0 else i + 1}</answer>"} for i in range(count)]
+    return [
+        {
+            "completion": f"<think>t</think><answer>{i}</answer>",
+            "solution": f"<answer>{i if i % 2 == 0 else i + 1}</answer>",
+        }
+        for i in range(count)
+    ]
 
 
 @pytest.fixture
@@ -42,13 +47,22 @@ def cluster(_ray_session: None) -> Iterator[Cluster]:
     three_nodes.shutdown()
 
 
-@pytest.mark.parametrize("graceful", [
-    True,   # the node drains: Ray reports the actors dead at once
-    False,  # the node's processes are killed: the driver sees its calls fail (ActorUnavailable)
-])
+@pytest.mark.parametrize(
+    "graceful",
+    [
+        True,  # the node drains: Ray reports the actors dead at once
+        False,  # the node's processes are killed: the driver sees its calls fail (ActorUnavailable)
+    ],
+)
 def test_workers_spread_and_a_lost_node_loses_nothing(cluster: Cluster, graceful: bool) -> None:
-    cfg = {"name": "test_pool_nodes", "rewards": {"accuracy": {}}, "num_workers": 3,
-           "placement": "spread", "batch_size": 128, "timeout_s": 60.0}
+    cfg = {
+        "name": "test_pool_nodes",
+        "rewards": {"accuracy": {}},
+        "num_workers": 3,
+        "placement": "spread",
+        "batch_size": 128,
+        "timeout_s": 60.0,
+    }
     with RewardPool.from_config(cfg) as pool:
         workers = pool.metrics()["workers"]
         assert len({w["node_id"] for w in workers}) == 3  # one worker per node
@@ -62,7 +76,11 @@ def test_workers_spread_and_a_lost_node_loses_nothing(cluster: Cluster, graceful
             assert time.monotonic() < deadline
             time.sleep(0.02)
         head = ray.get_runtime_context().get_node_id()
-        busy = {w["node_id"] for w in pool.metrics()["workers"] if w["in_flight"] and w["node_id"] != head}
+        busy = {
+            w["node_id"]
+            for w in pool.metrics()["workers"]
+            if w["in_flight"] and w["node_id"] != head
+        }
         victim = next(n for n in cluster.worker_nodes if n.node_id in busy)
         cluster.remove_node(victim, allow_graceful=graceful)
         thread.join(timeout=180)

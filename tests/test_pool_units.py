@@ -19,14 +19,21 @@ def test_configs_pool_yaml_holds_the_defaults() -> None:
     assert load_pool_config(REPO / "configs" / "pool.yaml") == PoolConfig()
 
 
-@pytest.mark.parametrize(("overrides", "key", "value"), [
-    (["num_workers=3"], "num_workers", 3),
-    (["timeout_s=2"], "timeout_s", 2.0),                   # an int where a float is expected
-    (["address=auto"], "address", "auto"),
-    (["replay_path=null"], "replay_path", None),
-    (["local_rewards=[]"], "local_rewards", []),
-    (["rewards.format.weight=0.25"], "rewards", {"accuracy": {"weight": 1.0}, "format": {"weight": 0.25}}),
-])
+@pytest.mark.parametrize(
+    ("overrides", "key", "value"),
+    [
+        (["num_workers=3"], "num_workers", 3),
+        (["timeout_s=2"], "timeout_s", 2.0),  # an int where a float is expected
+        (["address=auto"], "address", "auto"),
+        (["replay_path=null"], "replay_path", None),
+        (["local_rewards=[]"], "local_rewards", []),
+        (
+            ["rewards.format.weight=0.25"],
+            "rewards",
+            {"accuracy": {"weight": 1.0}, "format": {"weight": 0.25}},
+        ),
+    ],
+)
 def test_key_value_overrides(overrides: list[str], key: str, value: object) -> None:
     assert getattr(load_pool_config(None, overrides), key) == value
 
@@ -35,17 +42,20 @@ def test_a_given_mix_replaces_the_default_mix() -> None:
     assert load_pool_config({"rewards": {"iou": {"weight": 2}}}).rewards == {"iou": {"weight": 2}}
 
 
-@pytest.mark.parametrize(("source", "message"), [
-    ({"num_workers": 0}, "num_workers: must be > 0"),
-    ({"num_workers": "two"}, "num_workers: expected"),
-    ({"alarm_stop": 1}, "alarm_stop: expected"),            # no int for a bool
-    ({"timeout_s": True}, "timeout_s: expected"),           # no bool for a number
-    ({"placement": "pack"}, "placement: expected one of"),
-    ({"alarm_error_rate": 0}, "alarm_error_rate"),
-    ({"rewards": {}}, "rewards: the reward mix is empty"),
-    ({"rewards": {"format": 1}}, "rewards.format: expected a mapping"),
-    ({"workers": 2}, "unknown keys"),
-])
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ({"num_workers": 0}, "num_workers: must be > 0"),
+        ({"num_workers": "two"}, "num_workers: expected"),
+        ({"alarm_stop": 1}, "alarm_stop: expected"),  # no int for a bool
+        ({"timeout_s": True}, "timeout_s: expected"),  # no bool for a number
+        ({"placement": "pack"}, "placement: expected one of"),
+        ({"alarm_error_rate": 0}, "alarm_error_rate"),
+        ({"rewards": {}}, "rewards: the reward mix is empty"),
+        ({"rewards": {"format": 1}}, "rewards.format: expected a mapping"),
+        ({"workers": 2}, "unknown keys"),
+    ],
+)
 def test_bad_settings_name_the_key(source: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         load_pool_config(source)
@@ -56,8 +66,9 @@ def test_micro_batcher_sends_full_batches_at_once_and_the_rest_after_the_delay()
         loop = asyncio.get_running_loop()
         start = loop.time()
         sent: list[tuple[float, list[int]]] = []
-        batcher = MicroBatcher(lambda b: sent.append((loop.time() - start, b)), batch_size=3,
-                               batch_wait_s=0.05)
+        batcher = MicroBatcher(
+            lambda b: sent.append((loop.time() - start, b)), batch_size=3, batch_wait_s=0.05
+        )
         batcher.add([1, 2])
         batcher.add([3, 4])  # fills the first batch: sent now
         await asyncio.sleep(0.1)
@@ -93,7 +104,12 @@ def test_metrics_histogram_and_percentiles() -> None:
     snapshot = metrics.snapshot()
     assert (snapshot["items"], snapshot["errors"], snapshot["masked_items"]) == (4, 2, 1)
     buckets = snapshot["latency_s"]["buckets"]
-    assert (buckets["le_0.001"], buckets["le_0.005"], buckets["le_0.25"], buckets["inf"]) == (1, 1, 1, 1)
+    assert (buckets["le_0.001"], buckets["le_0.005"], buckets["le_0.25"], buckets["inf"]) == (
+        1,
+        1,
+        1,
+        1,
+    )
     assert snapshot["latency_s"]["p50"] == 0.2 and snapshot["latency_s"]["p99"] == 100.0
 
 
@@ -103,5 +119,7 @@ def test_replay_log_writes_one_json_line_per_event(tmp_path: Path) -> None:
     log.append("crash", "iou", {"completion": "x"}, "died")
     events = read_replay_log(tmp_path / "sub" / "replay.jsonl")
     assert [(e["kind"], e["component"], e["message"]) for e in events] == [
-        ("timeout", "accuracy", "slow"), ("crash", "iou", "died")]
+        ("timeout", "accuracy", "slow"),
+        ("crash", "iou", "died"),
+    ]
     assert events[0]["sample"] == {"completion": "01234", "grid": [1, 2, 3]}
