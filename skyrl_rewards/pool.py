@@ -55,6 +55,18 @@ class RewardAlarmError(RuntimeError):
     """Raised when the error-rate alarm fired on a pool configured with ``alarm_stop``."""
 
 
+def refuse_taken_name(config: PoolConfig, hint: str) -> None:
+    """Raise :class:`PoolExistsError` (ending with ``hint``) when ``config.name`` already runs."""
+    try:
+        ray.get_actor(config.name, namespace=config.namespace)
+    except ValueError:
+        return
+    raise PoolExistsError(
+        f"name: a reward pool named {config.name!r} already runs in "
+        f"namespace {config.namespace!r}; {hint}"
+    )
+
+
 class RewardPool:
     """A client of a pool of reward workers (the pool's creator, or a connected process)."""
 
@@ -65,15 +77,7 @@ class RewardPool:
         """
         config = config or PoolConfig()
         owns_ray = _ensure_ray(config.address, config.namespace)
-        try:
-            ray.get_actor(config.name, namespace=config.namespace)
-        except ValueError:
-            pass
-        else:
-            raise PoolExistsError(
-                f"name: a reward pool named {config.name!r} already runs in "
-                f"namespace {config.namespace!r}; use RewardPool.connect"
-            )
+        refuse_taken_name(config, "use RewardPool.connect")
         # the directory lives on the creator's node: it shares the creator's fate anyway
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         directory = (

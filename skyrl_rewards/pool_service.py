@@ -17,7 +17,7 @@ from typing import Any
 
 import ray
 
-from skyrl_rewards.pool import PoolExistsError
+from skyrl_rewards.pool import refuse_taken_name
 from skyrl_rewards.pool_config import PoolConfig
 from skyrl_rewards.pool_directory import PoolDirectory
 
@@ -56,15 +56,7 @@ def start(config: PoolConfig) -> dict[str, Any]:
     ``PoolExistsError`` when the name is taken, ``NoClusterError`` without a cluster.
     """
     _connect(config.address, config.namespace)
-    try:
-        ray.get_actor(config.name, namespace=config.namespace)
-    except ValueError:
-        pass
-    else:
-        raise PoolExistsError(
-            f"name: a reward pool named {config.name!r} already runs in namespace "
-            f"{config.namespace!r}; `skyrl-rewards pool stop --name {config.name}` first"
-        )
+    refuse_taken_name(config, f"`skyrl-rewards pool stop --name {config.name}` first")
     directory = (
         ray.remote(PoolDirectory)
         .options(name=config.name, namespace=config.namespace, num_cpus=0, lifetime="detached")
