@@ -5,7 +5,7 @@ One run scores the same workloads with four engines, side by side:
 - ``loop``: a plain in-process loop over ``RewardMix.score`` (what TRL and VLM-R1 do);
 - ``threads``: a ``ThreadPoolExecutor`` over the same function (SkyRL's env executor);
 - ``processes``: a ``ProcessPoolExecutor`` whose processes each build the mix (verl's PRIME-style manager);
-- ``pool``: :class:`skyrl_rewards.pool.RewardPool` with ``num_workers`` Ray workers.
+- ``pool``: :class:`skyrl_rewards.pool.reward_pool.RewardPool` with ``num_workers`` Ray workers.
 
 Workloads:
 
@@ -264,7 +264,7 @@ def _make_picklable() -> None:
 
 def _process_init(rewards: Mapping[str, Any]) -> None:
     global _PROCESS_MIX
-    from skyrl_rewards.mix import RewardMix
+    from skyrl_rewards.rewards.mix import RewardMix
 
     _PROCESS_MIX = RewardMix.from_config(rewards)
 
@@ -328,8 +328,8 @@ def _bench_workload(
 
     ``make_steps(tag)`` draws fresh steps: one call per engine per round.
     """
-    from skyrl_rewards.mix import RewardMix
-    from skyrl_rewards.pool import RewardPool
+    from skyrl_rewards.pool.reward_pool import RewardPool
+    from skyrl_rewards.rewards.mix import RewardMix
 
     unknown = set(engines) - set(ENGINES)
     if unknown:

@@ -30,7 +30,7 @@ from skyrl_rewards import (
     iou_reward,
     repetition_reward,
 )
-from skyrl_rewards.components import WordTokenizer
+from skyrl_rewards.rewards.components import WordTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "rewards"))
 from test_adversarial import ADVERSARIAL  # noqa: E402

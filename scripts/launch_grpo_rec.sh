@@ -22,9 +22,9 @@ DATA_DIR=${DATA_DIR:-$HOME/data/skyrl_rewards/rec}
 MODEL=${MODEL:-Qwen/Qwen2.5-VL-3B-Instruct}
 NUM_GPUS=${NUM_GPUS:-4}
 
-exec "$PYTHON" -m skyrl_rewards.skyrl_train_launch "${DRY_RUN[@]}" \
+exec "$PYTHON" -m skyrl_rewards.train.launch "${DRY_RUN[@]}" \
   --env-config configs/skyrl_env_rec.yaml \
-  --env-module skyrl_rewards.env \
+  --env-module skyrl_rewards.train.env \
   --input "$INPUT" --data-dir "$DATA_DIR" \
   --pool-config configs/pool.yaml --rewards configs/rec.yaml \
   -- \

@@ -28,7 +28,7 @@ USER_MODEL=${USER_MODEL:-Qwen/Qwen2.5-32B-Instruct}
 "$PYTHON" scripts/tau_bench_dataset.py --backend "$BACKEND" --domain retail --split train --out "$DATA_DIR/train.parquet"
 "$PYTHON" scripts/tau_bench_dataset.py --backend "$BACKEND" --domain retail --split test --out "$DATA_DIR/test.parquet"
 
-exec "$PYTHON" -m skyrl_rewards.skyrl_train_launch "${DRY_RUN[@]}" \
+exec "$PYTHON" -m skyrl_rewards.train.launch "${DRY_RUN[@]}" \
   --env-config configs/skyrl_env_tau_retail.yaml \
   --env-settings configs/tau_bench.yaml \
   --env-module tau_bench_env \

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from skyrl_rewards.cli import main
-from skyrl_rewards.jsonl import read_rows, to_samples
-from skyrl_rewards.mix import RewardMix
-from skyrl_rewards.pool_config import load_pool_config
+from skyrl_rewards.cli.main import main
+from skyrl_rewards.data.jsonl import read_rows, to_samples
+from skyrl_rewards.pool.config import load_pool_config
+from skyrl_rewards.rewards.mix import RewardMix
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "skyrl_rewards" / "sample_data"
@@ -209,7 +209,7 @@ def test_pool_start_status_stop_on_a_running_cluster(ray_local) -> None:
     """`pool start` leaves a pool that outlives the command; `status` and `stop` reach it by name."""
     import ray
 
-    from skyrl_rewards.pool import RewardPool
+    from skyrl_rewards.pool.reward_pool import RewardPool
 
     address = ray.get_runtime_context().gcs_address
     name = "test_cli_detached_pool"

@@ -10,7 +10,11 @@ import pytest
 import skyrl_gym
 from omegaconf import OmegaConf
 
-from skyrl_rewards.env import (
+from skyrl_rewards.data.jsonl import read_rows, to_samples
+from skyrl_rewards.pool.config import PoolConfig, load_pool_config
+from skyrl_rewards.pool.reward_pool import RewardPool
+from skyrl_rewards.rewards.mix import RewardMix
+from skyrl_rewards.train.env import (
     ENTRY_POINT,
     ENV_ID,
     RewardEnvConfig,
@@ -19,10 +23,6 @@ from skyrl_rewards.env import (
     register_installed_envs,
     shared_pool,
 )
-from skyrl_rewards.jsonl import read_rows, to_samples
-from skyrl_rewards.mix import RewardMix
-from skyrl_rewards.pool import RewardPool
-from skyrl_rewards.pool_config import PoolConfig, load_pool_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "skyrl_rewards" / "sample_data"
@@ -66,7 +66,7 @@ def test_register_installed_envs_reads_the_entry_point_group(tmp_path: Path, mon
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-envs\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text(
-        "[skyrl_gym.envs]\ndemo_reward_env = skyrl_rewards.env:SkyRLRewardEnv\n"
+        "[skyrl_gym.envs]\ndemo_reward_env = skyrl_rewards.train.env:SkyRLRewardEnv\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     try:

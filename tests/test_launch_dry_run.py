@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from omegaconf import OmegaConf
 
-from skyrl_rewards.skyrl_train_launch import env_overrides, skyrl_record
+from skyrl_rewards.train.launch import env_overrides, skyrl_record
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "skyrl_rewards" / "sample_data"

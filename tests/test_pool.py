@@ -16,9 +16,14 @@ from pathlib import Path
 import pytest
 import ray
 
-from skyrl_rewards.mix import RewardMix
-from skyrl_rewards.pool import PoolClosedError, PoolExistsError, RewardAlarmError, RewardPool
-from skyrl_rewards.pool_config import load_pool_config
+from skyrl_rewards.pool.config import load_pool_config
+from skyrl_rewards.pool.reward_pool import (
+    PoolClosedError,
+    PoolExistsError,
+    RewardAlarmError,
+    RewardPool,
+)
+from skyrl_rewards.rewards.mix import RewardMix
 
 REWARDS = {"accuracy": {"weight": 1.0}, "format": {"weight": 0.5}}
 REPO = Path(__file__).resolve().parents[1]
@@ -148,7 +153,7 @@ def test_connect_from_another_process(pool: RewardPool, expected: list[dict]) ->
     script = textwrap.dedent(f"""
         import json, sys
         import ray
-        from skyrl_rewards.pool import RewardPool
+        from skyrl_rewards.pool.reward_pool import RewardPool
         ray.init(address={context.gcs_address!r}, namespace={context.namespace!r},
                  log_to_driver=False)
         client = RewardPool.connect("test_pool_basic")

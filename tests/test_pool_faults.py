@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from skyrl_rewards.math_check import too_complex
-from skyrl_rewards.mix import RewardMix
-from skyrl_rewards.pool import RewardPool
-from skyrl_rewards.replay_log import read_replay_log
-from skyrl_rewards.result import RewardResult
+from skyrl_rewards.pool.replay_log import read_replay_log
+from skyrl_rewards.pool.reward_pool import RewardPool
+from skyrl_rewards.rewards.math_check import too_complex
+from skyrl_rewards.rewards.mix import RewardMix
+from skyrl_rewards.rewards.result import RewardResult
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from skyrl_rewards.pool import RewardPool
+from skyrl_rewards.pool.reward_pool import RewardPool
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slow]
 

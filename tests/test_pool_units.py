@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from skyrl_rewards.batching import MicroBatcher
-from skyrl_rewards.pool_config import PoolConfig, load_pool_config
-from skyrl_rewards.pool_metrics import ErrorRateAlarm, PoolMetrics
-from skyrl_rewards.replay_log import ReplayLog, read_replay_log
+from skyrl_rewards.pool.batching import MicroBatcher
+from skyrl_rewards.pool.config import PoolConfig, load_pool_config
+from skyrl_rewards.pool.metrics import ErrorRateAlarm, PoolMetrics
+from skyrl_rewards.pool.replay_log import ReplayLog, read_replay_log
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from skyrl_rewards.data_check import check_rows
-from skyrl_rewards.jsonl import read_rows, to_samples
-from skyrl_rewards.mix import RewardMix
-from skyrl_rewards.pool_config import load_pool_config
+from skyrl_rewards.data.check import check_rows
+from skyrl_rewards.data.jsonl import read_rows, to_samples
+from skyrl_rewards.pool.config import load_pool_config
+from skyrl_rewards.rewards.mix import RewardMix
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "skyrl_rewards" / "sample_data"

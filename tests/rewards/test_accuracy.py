@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from skyrl_rewards import accuracy_reward, default_accuracy_reward
-from skyrl_rewards.accuracy import accuracy_score, default_accuracy_score, fuzzy_ratio
-from skyrl_rewards.result import Status
+from skyrl_rewards.rewards.accuracy import accuracy_score, default_accuracy_score, fuzzy_ratio
+from skyrl_rewards.rewards.result import Status
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from skyrl_rewards import default_accuracy_reward
-from skyrl_rewards.accuracy import default_accuracy_score
-from skyrl_rewards.math_check import MathStatus, check_equal
-from skyrl_rewards.result import Status
+from skyrl_rewards.rewards.accuracy import default_accuracy_score
+from skyrl_rewards.rewards.math_check import MathStatus, check_equal
+from skyrl_rewards.rewards.result import Status
 
 SLOW = "$\\Gamma(10^{10})$"  # passes the pre-screen; SymPy computes (10^10 - 1)!
 
@@ -135,7 +135,8 @@ def test_a_child_killed_mid_check_is_replaced_and_reported() -> None:
 
 def _kill_math_children() -> None:
     subprocess.run(
-        ["pkill", "-9", "-P", str(os.getpid()), "-f", "skyrl_rewards.math_child"], check=False
+        ["pkill", "-9", "-P", str(os.getpid()), "-f", "skyrl_rewards.rewards.math_child"],
+        check=False,
     )
 
 

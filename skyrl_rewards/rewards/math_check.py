@@ -7,7 +7,7 @@ the main thread, in a worker thread, in a subprocess and in a Ray actor. Time is
 bounded another way, chosen by ``guard``:
 
 - ``"subprocess"`` (default): the check runs in a long-lived child process
-  (:mod:`skyrl_rewards.math_child`); past ``timeout_s`` the child is killed and
+  (:mod:`skyrl_rewards.rewards.math_child`); past ``timeout_s`` the child is killed and
   replaced, and the call returns :attr:`MathStatus.TIMEOUT`.
 - ``"inline"``: the check runs in this thread with no bound. Only for callers
   that enforce a hard deadline themselves (the reward pool kills a worker stuck
@@ -253,12 +253,12 @@ class _ChildFailed(Exception):
 
 
 class _Child:
-    """One long-lived ``python -m skyrl_rewards.math_child`` process."""
+    """One long-lived ``python -m skyrl_rewards.rewards.math_child`` process."""
 
     def __init__(self) -> None:
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "skyrl_rewards.math_child"],
+                [sys.executable, "-m", "skyrl_rewards.rewards.math_child"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,

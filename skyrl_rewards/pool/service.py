@@ -1,6 +1,6 @@
 """A reward pool that outlives the command that started it: ``skyrl-rewards pool start|status|stop``.
 
-:class:`~skyrl_rewards.pool.RewardPool` ties its pool to the process that
+:class:`~skyrl_rewards.pool.reward_pool.RewardPool` ties its pool to the process that
 created it (Ray's default actor lifetime), which is right for a training job
 or a ``score`` run. On a shared cluster a pool should rather run on its own,
 for every job to ``RewardPool.connect(name)`` to: :func:`start` creates the
@@ -17,9 +17,9 @@ from typing import Any
 
 import ray
 
-from skyrl_rewards.pool import refuse_taken_name
-from skyrl_rewards.pool_config import PoolConfig
-from skyrl_rewards.pool_directory import PoolDirectory
+from skyrl_rewards.pool.config import PoolConfig
+from skyrl_rewards.pool.directory import PoolDirectory
+from skyrl_rewards.pool.reward_pool import refuse_taken_name
 
 
 class NoClusterError(ConnectionError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from skyrl_rewards.components import (
+from skyrl_rewards.rewards.components import (
     Accuracy,
     Component,
     Detection,

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from skyrl_rewards.components import Component
-from skyrl_rewards.debug_log import log_rewards
-from skyrl_rewards.registry import build_component
-from skyrl_rewards.text import completion_text
+from skyrl_rewards.rewards.components import Component
+from skyrl_rewards.rewards.debug_log import log_rewards
+from skyrl_rewards.rewards.registry import build_component
+from skyrl_rewards.rewards.text import completion_text
 
 
 class BatchReward:

@@ -10,7 +10,7 @@ so the state needs no locks. The life of a submitted item:
 2. One coroutine per worker slot takes a chunk of queued tasks (at most
    ``batch_size`` items' worth, fewer when the queue is short so every worker
    gets a share) and streams it through the worker (see
-   :mod:`skyrl_rewards.worker`).
+   :mod:`skyrl_rewards.pool.worker`).
 3. A stream that stays quiet for ``timeout_s`` means a stuck task. The worker is
    killed and replaced. When the stream pins the hang on one task, that task
    scores ``fallback`` with status ``timeout``; when it could be one of a few
@@ -21,7 +21,7 @@ so the state needs no locks. The life of a submitted item:
    could have been on) is charged one attempt; past ``max_retries`` it scores
    ``fallback`` with status ``error``.
 5. When all of an item's components have a score, its
-   :class:`~skyrl_rewards.result.RewardResult` resolves the item's future.
+   :class:`~skyrl_rewards.rewards.result.RewardResult` resolves the item's future.
 """
 
 from __future__ import annotations
@@ -47,12 +47,12 @@ from ray.exceptions import (
     WorkerCrashedError,
 )
 
-from skyrl_rewards.mix import RewardMix
-from skyrl_rewards.pool_config import PoolConfig
-from skyrl_rewards.pool_metrics import ErrorRateAlarm, PoolMetrics
-from skyrl_rewards.replay_log import ReplayLog
-from skyrl_rewards.result import ComponentScore, RewardResult, Status
-from skyrl_rewards.worker import Progress
+from skyrl_rewards.pool.config import PoolConfig
+from skyrl_rewards.pool.metrics import ErrorRateAlarm, PoolMetrics
+from skyrl_rewards.pool.replay_log import ReplayLog
+from skyrl_rewards.pool.worker import Progress
+from skyrl_rewards.rewards.mix import RewardMix
+from skyrl_rewards.rewards.result import ComponentScore, RewardResult, Status
 
 logger = logging.getLogger(__name__)
 

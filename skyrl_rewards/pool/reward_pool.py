@@ -11,7 +11,7 @@ process of the cluster, :meth:`~RewardPool.score` / :meth:`~RewardPool.score_asy
 score, :meth:`~RewardPool.metrics` reports, :meth:`~RewardPool.shutdown` ends.
 
 Guarantees: every submitted sample gets exactly one
-:class:`~skyrl_rewards.result.RewardResult`, in submission order, also when a
+:class:`~skyrl_rewards.rewards.result.RewardResult`, in submission order, also when a
 worker hangs (the pool kills it after ``timeout_s``: signals play no part),
 crashes, or its node goes away. Calls from many threads are gathered into
 batches before they cross to Ray. See docs/pool.md for the design.
@@ -31,14 +31,14 @@ import ray
 from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from skyrl_rewards.batching import MicroBatcher
-from skyrl_rewards.mix import RewardMix
-from skyrl_rewards.pool_config import PoolConfig, load_pool_config
-from skyrl_rewards.pool_directory import PoolDirectory
-from skyrl_rewards.pool_metrics import ErrorRateAlarm, PoolMetrics
-from skyrl_rewards.replay_log import ReplayLog
-from skyrl_rewards.result import RewardResult
-from skyrl_rewards.scheduler import Item, Scheduler, record_results
+from skyrl_rewards.pool.batching import MicroBatcher
+from skyrl_rewards.pool.config import PoolConfig, load_pool_config
+from skyrl_rewards.pool.directory import PoolDirectory
+from skyrl_rewards.pool.metrics import ErrorRateAlarm, PoolMetrics
+from skyrl_rewards.pool.replay_log import ReplayLog
+from skyrl_rewards.pool.scheduler import Item, Scheduler, record_results
+from skyrl_rewards.rewards.mix import RewardMix
+from skyrl_rewards.rewards.result import RewardResult
 
 _SHUTDOWN_WAIT_S = 60.0
 

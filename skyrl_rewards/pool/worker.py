@@ -2,7 +2,7 @@
 
 A worker is a plain synchronous actor with ``max_concurrency=1``, so reward
 code runs on the actor's main thread, one task at a time. It builds its
-:class:`~skyrl_rewards.mix.RewardMix` (and any heavy state, such as a
+:class:`~skyrl_rewards.rewards.mix.RewardMix` (and any heavy state, such as a
 tokenizer) once, when it starts.
 
 :meth:`RewardWorker.score_tasks` is a streaming generator. It yields a
@@ -28,9 +28,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.math_check import GUARD_ENV_VAR
-from skyrl_rewards.mix import RewardMix
-from skyrl_rewards.result import ComponentScore
+from skyrl_rewards.rewards.math_check import GUARD_ENV_VAR
+from skyrl_rewards.rewards.mix import RewardMix
+from skyrl_rewards.rewards.result import ComponentScore
 
 WARMUP_SAMPLE = {
     "completion": "<think>1</think><answer>1</answer>",

@@ -12,7 +12,7 @@ from typing import Any
 
 from PIL import Image
 
-from skyrl_rewards.text import answer_span, cap
+from skyrl_rewards.rewards.text import answer_span, cap
 
 Box = tuple[float, float, float, float]
 

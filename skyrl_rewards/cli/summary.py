@@ -6,7 +6,7 @@ component's floor (within 0.001 of the lowest value it pays: 0.0 for most
 rewards, -1.0 for ``repetition``, -0.5 for ``length`` with its default
 schedule; for ``total`` the weighted sum of the floors), and the counts of
 ``unparseable``, ``error`` and ``timeout`` outcomes (see
-:mod:`skyrl_rewards.result`). For ``total``, ``errors`` counts the samples to
+:mod:`skyrl_rewards.rewards.result`). For ``total``, ``errors`` counts the samples to
 mask (a component timed out or errored).
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from skyrl_rewards.result import RewardResult, Status
+from skyrl_rewards.rewards.result import RewardResult, Status
 
 TOTAL = "total"
 FLOORS: Mapping[str, float] = {"repetition": -1.0, "length": -0.5}
@@ -78,7 +78,7 @@ def summarize(
     ``weights`` (the mix's, name -> weight) place the floor of ``total``;
     without them it is 0.0.
 
-    >>> from skyrl_rewards.result import ComponentScore
+    >>> from skyrl_rewards.rewards.result import ComponentScore
     >>> r = RewardResult.from_components({"format": ComponentScore(1.0)}, {"format": 1.0})
     >>> [(s.name, s.mean) for s in summarize([r])]
     [('format', 1.0), ('total', 1.0)]

@@ -17,8 +17,8 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
-from skyrl_rewards.pool_config import PoolConfig
-from skyrl_rewards.worker import RewardWorker
+from skyrl_rewards.pool.config import PoolConfig
+from skyrl_rewards.pool.worker import RewardWorker
 
 _STRATEGIES = {"spread": "SPREAD", "default": "DEFAULT"}
 

@@ -35,9 +35,9 @@ from typing import Any
 
 from omegaconf.errors import OmegaConfBaseException
 
-from skyrl_rewards.jsonl import read_rows, to_samples, write_rows
-from skyrl_rewards.pool_config import PoolConfig, load_pool_config
-from skyrl_rewards.result import RewardResult
+from skyrl_rewards.data.jsonl import read_rows, to_samples, write_rows
+from skyrl_rewards.pool.config import PoolConfig, load_pool_config
+from skyrl_rewards.rewards.result import RewardResult
 
 PROGRESS_CHUNK = 16
 POOL_COUNTERS = (
@@ -85,8 +85,8 @@ def score_samples(
 
 def cmd_score(args: argparse.Namespace) -> int:
     """``score``: rows in, scored rows, summary table and histograms out."""
-    from skyrl_rewards.pool import RewardPool
-    from skyrl_rewards.summary import format_table, summarize, write_histograms
+    from skyrl_rewards.cli.summary import format_table, summarize, write_histograms
+    from skyrl_rewards.pool.reward_pool import RewardPool
 
     cfg = load_config(args.config, args.overrides)
     input_path = Path(args.input)
@@ -121,8 +121,8 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """``check``: list rows that would score as dataset errors; exit 1 if any."""
-    from skyrl_rewards.data_check import check_rows
-    from skyrl_rewards.mix import RewardMix
+    from skyrl_rewards.data.check import check_rows
+    from skyrl_rewards.rewards.mix import RewardMix
 
     cfg = load_config(args.config, args.overrides)
     mix = RewardMix.from_config(cfg.rewards)
@@ -136,7 +136,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-BENCH_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_pool.py"
+BENCH_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_pool.py"
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -157,7 +157,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_pool_start(args: argparse.Namespace) -> int:
     """``pool start``: a named pool on the running cluster that outlives this command."""
-    from skyrl_rewards import pool_service
+    from skyrl_rewards.pool import service as pool_service
 
     cfg = load_config(args.config, args.overrides)
     config = pool_service.start(cfg)
@@ -174,7 +174,7 @@ def cmd_pool_start(args: argparse.Namespace) -> int:
 
 def cmd_pool_status(args: argparse.Namespace) -> int:
     """``pool status``: settings and workers of a running pool."""
-    from skyrl_rewards import pool_service
+    from skyrl_rewards.pool import service as pool_service
 
     info = pool_service.status(args.name, namespace=args.namespace, address=args.address)
     for key in ("name", "namespace", "workers", "worker_replacements"):
@@ -192,7 +192,7 @@ def cmd_pool_status(args: argparse.Namespace) -> int:
 
 def cmd_pool_stop(args: argparse.Namespace) -> int:
     """``pool stop``: stop a running pool's workers and directory."""
-    from skyrl_rewards import pool_service
+    from skyrl_rewards.pool import service as pool_service
 
     pool_service.stop(args.name, namespace=args.namespace, address=args.address)
     print(f"reward pool {args.name!r} stopped")
@@ -270,7 +270,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, ConnectionError) as e:
         print(f"skyrl-rewards {args.command}: error: {e}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

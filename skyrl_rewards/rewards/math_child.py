@@ -1,4 +1,4 @@
-"""The child process behind the ``subprocess`` math guard (see :mod:`skyrl_rewards.math_check`).
+"""The child process behind the ``subprocess`` math guard (see :mod:`skyrl_rewards.rewards.math_check`).
 
 Protocol on stdin/stdout, one JSON line each way: the parent writes
 ``[gold, student]``, the child answers ``1`` (equal) or ``0``. It writes
@@ -11,7 +11,7 @@ import json
 import logging
 import sys
 
-from skyrl_rewards.math_check import verify_inline
+from skyrl_rewards.rewards.math_check import verify_inline
 
 
 def main() -> None:

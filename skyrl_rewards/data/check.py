@@ -22,9 +22,9 @@ from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 
-from skyrl_rewards.jsonl import resolve_image_path
-from skyrl_rewards.mix import RewardMix
-from skyrl_rewards.result import MASKING_STATUSES, Status
+from skyrl_rewards.data.jsonl import resolve_image_path
+from skyrl_rewards.rewards.mix import RewardMix
+from skyrl_rewards.rewards.result import MASKING_STATUSES, Status
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Settings of a :class:`~skyrl_rewards.pool.RewardPool`: a frozen, typed dataclass.
+"""Settings of a :class:`~skyrl_rewards.pool.reward_pool.RewardPool`: a frozen, typed dataclass.
 
 omegaconf lives at the edge only: :func:`load_pool_config` merges the defaults,
 a YAML file or mapping, and ``key=value`` overrides (SkyRL style), then
@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from skyrl_rewards.bundled import config_file
 
 PLACEMENTS = ("spread", "default")
 
@@ -143,6 +145,9 @@ def load_pool_config(
 ) -> PoolConfig:
     """Defaults <- ``source`` (YAML path, mapping or omegaconf node) <- ``key=value`` overrides.
 
+    A path that does not exist names a bundled config by its file name
+    (:func:`skyrl_rewards.bundled.config_file`).
+
     Raises ``ValueError`` naming the key for an unknown key or a wrong type.
     """
     from omegaconf import OmegaConf
@@ -152,7 +157,7 @@ def load_pool_config(
     merged = OmegaConf.create(PoolConfig().to_dict())
     if source is not None:
         loaded = (
-            OmegaConf.load(source)
+            OmegaConf.load(config_file(source))
             if isinstance(source, (str, Path))
             else OmegaConf.create(source if hasattr(source, "_metadata") else dict(source))
         )

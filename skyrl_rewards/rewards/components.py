@@ -14,15 +14,20 @@ import re
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from skyrl_rewards.accuracy import ACCURACY_METHODS, accuracy_score
-from skyrl_rewards.detection import check_weights, detection_score_with_status
-from skyrl_rewards.format_checks import has_rec_format, has_think_answer_format
-from skyrl_rewards.geometry import DEFAULT_PATCH_SIZE
-from skyrl_rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard
-from skyrl_rewards.rec import iou_sample_score
-from skyrl_rewards.result import ComponentScore, Status
-from skyrl_rewards.shaping import CosineSchedule, Tokenizer, cosine_reward, repetition_reward
-from skyrl_rewards.text import answer_span, completion_text
+from skyrl_rewards.rewards.accuracy import ACCURACY_METHODS, accuracy_score
+from skyrl_rewards.rewards.detection import check_weights, detection_score_with_status
+from skyrl_rewards.rewards.format_checks import has_rec_format, has_think_answer_format
+from skyrl_rewards.rewards.geometry import DEFAULT_PATCH_SIZE
+from skyrl_rewards.rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard
+from skyrl_rewards.rewards.rec import iou_sample_score
+from skyrl_rewards.rewards.result import ComponentScore, Status
+from skyrl_rewards.rewards.shaping import (
+    CosineSchedule,
+    Tokenizer,
+    cosine_reward,
+    repetition_reward,
+)
+from skyrl_rewards.rewards.text import answer_span, completion_text
 
 _logger = logging.getLogger(__name__)
 

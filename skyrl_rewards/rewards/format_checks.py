@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from skyrl_rewards.debug_log import log_rewards
-from skyrl_rewards.text import completion_text
+from skyrl_rewards.rewards.debug_log import log_rewards
+from skyrl_rewards.rewards.text import completion_text
 
 _THINK_ANSWER = re.compile(r"<think>.*?</think>\s*<answer>.*?</answer>", re.DOTALL)
 _THINK_CLOSE_ANSWER = re.compile(r"</think>\s*<answer>")

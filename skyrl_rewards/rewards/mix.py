@@ -14,7 +14,7 @@ A *sample* is a mapping with ``completion`` (str or message list),
 
 :meth:`RewardMix.score` never raises for what a model wrote or for a bad row:
 every component is caught and turned into a :class:`ComponentScore` with a
-status (see :mod:`skyrl_rewards.result`).
+status (see :mod:`skyrl_rewards.rewards.result`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyrl_rewards.registry import build_component
-from skyrl_rewards.result import ComponentScore, RewardResult, Status
+from skyrl_rewards.rewards.registry import build_component
+from skyrl_rewards.rewards.result import ComponentScore, RewardResult, Status
 
 
 @dataclass(frozen=True)

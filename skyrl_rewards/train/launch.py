@@ -1,6 +1,6 @@
 """GRPO in SkyRL with this project's envs: dataset to parquet, env overrides, the pool, the run.
 
-What ``scripts/launch_grpo_*.sh`` call (``python -m skyrl_rewards.skyrl_train_launch``):
+What ``scripts/launch_grpo_*.sh`` call (``python -m skyrl_rewards.train.launch``):
 
 1. ``--input`` rows (JSONL: ``problem``, ``solution`` and columns, as in
    ``skyrl_rewards/sample_data``) become SkyRL prompt rows in
@@ -48,8 +48,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from skyrl_rewards.env import close_shared_pools, register_installed_envs
-from skyrl_rewards.jsonl import read_rows, resolve_image_path, row_label
+from skyrl_rewards.data.jsonl import read_rows, resolve_image_path, row_label
+from skyrl_rewards.train.env import close_shared_pools, register_installed_envs
 
 PROMPT_KEY = "prompt"
 ENV_CLASS_KEY = "env_class"
@@ -226,8 +226,8 @@ def env_config_of(env_cfg: DictConfig) -> DictConfig:
 
 def start_pool(pool_config: Path, rewards_config: Path | None, overrides: Sequence[str]) -> Any:
     """Start the named reward pool from ``pool_config``, its mix replaced by ``rewards_config``'s."""
-    from skyrl_rewards.pool import RewardPool
-    from skyrl_rewards.pool_config import load_pool_config
+    from skyrl_rewards.pool.config import load_pool_config
+    from skyrl_rewards.pool.reward_pool import RewardPool
 
     source = OmegaConf.to_container(OmegaConf.load(pool_config), resolve=True)
     if rewards_config is not None:
@@ -318,7 +318,7 @@ def run_grpo(
 def build_parser() -> argparse.ArgumentParser:
     """Arguments of the launcher; anything after them is a SkyRL override."""
     parser = argparse.ArgumentParser(
-        prog="python -m skyrl_rewards.skyrl_train_launch", description=__doc__.splitlines()[0]
+        prog="python -m skyrl_rewards.train.launch", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--env-config", type=Path, required=True, help="configs/skyrl_env_*.yaml")
     parser.add_argument(

@@ -50,16 +50,16 @@ from typing import TYPE_CHECKING, Any
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 from skyrl_gym.envs.registration import register, registry
 
-from skyrl_rewards.mix import RewardMix
-from skyrl_rewards.pool_config import PoolConfig
-from skyrl_rewards.result import RewardResult
+from skyrl_rewards.pool.config import PoolConfig
+from skyrl_rewards.rewards.mix import RewardMix
+from skyrl_rewards.rewards.result import RewardResult
 
 if TYPE_CHECKING:
-    from skyrl_rewards.pool import RewardPool
+    from skyrl_rewards.pool.reward_pool import RewardPool
 
 ENV_ID = "skyrl_rewards"
 ENTRY_POINT_GROUP = "skyrl_gym.envs"
-ENTRY_POINT = "skyrl_rewards.env:SkyRLRewardEnv"
+ENTRY_POINT = "skyrl_rewards.train.env:SkyRLRewardEnv"
 SKYRL_BOOKKEEPING_KEYS = frozenset({"reward_spec", "max_turns"})
 
 
@@ -123,7 +123,7 @@ def shared_pool(name: str) -> RewardPool:
 
     Connected on first use; its ``metrics()`` count the steps of this process.
     """
-    from skyrl_rewards.pool import RewardPool
+    from skyrl_rewards.pool.reward_pool import RewardPool
 
     with _lock:
         if name not in _pools:

@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from skyrl_rewards.json_extract import MAX_SEARCH_CHARS, any_block, json_block, parse_json
-from skyrl_rewards.text import cap
+from skyrl_rewards.rewards.json_extract import MAX_SEARCH_CHARS, any_block, json_block, parse_json
+from skyrl_rewards.rewards.text import cap
 
 MAX_REPETITION_CHARS = 100_000
 """Content is cut to this length before the repetition penalty looks at it."""

@@ -14,10 +14,10 @@ from typing import Any
 
 import Levenshtein
 
-from skyrl_rewards.choice import extract_choice
-from skyrl_rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard, MathStatus, check_equal
-from skyrl_rewards.result import ComponentScore, Status
-from skyrl_rewards.text import answer_span, cap, clean
+from skyrl_rewards.rewards.choice import extract_choice
+from skyrl_rewards.rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard, MathStatus, check_equal
+from skyrl_rewards.rewards.result import ComponentScore, Status
+from skyrl_rewards.rewards.text import answer_span, cap, clean
 
 MAX_FUZZY_CHARS = 5_000
 """Both sides of a Levenshtein ratio are cut to this length (the ratio is quadratic)."""
@@ -35,7 +35,7 @@ def default_accuracy_reward(content: str, sol: str, **kwargs: Any) -> float:
     ground truth has a digit, float equality or a Levenshtein ratio; when it
     is a choice letter, letter equality; otherwise a Levenshtein ratio.
     kwargs ``math_guard`` and ``math_timeout_s`` choose how math-verify's time
-    is bounded (see :mod:`skyrl_rewards.math_check`); others are ignored.
+    is bounded (see :mod:`skyrl_rewards.rewards.math_check`); others are ignored.
 
     >>> default_accuracy_reward("<answer>\\\\frac{1}{2}</answer>", "<answer>0.5</answer>")
     1.0
@@ -178,7 +178,7 @@ def weighted_sum_score(content: str, sol: str) -> ComponentScore:
     When the cleaned ground truth is ``none`` (nothing to detect), 1.0 iff the
     cleaned answer is ``none`` too.
     """
-    from skyrl_rewards.detection import detection_score_with_status
+    from skyrl_rewards.rewards.detection import detection_score_with_status
 
     if clean(_gold_span(sol)) == "none":
         return ComponentScore(1.0 if clean(content) == "none" else 0.0)

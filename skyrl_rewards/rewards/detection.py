@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.geometry import Box, as_box, iou
-from skyrl_rewards.json_extract import json_block, parse_json
-from skyrl_rewards.result import ComponentScore, Status
-from skyrl_rewards.text import clean
+from skyrl_rewards.rewards.geometry import Box, as_box, iou
+from skyrl_rewards.rewards.json_extract import json_block, parse_json
+from skyrl_rewards.rewards.result import ComponentScore, Status
+from skyrl_rewards.rewards.text import clean
 
 MAX_DETECTIONS = 300
 """Predictions past this count are not matched (they still count as false alarms)."""

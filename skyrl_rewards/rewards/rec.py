@@ -6,8 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from skyrl_rewards.debug_log import log_rewards
-from skyrl_rewards.geometry import (
+from skyrl_rewards.rewards.debug_log import log_rewards
+from skyrl_rewards.rewards.geometry import (
     DEFAULT_PATCH_SIZE,
     Box,
     as_box,
@@ -18,8 +18,8 @@ from skyrl_rewards.geometry import (
     predicted_box,
     scale_box,
 )
-from skyrl_rewards.result import ComponentScore, Status
-from skyrl_rewards.text import answer_span, completion_text
+from skyrl_rewards.rewards.result import ComponentScore, Status
+from skyrl_rewards.rewards.text import answer_span, completion_text
 
 
 def ground_truth_box(sol: Any) -> Box:

@@ -1,0 +1,1 @@
+"""Dataset rows: JSONL reading and writing (``jsonl``) and the pre-training row check (``check``)."""
