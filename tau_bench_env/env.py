@@ -21,6 +21,16 @@ ends when the user says ``###STOP###``, a terminate tool runs, or the turn
 limit is hit (``metadata["truncated"]``). Every step pays 0.0 except the
 last, which pays the binary reward of :mod:`tau_bench_env.reward` with its
 checks in ``metadata["reward_info"]``.
+
+A failure that is nobody's judgement of the agent (the user simulator
+unreachable or erroring, a backend error) never escapes ``init`` or ``step``:
+SkyRL runs many episodes in one ``generate()`` call, and one exception would
+end them all. The episode ends at once with reward 0.0, ``done=True``,
+``metadata["should_mask"] = True`` and the cause in ``metadata["failure"]``
+and in :meth:`TauBenchEnv.get_metrics` (``env_failed``). A failure in
+``init`` is reported by the first ``step``. Dataset and config errors (a task
+index out of range, an unknown backend) still raise ``ValueError`` from the
+constructor: they are the user's to fix, not an episode's outcome.
 """
 
 from __future__ import annotations
@@ -43,6 +53,11 @@ from tau_bench_env.users import STOP, OpenAIUser, ReplayUser, TauBenchUser, User
 
 class EpisodeEndedError(RuntimeError):
     """``step`` was called before ``init`` or after the episode ended."""
+
+
+def _cause(error: BaseException) -> str:
+    """``Type: message`` of an episode failure, capped (it travels in metadata and logs)."""
+    return f"{type(error).__name__}: {error}"[:500]
 
 
 def _is_integer(value: Any) -> bool:
@@ -128,6 +143,8 @@ class TauBenchEnv(BaseTextEnv):
 
     def _reset_counters(self) -> None:
         self.turns = 0
+        self.ended = False
+        self.failure: str | None = None
         self.tool_calls = 0
         self.malformed_tool_calls = 0
         self.unknown_tool_calls = 0
@@ -141,7 +158,11 @@ class TauBenchEnv(BaseTextEnv):
         self.episode = Episode(self.domain, self.task)
         self.result = None
         self._reset_counters()
-        first = self.user.reset(self.task.instruction)
+        try:
+            first = self.user.reset(self.task.instruction)
+        except Exception as error:  # the episode's boundary: see the module docstring
+            self.failure = _cause(error)
+            first = "(The user could not be reached; this episode is void.)"
         messages = [
             {"role": "system", "content": system_prompt(self.domain)},
             {"role": "user", "content": first},
@@ -152,14 +173,33 @@ class TauBenchEnv(BaseTextEnv):
             "task_id": self.task.task_id,
             "tools": list(self.domain.tool_schemas),
         }
+        if self.failure is not None:
+            info["failure"] = self.failure
         return messages, info
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         """One agent turn; see the module docstring."""
         episode = self.episode
-        if episode is None or self.result is not None:
+        if episode is None or self.ended:
             raise EpisodeEndedError("call init() before step(), and no step() after done")
         self.turns += 1
+        if self.failure is None:
+            try:
+                output = self._turn(episode, action)
+                self.ended = output["done"]
+                return output
+            except Exception as error:  # the episode's boundary: see the module docstring
+                self.failure = _cause(error)
+        self.ended = True
+        return BaseTextEnvStepOutput(
+            observations=[],
+            reward=0.0,
+            done=True,
+            metadata={"turn": self.turns, "should_mask": True, "failure": self.failure},
+        )
+
+    def _turn(self, episode: Episode, action: str) -> BaseTextEnvStepOutput:
+        """The agent turn ``action`` in a healthy episode."""
         parsed = parse_turn(action, max_chars=self.config.max_action_chars)
         self.ignored_tool_calls += parsed.ignored_tool_calls
         metadata: dict[str, Any] = {"turn": self.turns}
@@ -199,6 +239,7 @@ class TauBenchEnv(BaseTextEnv):
             )
             reward = self.result.reward
             metadata["reward_info"] = self.result.to_dict()
+            metadata["should_mask"] = False
             observations = []
         metadata["truncated"] = self.truncated
         return BaseTextEnvStepOutput(
@@ -214,6 +255,7 @@ class TauBenchEnv(BaseTextEnv):
             "unknown_tool_calls": self.unknown_tool_calls,
             "ignored_tool_calls": self.ignored_tool_calls,
             "truncated": self.truncated,
+            "env_failed": self.failure is not None,
         }
         if self.episode is not None:
             metrics["own_records"] = self.episode.data.own_records()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from tau_helpers import tool_text
 
-from tau_bench_env.env import TauBenchEnv
+from tau_bench_env.env import EpisodeEndedError, TauBenchEnv
 from tau_bench_env.users import STOP, OpenAIUser, ReplayUser, UserSimulatorError
 
 
@@ -165,3 +165,47 @@ def test_env_with_openai_user(server: _Server) -> None:
     env2.init([])
     out = env2.step(tool_text("transfer_to_human_agents", {"summary": "x"}))
     assert out["done"] and len(server.requests) == 3  # the tool call did not reach the user
+
+
+def _openai_env(url: str) -> TauBenchEnv:
+    config = {
+        "backend": "tau2",
+        "domain": "retail",
+        "user": {"kind": "openai", "base_url": url, "model": "m", "max_retries": 0},
+    }
+    return TauBenchEnv(config, {"split": "test", "task_index": 0})
+
+
+def test_unreachable_user_ends_the_episode_masked_without_raising() -> None:
+    env = _openai_env("http://127.0.0.1:9/v1")  # nothing listens on the discard port
+    messages, info = env.init([])
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert info["failure"].startswith("UserSimulatorError")
+    out = env.step("Hello, how can I help?")
+    assert out["done"] and out["reward"] == 0.0 and out["observations"] == []
+    assert out["metadata"]["should_mask"] is True
+    assert "cannot reach" in out["metadata"]["failure"]
+    assert env.get_metrics()["env_failed"] is True
+    with pytest.raises(EpisodeEndedError):
+        env.step("again")
+
+
+def test_user_failing_mid_episode_ends_it_masked(server: _Server) -> None:
+    server.replies = ["I want to return an item."]
+    server.statuses = [200, 500]  # the second request (the agent's first reply) fails
+    env = _openai_env(server.url)
+    env.init([])
+    out = env.step("Sure, what is your order id?")
+    assert out["done"] and out["reward"] == 0.0
+    assert out["metadata"]["should_mask"] is True
+    assert out["metadata"]["failure"].startswith("UserSimulatorError")
+    assert env.get_metrics()["env_failed"] is True
+
+
+def test_healthy_episode_is_not_masked(server: _Server) -> None:
+    server.replies = ["Please transfer me to a human.", STOP]
+    env = _openai_env(server.url)
+    env.init([])
+    out = env.step("Let me check.")
+    assert out["done"] and out["metadata"]["should_mask"] is False
+    assert env.get_metrics()["env_failed"] is False
