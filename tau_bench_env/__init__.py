@@ -4,8 +4,7 @@ Importing the package registers the env with skyrl-gym under the id
 ``tau_bench`` (entry point ``tau_bench_env.env:TauBenchEnv``).
 """
 
-from skyrl_gym.envs.registration import register, registry
-
+from skyrl_rewards.train.registration import register_env
 from tau_bench_env.actions import ParsedTurn, parse_turn
 from tau_bench_env.backends import BackendUnavailableError, installed_backends, load_domain
 from tau_bench_env.config import TauBenchEnvConfig, UserConfig, env_config_from
@@ -42,5 +41,4 @@ __all__ = [
 ]
 
 ENV_ID = "tau_bench"
-if ENV_ID not in registry:
-    register(id=ENV_ID, entry_point="tau_bench_env.env:TauBenchEnv")
+register_env(ENV_ID, "tau_bench_env.env:TauBenchEnv")

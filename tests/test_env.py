@@ -20,8 +20,12 @@ from skyrl_rewards.train.env import (
     RewardEnvConfig,
     SkyRLRewardEnv,
     close_shared_pools,
-    register_installed_envs,
     shared_pool,
+)
+from skyrl_rewards.train.registration import (
+    EnvIdTakenError,
+    register_env,
+    register_installed_envs,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,6 +83,25 @@ def test_register_installed_envs_reads_the_entry_point_group(tmp_path: Path, mon
         assert env.step("<think>a</think><answer>1</answer>")["reward"] == 1.0
     finally:
         skyrl_gym.envs.registration.deregister("demo_reward_env")
+
+
+def test_an_id_held_by_another_env_is_never_silently_replaced(tmp_path: Path, monkeypatch) -> None:
+    skyrl_gym.register(id="demo_taken", entry_point="skyrl_gym.envs.gsm8k.env:GSM8kEnv")
+    dist = tmp_path / "demo_taken-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-taken\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[skyrl_gym.envs]\ndemo_taken = {ENTRY_POINT}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(EnvIdTakenError) as caught:
+            register_installed_envs()
+        message = str(caught.value)
+        assert "'demo_taken'" in message and "GSM8kEnv" in message and ENTRY_POINT in message
+        assert "environment.env_class" in message  # how to choose
+        assert skyrl_gym.registry["demo_taken"].entry_point.endswith("GSM8kEnv")  # untouched
+        register_env(ENV_ID, ENTRY_POINT)  # the same entry point again: a no-op
+    finally:
+        skyrl_gym.envs.registration.deregister("demo_taken")
 
 
 @pytest.mark.parametrize(

@@ -34,8 +34,10 @@ on its fallback value).
 
 Importing this module registers the env with skyrl-gym under the id
 ``skyrl_rewards``; the package also declares it in the ``skyrl_gym.envs``
-entry-point group, which :func:`register_installed_envs` reads (with the
-``tau_bench`` env of the same package and any other installed env).
+entry-point group, which
+:func:`~skyrl_rewards.train.registration.register_installed_envs` reads (with
+the ``tau_bench`` env of the same package and any other installed env). An id
+already held by a different env is an error, never silently replaced.
 """
 
 from __future__ import annotations
@@ -44,21 +46,19 @@ import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
-from skyrl_gym.envs.registration import register, registry
 
 from skyrl_rewards.pool.config import PoolConfig
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.rewards.result import RewardResult
+from skyrl_rewards.train.registration import register_env
 
 if TYPE_CHECKING:
     from skyrl_rewards.pool.reward_pool import RewardPool
 
 ENV_ID = "skyrl_rewards"
-ENTRY_POINT_GROUP = "skyrl_gym.envs"
 ENTRY_POINT = "skyrl_rewards.train.env:SkyRLRewardEnv"
 SKYRL_BOOKKEEPING_KEYS = frozenset({"reward_spec", "max_turns"})
 
@@ -228,25 +228,4 @@ class SkyRLRewardEnv(BaseTextEnv):
         return metrics
 
 
-def register_env() -> None:
-    """Register ``skyrl_rewards`` with skyrl-gym (no-op when already registered)."""
-    if ENV_ID not in registry:
-        register(id=ENV_ID, entry_point=ENTRY_POINT)
-
-
-def register_installed_envs(group: str = ENTRY_POINT_GROUP) -> list[str]:
-    """Register every env that installed packages declare in the entry-point ``group``.
-
-    skyrl-gym 0.4 does not read entry points itself; a training entrypoint
-    calls this once in the process that builds envs. Ids already registered
-    are left alone. Returns the ids found, in entry-point order.
-    """
-    found = []
-    for entry in entry_points(group=group):
-        found.append(entry.name)
-        if entry.name not in registry:
-            register(id=entry.name, entry_point=entry.value)
-    return found
-
-
-register_env()
+register_env(ENV_ID, ENTRY_POINT)

@@ -49,7 +49,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from skyrl_rewards.data.jsonl import read_rows, resolve_image_path, row_label
-from skyrl_rewards.train.env import close_shared_pools, register_installed_envs
+from skyrl_rewards.train.env import close_shared_pools
+from skyrl_rewards.train.registration import register_installed_envs
 
 PROMPT_KEY = "prompt"
 ENV_CLASS_KEY = "env_class"
