@@ -1,5 +1,7 @@
 """Command line: ``tau-bench-env rescore RESULTS.json --domain airline --backend tau2 [--json]``.
 
+``tau-bench-env eval ...`` evaluates a policy endpoint (see :mod:`tau_bench_env.eval_cli`).
+
 Re-scores recorded runs (tau-bench's results format) with this package's
 reward (options: ``--score-truncated``, ``--strict-outputs``) and prints runs, success rate, pass^k per k and agreement with the
 recorded rewards; ``--json`` prints one JSON object with the keys ``runs``,
@@ -16,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tau_bench_env.backends import BACKENDS, load_domain
+from tau_bench_env.eval_cli import add_eval_parser, run_eval
 from tau_bench_env.rescore import rescore, summarize
 
 
@@ -39,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
         help="outputs must appear as whole tokens, numbers compared by value",
     )
     rescore_cmd.add_argument("--json", action="store_true", help="print one JSON object")
+    add_eval_parser(commands)
     return parser
 
 
@@ -64,6 +68,8 @@ def _report(summary: dict, results: Path, backend: str, domain: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tau-bench-env`` console script."""
     args = _parser().parse_args(argv)
+    if args.command == "eval":
+        return run_eval(args)
     try:
         runs = json.loads(args.results.read_text(encoding="utf-8"))
         domain = load_domain(args.backend, args.domain)

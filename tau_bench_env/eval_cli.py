@@ -1,0 +1,169 @@
+"""``tau-bench-env eval``: evaluate a policy endpoint on a tau-bench domain (the subcommand).
+
+``tau-bench-env eval --domain retail --split test --agent-base-url http://127.0.0.1:8000/v1
+--agent-model my-ckpt --user-base-url http://127.0.0.1:8001/v1 --user-model gpt-4o
+--trials 4 --concurrency 16 --out runs/retail``
+
+Without ``--workers``/``--address`` the episodes run in this process
+(``--concurrency`` threads); with them, on Ray actors (``--workers`` of them,
+each ``--concurrency`` episodes at once). ``--resume`` continues a run in
+``--out``. Prints the summary (``--json``: one JSON object); exit status 0
+when every episode was judged, 1 when some ended in endpoint errors (rerun
+with ``--resume``), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from tau_bench_env.backends import BACKENDS, load_domain
+from tau_bench_env.config import USER_KINDS, env_config_from
+from tau_bench_env.evaluate import EvalSpec, Runner, evaluate, parse_selection, run_threads
+from tau_bench_env.policy import TOOL_MODES, PolicyConfig
+
+
+def add_eval_parser(commands: Any) -> None:
+    """Add the ``eval`` subcommand to ``commands`` (an argparse subparsers object)."""
+    cmd = commands.add_parser("eval", help="evaluate a policy endpoint on a tau-bench domain")
+    cmd.add_argument("--domain", required=True, choices=["airline", "retail"])
+    cmd.add_argument("--split", default="test", help="task split (default: test)")
+    cmd.add_argument("--backend", default=None, choices=sorted(BACKENDS))
+    cmd.add_argument("--tasks", default="all", help='task indices: "all" or e.g. "0,3,5-9"')
+    cmd.add_argument("--trials", type=int, default=1, help="trials per task (k of pass^k)")
+    cmd.add_argument("--out", type=Path, required=True, help="output directory")
+    cmd.add_argument("--resume", action="store_true", help="skip the episodes already judged")
+    cmd.add_argument(
+        "--config", type=Path, help="env config YAML (configs/tau_bench.yaml keys); flags win"
+    )
+    cmd.add_argument("--max-turns", type=int, help="agent turns per episode")
+    agent = cmd.add_argument_group("agent (OpenAI-compatible endpoint)")
+    agent.add_argument("--agent-base-url", required=True, help="e.g. http://127.0.0.1:8000/v1")
+    agent.add_argument("--agent-model", required=True)
+    agent.add_argument("--tool-mode", default="native", choices=list(TOOL_MODES))
+    agent.add_argument("--agent-api-key-env", default="OPENAI_API_KEY")
+    agent.add_argument("--agent-temperature", type=float, default=0.0)
+    agent.add_argument("--agent-max-tokens", type=int)
+    agent.add_argument("--timeout-s", type=float, default=120.0, help="per request")
+    agent.add_argument("--max-retries", type=int, default=3)
+    agent.add_argument("--backoff-s", type=float, default=1.0)
+    user = cmd.add_argument_group("user simulator (defaults from --config)")
+    user.add_argument("--user-kind", choices=list(USER_KINDS))
+    user.add_argument("--user-base-url")
+    user.add_argument("--user-model")
+    user.add_argument(
+        "--user-turns", type=Path, help='replay user: JSON {"<task id>": ["turn", ...]}'
+    )
+    scale = cmd.add_argument_group("scale")
+    scale.add_argument("--concurrency", type=int, default=8, help="episodes at once per process")
+    scale.add_argument("--workers", type=int, help="Ray workers (processes) running episodes")
+    scale.add_argument("--address", help="Ray cluster address (implies --workers, default 2)")
+    cmd.add_argument("--no-progress", action="store_true", help="no progress bar")
+    cmd.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+
+
+def _spec(args: argparse.Namespace) -> EvalSpec:
+    values: dict[str, Any] = {}
+    if args.config is not None:
+        loaded = OmegaConf.to_container(OmegaConf.load(args.config), resolve=True)
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{args.config} must hold a mapping of env config keys")
+        values = loaded
+    values = {**values, "domain": args.domain, "split": args.split}
+    if args.backend is not None:
+        values["backend"] = args.backend
+    if args.max_turns is not None:
+        values["max_turns"] = args.max_turns
+    user = dict(values.get("user") or {})
+    for key in ("kind", "base_url", "model"):
+        given = getattr(args, f"user_{key}")
+        if given is not None:
+            user[key] = given
+    values["user"] = user
+    env = env_config_from(values)
+    policy = PolicyConfig(
+        base_url=args.agent_base_url,
+        model=args.agent_model,
+        tool_mode=args.tool_mode,
+        api_key_env=args.agent_api_key_env or None,
+        temperature=args.agent_temperature,
+        max_tokens=args.agent_max_tokens,
+        timeout_s=args.timeout_s,
+        max_retries=args.max_retries,
+        backoff_s=args.backoff_s,
+    )
+    turns: dict[str, list[str]] = {}
+    if args.user_turns is not None:
+        turns = json.loads(args.user_turns.read_text(encoding="utf-8"))
+        if not isinstance(turns, dict):
+            raise ValueError(f"{args.user_turns} must hold a JSON object of task id -> turns")
+    return EvalSpec(env=env, policy=policy, domain=args.domain, split=args.split, user_turns=turns)
+
+
+def _runner(args: argparse.Namespace) -> Runner:
+    if args.workers is None and args.address is None:
+        return partial(run_threads, concurrency=args.concurrency)
+    from tau_bench_env.eval_ray import run_ray
+
+    workers = args.workers if args.workers is not None else 2
+    return partial(run_ray, workers=workers, concurrency=args.concurrency, address=args.address)
+
+
+def report(summary: dict[str, Any], spec: EvalSpec, out: Path) -> str:
+    """The summary as text (what ``eval`` prints without ``--json``)."""
+    lines = [
+        f"backend: {spec.env.backend}  domain: {spec.domain}  split: {spec.split}",
+        f"episodes judged: {summary['episodes']}  errors: {summary['errors']}  "
+        f"missing: {summary['missing']}",
+        f"success rate: {summary['success_rate']:.4f}",
+        f"pass^k ({summary['complete_tasks']} tasks with every trial judged):",
+        *(f"  k={k}: {value:.4f}" for k, value in summary["pass_hat_k"].items()),
+        "failed checks: "
+        + ", ".join(f"{name}={count}" for name, count in summary["failed_checks"].items()),
+        f"tokens per episode: prompt {summary['tokens']['prompt_per_episode']:.0f}, "
+        f"completion {summary['tokens']['completion_per_episode']:.0f}",
+        f"wall time per episode: mean {summary['wall_s']['mean_per_episode']:.3f} s, "
+        f"max {summary['wall_s']['max_per_episode']:.3f} s",
+    ]
+    for error in summary["error_list"][:10]:
+        lines.append(
+            f"  error: task_id={error['task_id']} trial={error['trial']} {error['kind']}: "
+            f"{error['cause']}"
+        )
+    if summary["errors"]:
+        lines.append("rerun with --resume to retry the episodes that ended in errors")
+    lines.append(f"results: {out}")
+    return "\n".join(lines)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """Run the ``eval`` subcommand; returns the exit status."""
+    try:
+        spec = _spec(args)
+        if args.trials < 1:
+            raise ValueError(f"--trials must be >= 1, got {args.trials}")
+        domain = load_domain(spec.env.backend, spec.domain)
+        tasks = parse_selection(args.tasks, len(domain.tasks(spec.split)))
+        summary = evaluate(
+            spec,
+            args.out,
+            tasks=tasks,
+            trials=args.trials,
+            runner=_runner(args),
+            resume=args.resume,
+            progress=not args.no_progress,
+        )
+    except (OSError, ValueError) as error:
+        print(f"tau-bench-env: error: {error}", file=sys.stderr)  # noqa: T201 - CLI output
+        return 2
+    if args.json:
+        print(json.dumps({k: v for k, v in summary.items() if k != "episode_list"}, sort_keys=True))  # noqa: T201
+    else:
+        print(report(summary, spec, args.out))  # noqa: T201 - CLI output
+    return 1 if summary["errors"] or summary["missing"] else 0

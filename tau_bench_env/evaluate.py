@@ -1,0 +1,506 @@
+"""Evaluate a policy on a tau-bench domain: episodes, results file, resume, summary.
+
+One episode (:func:`run_episode`) is the env's own :class:`TauBenchEnv` (same
+prompts, same parsing, same reward) driven by a :class:`ChatPolicy`. Its
+record is a run in tau-bench's results format (``task_id`` = index in the
+split, ``trial``, ``reward``, ``info.task``, ``traj`` of OpenAI messages with
+``tool_calls``), so ``tau-bench-env rescore`` replays it to the same reward.
+
+An episode whose agent endpoint failed, or which the env masked (its user
+simulator or backend failed: ``metadata["should_mask"]``), is an *error*:
+it has no reward, is kept out of every statistic, counted separately, and
+run again by ``--resume``.
+
+:class:`ResultsStore` keeps an output directory:
+
+- ``episodes.jsonl``: every finished episode (run or error), appended and
+  flushed as it ends; the source of truth for ``--resume`` (a killed run
+  loses no finished episode);
+- ``results.json``: the judged runs as tau-bench's JSON list, rewritten
+  atomically (at most every ``flush_every_s`` and at the end);
+- ``summary.json`` and ``pass_hat_k.png``: written at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tau_bench_env.actions import parse_turn
+from tau_bench_env.backends import load_domain
+from tau_bench_env.config import TauBenchEnvConfig
+from tau_bench_env.env import TauBenchEnv
+from tau_bench_env.policy import ChatPolicy, PolicyConfig, PolicyEndpointError
+from tau_bench_env.rescore import SUCCESS_TOLERANCE, RunScore, pass_hat_k
+from tau_bench_env.tasks import RESPOND
+from tau_bench_env.users import STOP, UserSimulatorError
+
+RESULTS_FILE = "results.json"
+JOURNAL_FILE = "episodes.jsonl"
+SUMMARY_FILE = "summary.json"
+PLOT_FILE = "pass_hat_k.png"
+SOURCE = "tau-bench-env eval"
+
+EpisodeKey = tuple[int, int]
+"""(task index in the split, trial)."""
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """What to evaluate: the env config, the agent, the domain and split.
+
+    ``user_turns`` maps a task's id (``Task.task_id``) to the turns of the
+    replay user (``env.user.kind == "replay"``); a task without an entry gets
+    ``default_user_turns``.
+    """
+
+    env: TauBenchEnvConfig
+    policy: PolicyConfig
+    domain: str
+    split: str
+    user_turns: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    default_user_turns: tuple[str, ...] = ("Hi, I need help with my account.",)
+
+    def extras(self, task_index: int, task_id: str) -> dict[str, Any]:
+        """The dataset-row extras that make the env play task ``task_index``."""
+        extras: dict[str, Any] = {
+            "domain": self.domain,
+            "split": self.split,
+            "task_index": task_index,
+        }
+        if self.env.user.kind == "replay":
+            extras["user_turns"] = list(self.user_turns.get(task_id, self.default_user_turns))
+        return extras
+
+
+def parse_selection(selection: str | None, count: int) -> list[int]:
+    """Task indices from ``"0,3,5-9"`` (None or ``"all"``: every task), checked against ``count``.
+
+    >>> parse_selection("0,3,5-7", 10)
+    [0, 3, 5, 6, 7]
+    """
+    if selection is None or selection.strip() in ("", "all"):
+        return list(range(count))
+    indices: set[int] = set()
+    for part in selection.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                low, high = (int(x) for x in part.split("-", 1))
+                chosen = range(low, high + 1)
+            else:
+                chosen = range(int(part), int(part) + 1)
+        except ValueError as error:
+            raise ValueError(f"--tasks: {part!r} is not an index or a range a-b") from error
+        for index in chosen:
+            if not 0 <= index < count:
+                raise ValueError(f"--tasks: index {index} is outside [0, {count})")
+            indices.add(index)
+    return sorted(indices)
+
+
+def _tool_call_message(name: str, kwargs: Mapping[str, Any], call_id: str, content: str | None):
+    function = {"name": name, "arguments": json.dumps(dict(kwargs), ensure_ascii=False)}
+    return {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+    }
+
+
+def _traj_message(text: str, call_id: str, max_chars: int) -> dict[str, Any]:
+    """The agent's turn as the results file records it: what the env ran, replayable.
+
+    A tool call becomes ``tool_calls`` (the first call only, as the env runs
+    it); a reply its text as the env sent it; a malformed call an empty reply
+    (``malformed_tool_call`` says why; ``rescore`` replays it as a reply that
+    changes nothing).
+    """
+    parsed = parse_turn(text, max_chars=max_chars)
+    if parsed.action is None:
+        return {"role": "assistant", "content": "", "malformed_tool_call": parsed.error}
+    if parsed.action.name == RESPOND:
+        return {"role": "assistant", "content": parsed.action.kwargs["content"]}
+    return _tool_call_message(parsed.action.name, parsed.action.kwargs, call_id, None)
+
+
+def run_episode(
+    spec: EvalSpec, task_index: int, trial: int, policy: ChatPolicy | None = None
+) -> dict[str, Any]:
+    """Play task ``task_index`` (trial ``trial``) once; return its record.
+
+    A judged episode gives a run in tau-bench's results format; a failed one
+    ``{"task_id", "trial", "error": {"kind", "cause"}, "info"}`` where kind is
+    ``agent`` (the policy endpoint) or ``env`` (the env masked the episode:
+    user simulator or backend). Never raises for an endpoint failure.
+    """
+    policy = policy or ChatPolicy(spec.policy)
+    domain = load_domain(spec.env.backend, spec.domain)
+    task = domain.tasks(spec.split)[task_index]
+    started = time.perf_counter()
+    info: dict[str, Any] = {
+        "task": task.to_dict(),
+        "task_key": task.task_id,
+        "backend": spec.env.backend,
+        "domain": spec.domain,
+        "split": spec.split,
+        "source": SOURCE,
+        "tokens": {"prompt": 0, "completion": 0},
+    }
+
+    def finish(**fields: Any) -> dict[str, Any]:
+        info["wall_s"] = time.perf_counter() - started
+        return {"task_id": task_index, "trial": trial, **fields, "info": info}
+
+    env = TauBenchEnv(spec.env, extras=spec.extras(task_index, task.task_id))
+    try:
+        messages, env_info = env.init([])
+    except UserSimulatorError as error:  # an env without the masked-episode boundary
+        return finish(error={"kind": "env", "cause": f"{type(error).__name__}: {error}"})
+    if env_info.get("failure"):
+        return finish(error={"kind": "env", "cause": str(env_info["failure"])})
+    conversation: list[dict[str, Any]] = [dict(m) for m in messages]
+    traj: list[dict[str, Any]] = [dict(m) for m in messages]
+    tools = env_info["tools"]
+    turn = 0
+    while True:
+        turn += 1
+        try:
+            reply = policy.act(conversation, tools, turn)
+            out = env.step(reply.text)
+        except (PolicyEndpointError, UserSimulatorError) as error:
+            kind = "agent" if isinstance(error, PolicyEndpointError) else "env"
+            info["metrics"] = env.get_metrics()
+            return finish(error={"kind": kind, "cause": f"{type(error).__name__}: {error}"})
+        info["tokens"]["prompt"] += reply.prompt_tokens
+        info["tokens"]["completion"] += reply.completion_tokens
+        metadata = out["metadata"]
+        if metadata.get("should_mask"):
+            info["metrics"] = env.get_metrics()
+            return finish(error={"kind": "env", "cause": str(metadata.get("failure"))})
+        call_id = reply.tool_call_id or f"call_{turn}"
+        message = _traj_message(reply.text, call_id, env.config.max_action_chars)
+        traj.append(message)
+        conversation.append(reply.message)
+        for observation in out["observations"]:
+            observed = dict(observation)
+            if observed["role"] != "user":
+                observed["tool_call_id"] = call_id
+                if "tool_calls" in message:
+                    observed["name"] = message["tool_calls"][0]["function"]["name"]
+            conversation.append(observed)
+            traj.append(observed)
+        if out["done"]:
+            break
+    if not ({"tool_calls", "malformed_tool_call"} & set(message) or metadata.get("truncated")):
+        traj.append({"role": "user", "content": STOP})  # the user's last message ended it
+    info["reward_info"] = metadata.get("reward_info")
+    info["metrics"] = env.get_metrics()
+    env.close()
+    return finish(reward=float(out["reward"]), traj=traj)
+
+
+def is_error(record: Mapping[str, Any]) -> bool:
+    """Whether ``record`` is a failed episode (no reward)."""
+    return "error" in record
+
+
+def run_threads(
+    spec: EvalSpec, items: Sequence[EpisodeKey], *, concurrency: int
+) -> Iterator[dict[str, Any]]:
+    """Run ``items`` in this process, ``concurrency`` episodes at once; yield records as they end.
+
+    Closing the iterator (Ctrl-C) cancels the episodes not yet started.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency!r}")
+    policy = ChatPolicy(spec.policy)
+    pending = iter(items)
+    executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tau-eval")
+    running: set[Future[dict[str, Any]]] = set()
+    try:
+        for task_index, trial in pending:
+            running.add(executor.submit(run_episode, spec, task_index, trial, policy))
+            if len(running) >= 2 * concurrency:
+                break
+        while running:
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield future.result()
+                nxt = next(pending, None)
+                if nxt is not None:
+                    running.add(executor.submit(run_episode, spec, nxt[0], nxt[1], policy))
+    finally:
+        executor.shutdown(wait=False, cancel_futures=True)
+
+
+class ResultsStore:
+    """The output directory of one evaluation (see the module docstring).
+
+    ``resume=False`` refuses a directory that already holds episodes; with
+    ``resume=True`` their runs are kept (errors are run again) after checking
+    they belong to the same backend, domain and split.
+    """
+
+    def __init__(
+        self,
+        out_dir: Path,
+        *,
+        spec: EvalSpec,
+        resume: bool,
+        flush_every_s: float = 1.0,
+    ) -> None:
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.runs: dict[EpisodeKey, dict[str, Any]] = {}
+        self.errors: dict[EpisodeKey, dict[str, Any]] = {}
+        self._flush_every_s = flush_every_s
+        self._last_write = 0.0
+        journal = self.out_dir / JOURNAL_FILE
+        if journal.exists() and journal.stat().st_size and not resume:
+            raise ValueError(
+                f"{journal} already holds episodes; pass --resume to continue that run "
+                "or choose another --out"
+            )
+        if journal.exists():
+            self._load(journal, spec)
+        self._journal = journal.open("a", encoding="utf-8")
+
+    def _load(self, journal: Path, spec: EvalSpec) -> None:
+        wanted = (spec.env.backend, spec.domain, spec.split)
+        with journal.open(encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    if line.endswith("\n"):
+                        raise ValueError(f"{journal}:{number} is not JSON") from None
+                    continue  # a line cut off by a kill: that episode runs again
+                info = record.get("info") or {}
+                found = (info.get("backend"), info.get("domain"), info.get("split"))
+                if found != wanted:
+                    raise ValueError(
+                        f"{journal}:{number} is a {found} episode; this run is {wanted}: "
+                        "use another --out"
+                    )
+                key = (int(record["task_id"]), int(record["trial"]))
+                if is_error(record):
+                    if key not in self.runs:
+                        self.errors[key] = record
+                else:
+                    self.runs[key] = record
+                    self.errors.pop(key, None)
+
+    def add(self, record: dict[str, Any]) -> None:
+        """Append ``record`` to the journal (flushed) and keep it; rewrite results when due."""
+        self._journal.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._journal.flush()
+        key = (int(record["task_id"]), int(record["trial"]))
+        if is_error(record):
+            self.errors[key] = record
+            return
+        self.runs[key] = record
+        self.errors.pop(key, None)
+        if time.monotonic() - self._last_write >= self._flush_every_s:
+            self.write_results()
+
+    def write_results(self) -> Path:
+        """Atomically rewrite ``results.json`` with the judged runs (task, trial order)."""
+        path = self.out_dir / RESULTS_FILE
+        tmp = path.with_suffix(".json.tmp")
+        runs = [self.runs[key] for key in sorted(self.runs)]
+        tmp.write_text(json.dumps(runs, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, path)
+        self._last_write = time.monotonic()
+        return path
+
+    def close(self) -> None:
+        """Write the results and close the journal."""
+        self.write_results()
+        self._journal.close()
+
+
+def summarize_eval(
+    runs: Iterable[Mapping[str, Any]],
+    errors: Iterable[Mapping[str, Any]],
+    *,
+    tasks: Sequence[int],
+    trials: int,
+) -> dict[str, Any]:
+    """The summary of an evaluation (JSON-able).
+
+    Keys: ``episodes`` (judged), ``errors`` (count), ``missing`` (pairs
+    neither judged nor failed), ``success_rate`` (over judged episodes),
+    ``pass_hat_k`` (tau-bench's unbiased estimator, over the tasks whose
+    ``trials`` trials were all judged: ``complete_tasks``), ``per_task``,
+    ``failed_checks`` (how many judged episodes failed each check:
+    ``data_hash`` = actions, ``outputs``, ``truncated``), ``tokens`` and
+    ``wall_s`` (per episode), ``error_list`` and ``episode_list``.
+    """
+    runs = list(runs)
+    errors = list(errors)
+    success = [abs(float(r["reward"]) - 1.0) <= SUCCESS_TOLERANCE for r in runs]
+    per_task: dict[int, dict[str, Any]] = {
+        t: {"task_key": None, "rewards": [None] * trials, "errors": 0} for t in tasks
+    }
+    for run in runs:
+        entry = per_task.setdefault(
+            int(run["task_id"]), {"task_key": None, "rewards": [None] * trials, "errors": 0}
+        )
+        entry["task_key"] = run["info"].get("task_key")
+        if int(run["trial"]) < trials:
+            entry["rewards"][int(run["trial"])] = float(run["reward"])
+    for error in errors:
+        entry = per_task.setdefault(
+            int(error["task_id"]), {"task_key": None, "rewards": [None] * trials, "errors": 0}
+        )
+        entry["task_key"] = error["info"].get("task_key")
+        entry["errors"] += 1
+    complete = [
+        task for task, entry in per_task.items() if all(r is not None for r in entry["rewards"])
+    ]
+    scores = [
+        RunScore(task, trial, reward, reward, None)
+        for task in complete
+        for trial, reward in enumerate(per_task[task]["rewards"])
+    ]
+    failed_checks = {"data_hash": 0, "outputs": 0, "truncated": 0}
+    episode_list = []
+    for run in runs:
+        failed = list((run["info"].get("reward_info") or {}).get("failed") or [])
+        for check in failed:
+            failed_checks[check] = failed_checks.get(check, 0) + 1
+        episode_list.append(
+            {
+                "task_id": run["task_id"],
+                "trial": run["trial"],
+                "reward": run["reward"],
+                "failed": failed,
+                "turns": (run["info"].get("metrics") or {}).get("turns"),
+                "prompt_tokens": run["info"]["tokens"]["prompt"],
+                "completion_tokens": run["info"]["tokens"]["completion"],
+                "wall_s": run["info"]["wall_s"],
+            }
+        )
+    walls = [run["info"]["wall_s"] for run in runs]
+    prompt = [run["info"]["tokens"]["prompt"] for run in runs]
+    completion = [run["info"]["tokens"]["completion"] for run in runs]
+    judged_pairs = {(int(r["task_id"]), int(r["trial"])) for r in runs}
+    error_pairs = {(int(e["task_id"]), int(e["trial"])) for e in errors} - judged_pairs
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values) if values else 0.0
+
+    return {
+        "episodes": len(runs),
+        "errors": len(error_pairs),
+        "missing": len(tasks) * trials - len(judged_pairs) - len(error_pairs),
+        "success_rate": mean([1.0 if s else 0.0 for s in success]),
+        "complete_tasks": len(complete),
+        "pass_hat_k": {str(k): v for k, v in pass_hat_k(scores).items()},
+        "failed_checks": failed_checks,
+        "tokens": {
+            "prompt_per_episode": mean(prompt),
+            "completion_per_episode": mean(completion),
+            "total": sum(prompt) + sum(completion),
+        },
+        "wall_s": {"mean_per_episode": mean(walls), "max_per_episode": max(walls, default=0.0)},
+        "per_task": {str(task): entry for task, entry in sorted(per_task.items())},
+        "error_list": [
+            {"task_id": e["task_id"], "trial": e["trial"], **e["error"]}
+            for e in errors
+            if (int(e["task_id"]), int(e["trial"])) in error_pairs
+        ],
+        "episode_list": episode_list,
+    }
+
+
+def plot_pass_hat_k(summary: Mapping[str, Any], path: Path, *, title: str) -> Path:
+    """Save a PNG of pass^k against k (matplotlib, no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    points = sorted((int(k), float(v)) for k, v in summary["pass_hat_k"].items())
+    figure, axes = pyplot.subplots(figsize=(5, 3.5), dpi=100)
+    if points:
+        axes.plot([k for k, _ in points], [v for _, v in points], marker="o")
+        axes.set_xticks([k for k, _ in points])
+    axes.set_ylim(0.0, 1.05)
+    axes.set_xlabel("k (trials that must all succeed)")
+    axes.set_ylabel("pass^k")
+    axes.set_title(title)
+    axes.grid(True, alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path)
+    pyplot.close(figure)
+    return path
+
+
+Runner = Callable[[EvalSpec, Sequence[EpisodeKey]], Iterator[dict[str, Any]]]
+"""Runs episodes and yields their records as they end (threads here, Ray actors in eval_ray)."""
+
+
+def evaluate(
+    spec: EvalSpec,
+    out_dir: Path,
+    *,
+    tasks: Sequence[int],
+    trials: int,
+    runner: Runner,
+    resume: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run every (task, trial) not yet judged in ``out_dir``; write results, summary and plot.
+
+    Returns the summary (see :func:`summarize_eval`). Each record is stored as
+    it arrives, so an interrupted run keeps every finished episode; the
+    results file and summary are written even when interrupted.
+    """
+    if trials < 1:
+        raise ValueError(f"trials must be >= 1, got {trials!r}")
+    from tqdm import tqdm
+
+    store = ResultsStore(out_dir, spec=spec, resume=resume)
+    wanted = [(task, trial) for task in tasks for trial in range(trials)]
+    todo = [key for key in wanted if key not in store.runs]
+    bar = tqdm(total=len(todo), disable=not progress, desc="episodes", unit="ep", leave=True)
+    records = runner(spec, todo)
+    judged = [store.runs[key] for key in wanted if key in store.runs]
+    wins = sum(1 for r in judged if abs(float(r["reward"]) - 1.0) <= SUCCESS_TOLERANCE)
+    count, errors = len(judged), 0
+    try:
+        for record in records:
+            store.add(record)
+            bar.update(1)
+            if is_error(record):
+                errors += 1
+            else:
+                count += 1
+                wins += abs(float(record["reward"]) - 1.0) <= SUCCESS_TOLERANCE
+            bar.set_postfix(success=f"{wins / max(count, 1):.3f}", errors=errors)
+    finally:
+        close = getattr(records, "close", None)
+        if close is not None:
+            close()
+        bar.close()
+        store.close()
+    summary = summarize_eval(
+        [store.runs[key] for key in wanted if key in store.runs],
+        [store.errors[key] for key in wanted if key in store.errors],
+        tasks=tasks,
+        trials=trials,
+    )
+    (store.out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    title = f"{spec.env.backend}:{spec.domain} {spec.split}"
+    plot_pass_hat_k(summary, store.out_dir / PLOT_FILE, title=title)
+    return summary

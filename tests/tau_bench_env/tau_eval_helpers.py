@@ -1,0 +1,191 @@
+"""Local OpenAI-compatible servers for the eval tests and benchmark (127.0.0.1 only).
+
+- :class:`AgentServer` plays a scripted agent: the ground truth of the task
+  the user names (``oracle``), or one of a cycle of known mistakes
+  (``mistakes``). It answers in native ``tool_calls`` or in ``<tool_call>``
+  text, and can fail the requests of chosen tasks with HTTP 500.
+- :class:`UserServer` plays the user: names the task (found from the
+  instruction in its system prompt), then ends with ``###STOP###``.
+
+The agent learns the task from the user's first message ("... task <key>.")
+and its episode number from a ``<think>episode N</think>`` tag in its own
+earlier messages, so concurrent episodes of one task stay apart.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from tau_bench_env.backends.protocol import Domain
+from tau_bench_env.tasks import RESPOND, Action, Task
+from tau_bench_env.users import STOP
+
+_TASK = re.compile(r"task ([\w-]+)\.")
+_EPISODE = re.compile(r"<think>episode (\d+)</think>")
+MISTAKES = ("oracle", "drop_last_write", "malformed_then_no_outputs", "loop_until_truncated")
+"""The scripted agent's cycle: episode n of a task plays MISTAKES[n % 4] (``mistakes`` mode)."""
+
+
+def first_user_message(task: Task) -> str:
+    """What the user says first: names the task for the scripted agent."""
+    return f"Hello, I am calling about task {task.task_id}."
+
+
+def user_turns(tasks: Sequence[Task]) -> dict[str, list[str]]:
+    """Replay-user turns per task id (``EvalSpec.user_turns``)."""
+    return {task.task_id: [first_user_message(task)] for task in tasks}
+
+
+def closing_reply(task: Task) -> str:
+    """A final reply naming every required output."""
+    if task.outputs:
+        return "To confirm: " + ", ".join(task.outputs) + ". Anything else?"
+    return "Is there anything else I can help with?"
+
+
+def plan(domain: Domain, task: Task, mistake: str) -> list[Action | str]:
+    """The agent's turns for ``task``: actions, then a closing reply; ``str`` = raw text."""
+    actions: list[Action | str] = list(task.actions)
+    closing = Action(RESPOND, {"content": closing_reply(task)})
+    if mistake == "drop_last_write":
+        writes = [i for i, a in enumerate(actions) if a.name not in domain.read_only_tools]
+        if writes:
+            del actions[writes[-1]]
+    elif mistake == "malformed_then_no_outputs":
+        actions.insert(0, '<tool_call>{"name": "calculate", "arguments": {oops}</tool_call>')
+        closing = Action(RESPOND, {"content": "All done. Anything else?"})
+    elif mistake == "loop_until_truncated":
+        return [Action("calculate", {"expression": "2 + 2"})] * 1000
+    return [*actions, closing]
+
+
+class _Server:
+    """A ThreadingHTTPServer on 127.0.0.1 answering ``POST .../chat/completions``."""
+
+    def __init__(self) -> None:
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                status, payload = owner.answer(body)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.requests = 0
+        self._lock = threading.Lock()
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._http.daemon_threads = True
+        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>/v1``."""
+        return f"http://127.0.0.1:{self._http.server_address[1]}/v1"
+
+    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        raise NotImplementedError
+
+    @contextmanager
+    def running(self) -> Iterator[_Server]:
+        """Serve in a thread for the duration of the block."""
+        self._thread.start()
+        try:
+            yield self
+        finally:
+            self._http.shutdown()
+            self._http.server_close()
+
+
+def _completion(message: dict[str, Any], prompt_tokens: int) -> dict[str, Any]:
+    return {
+        "id": "cmpl",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 7},
+    }
+
+
+class AgentServer(_Server):
+    """The scripted agent (see the module docstring).
+
+    ``fail_tasks``: task keys whose requests get HTTP 500 (change it between
+    runs). ``mistakes=False`` plays every episode as the oracle.
+    """
+
+    def __init__(self, domain: Domain, tasks: Sequence[Task], *, mistakes: bool = False) -> None:
+        super().__init__()
+        self._domain = domain
+        self._tasks = {task.task_id: task for task in tasks}
+        self._mistakes = mistakes
+        self._episodes: dict[str, int] = {}
+        self.fail_tasks: set[str] = set()
+
+    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            self.requests += 1
+        messages = body["messages"]
+        user = next(m for m in messages if m["role"] == "user")
+        key = _TASK.search(user["content"]).group(1)
+        if key in self.fail_tasks:
+            return 500, {"error": "scripted failure"}
+        task = self._tasks[key]
+        mine = [m for m in messages if m["role"] == "assistant"]
+        if mine:
+            episode = int(_EPISODE.search(mine[0]["content"] or "").group(1))
+        else:
+            with self._lock:
+                episode = self._episodes.get(key, 0)
+                self._episodes[key] = episode + 1
+        mistake = MISTAKES[episode % len(MISTAKES)] if self._mistakes else "oracle"
+        turns = plan(self._domain, task, mistake)
+        step = turns[min(len(mine), len(turns) - 1)]
+        tag = f"<think>episode {episode}</think>"
+        native = "tools" in body
+        if isinstance(step, str):
+            message: dict[str, Any] = {"role": "assistant", "content": tag + step}
+        elif step.name == RESPOND:
+            message = {"role": "assistant", "content": tag + step.kwargs["content"]}
+        elif native:
+            arguments = json.dumps(dict(step.kwargs))
+            call = {"id": f"c{len(mine)}", "type": "function"}
+            call["function"] = {"name": step.name, "arguments": arguments}
+            message = {"role": "assistant", "content": tag, "tool_calls": [call]}
+        else:
+            call_text = json.dumps({"name": step.name, "arguments": dict(step.kwargs)})
+            message = {"role": "assistant", "content": f"{tag}<tool_call>{call_text}</tool_call>"}
+        return 200, _completion(message, prompt_tokens=len(messages))
+
+
+class UserServer(_Server):
+    """The user: names the task first, then answers ``###STOP###``.
+
+    ``fail_tasks``: task keys whose requests get HTTP 500.
+    """
+
+    def __init__(self, tasks: Sequence[Task]) -> None:
+        super().__init__()
+        self._by_instruction = {task.instruction: task for task in tasks}
+        self.fail_tasks: set[str] = set()
+
+    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        messages = body["messages"]
+        instruction = messages[0]["content"].split("Instruction: ", 1)[1].split("\nRules:", 1)[0]
+        task = self._by_instruction[instruction]
+        if task.task_id in self.fail_tasks:
+            return 500, {"error": "scripted failure"}
+        content = first_user_message(task) if len(messages) == 2 else STOP
+        return 200, _completion({"role": "assistant", "content": content}, prompt_tokens=1)
