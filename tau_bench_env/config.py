@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from tau_bench_env.actions import DEFAULT_MAX_CHARS
 from tau_bench_env.backends import BACKENDS
+from tau_bench_env.tool_limits import DEFAULT_TOOL_TIMEOUT_S
 
 USER_KINDS = ("openai", "replay", "tau_bench")
 OBSERVATION_ROLES = ("tool", "user")
@@ -66,6 +67,8 @@ class TauBenchEnvConfig:
     """Let the strict outputs check decide the reward (both are always reported)."""
     max_action_chars: int = DEFAULT_MAX_CHARS
     """Model text beyond this many characters is ignored before parsing."""
+    tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+    """CPU seconds one tool call may use; past it the call ends with an error observation."""
     tool_observation_role: str = "tool"
     """Role of the message carrying a tool's result (``tool`` or ``user``)."""
     user: UserConfig = field(default_factory=UserConfig)
@@ -84,6 +87,12 @@ class TauBenchEnvConfig:
             raise ValueError(
                 f"max_action_chars must be an integer >= 1, got {self.max_action_chars!r}"
             )
+        if (
+            not isinstance(self.tool_timeout_s, (int, float))
+            or isinstance(self.tool_timeout_s, bool)
+            or not 0 < self.tool_timeout_s < float("inf")
+        ):
+            raise ValueError(f"tool_timeout_s must be a number > 0, got {self.tool_timeout_s!r}")
         if self.tool_observation_role not in OBSERVATION_ROLES:
             raise ValueError(
                 f"tool_observation_role must be one of {list(OBSERVATION_ROLES)}, "

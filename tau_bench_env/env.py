@@ -155,7 +155,7 @@ class TauBenchEnv(BaseTextEnv):
         self, prompt: ConversationType | None = None
     ) -> tuple[ConversationType, dict[str, Any]]:
         """Reset to the task (no disk read) and return [system, first user message]."""
-        self.episode = Episode(self.domain, self.task)
+        self.episode = Episode(self.domain, self.task, tool_timeout_s=self.config.tool_timeout_s)
         self.result = None
         self._reset_counters()
         try:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tau_bench_env.backends.protocol import Domain
+from tau_bench_env.hashing import UnhashableDataError
 from tau_bench_env.reward import (
     GROUND_TRUTH,
     GroundTruthCache,
@@ -17,6 +18,7 @@ from tau_bench_env.reward import (
     score_episode,
 )
 from tau_bench_env.tasks import RESPOND, Action, Task
+from tau_bench_env.tool_limits import DEFAULT_TOOL_TIMEOUT_S
 
 
 class Episode:
@@ -29,17 +31,21 @@ class Episode:
     1
     """
 
-    def __init__(self, domain: Domain, task: Task) -> None:
+    def __init__(
+        self, domain: Domain, task: Task, *, tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+    ) -> None:
         self.domain = domain
         self.task = task
+        self.tool_timeout_s = tool_timeout_s
+        """CPU-time budget of one tool call (see :mod:`tau_bench_env.tool_limits`)."""
         self.data = domain.fresh_data()
         self.actions: list[Action] = []
 
     def call_tool(self, name: str, kwargs: Mapping[str, Any]) -> str:
-        """Log and run a tool call; returns the observation (errors included)."""
+        """Log and run a tool call; returns the observation (errors and refusals included)."""
         action = Action(name, dict(kwargs))
         self.actions.append(action)
-        return run_action(self.domain, self.data, action)
+        return run_action(self.domain, self.data, action, tool_timeout_s=self.tool_timeout_s)
 
     def respond(self, content: str) -> None:
         """Log a reply to the user (scanned by the outputs check)."""
@@ -50,8 +56,15 @@ class Episode:
         return name in self.domain.terminate_tools
 
     def data_hash(self) -> str:
-        """tau-bench's hash of this episode's data, computed incrementally."""
-        return self.domain.hash_index.digest(self.data)
+        """tau-bench's hash of this episode's data, computed incrementally.
+
+        Data too deeply nested to hash (no ground truth is) gives a text that
+        is not a hex digest, so the data check fails instead of raising.
+        """
+        try:
+            return self.domain.hash_index.digest(self.data)
+        except UnhashableDataError as error:
+            return f"unhashable: {error}"
 
     def score(
         self,

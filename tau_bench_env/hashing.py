@@ -21,6 +21,10 @@ from typing import Any
 from tau_bench_env.episode_data import EpisodeData
 
 
+class UnhashableDataError(ValueError):
+    """Data nested too deeply for ``str()`` (Python's recursion limit); tau-bench cannot hash it either."""
+
+
 def to_hashable(item: Any) -> Any:
     """Convert JSON-like data to nested tuples exactly as tau-bench does.
 
@@ -41,14 +45,22 @@ def data_hash(data: dict[str, Any]) -> str:
 
     ``1`` and ``1.0`` hash differently, as in tau-bench.
 
+    Raises :class:`UnhashableDataError` for data nested too deeply to stringify.
+
     >>> data_hash({"a": 1}) == data_hash({"a": 1.0})
     False
     """
-    return sha256(str(to_hashable(data)).encode("utf-8")).hexdigest()
+    try:
+        return sha256(str(to_hashable(data)).encode("utf-8")).hexdigest()
+    except RecursionError as error:
+        raise UnhashableDataError("the data is nested too deeply to hash") from error
 
 
 def _record_text(key: str, value: Any) -> bytes:
-    return str((key, to_hashable(value))).encode("utf-8")
+    try:
+        return str((key, to_hashable(value))).encode("utf-8")
+    except RecursionError as error:
+        raise UnhashableDataError(f"record {key!r} is nested too deeply to hash") from error
 
 
 class _TableText:
@@ -96,7 +108,8 @@ class HashIndex:
     def digest(self, data: EpisodeData) -> str:
         """Return :func:`data_hash` of ``data``'s current view, incrementally.
 
-        ``data`` must be forked from the base this index was built on.
+        ``data`` must be forked from the base this index was built on. Raises
+        :class:`UnhashableDataError` when a changed record is nested too deeply.
         """
         if sorted(data) != self._names:
             raise ValueError("episode data tables differ from the indexed base data")

@@ -29,19 +29,24 @@ from typing import Any
 
 from tau_bench_env.backends.protocol import Domain
 from tau_bench_env.tasks import RESPOND, Action, Task
+from tau_bench_env.tool_limits import DEFAULT_TOOL_TIMEOUT_S
 
 
-def run_action(domain: Domain, data: Any, action: Action) -> str:
+def run_action(
+    domain: Domain, data: Any, action: Action, *, tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+) -> str:
     """Run one tool action on ``data`` and return its observation, as tau-bench does.
 
     An unknown tool gives ``"Unknown action <name>"``; a tool that raises gives
     ``"Error: <message>"`` (tau-bench catches every exception from domain
-    code and shows it to the agent; so do we, and only here).
+    code and shows it to the agent; so do we, and only here). So does a call
+    refused or stopped by a bound (:mod:`tau_bench_env.tool_limits`; the CPU
+    budget is ``tool_timeout_s``), and then the episode goes on.
     """
     if action.name not in domain.tools:
         return f"Unknown action {action.name}"
     try:
-        return domain.run_tool(data, action.name, action.kwargs)
+        return domain.run_tool(data, action.name, action.kwargs, cpu_limit_s=tool_timeout_s)
     except Exception as error:  # noqa: BLE001 - domain code errors are observations
         return f"Error: {error}"
 

@@ -30,6 +30,7 @@ import asyncio
 import concurrent.futures
 import logging
 import math
+import sys
 import time
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Mapping
@@ -123,25 +124,46 @@ def record_results(
 
 
 class _LRU:
-    """A bounded mapping that forgets the least recently used key."""
+    """A bounded mapping that forgets the least recently used key; it counts its bytes.
+
+    Work keys are fixed-size digests (``mix.work_key``), so ``max_size`` entries
+    bound the memory; ``nbytes`` (keys and values, shallow sizes) shows it.
+    """
 
     def __init__(self, max_size: int) -> None:
-        self._data: OrderedDict[Hashable, Any] = OrderedDict()
+        self._data: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._max_size = max_size
+        self.nbytes = 0
+
+    def __len__(self) -> int:
+        return len(self._data)
 
     def get(self, key: Hashable) -> Any:
-        value = self._data.get(key)
-        if value is not None:
-            self._data.move_to_end(key)
-        return value
+        entry = self._data.get(key)
+        if entry is None:
+            return None
+        self._data.move_to_end(key)
+        return entry[0]
 
     def put(self, key: Hashable, value: Any) -> None:
         if self._max_size == 0:
             return
-        self._data[key] = value
-        self._data.move_to_end(key)
+        old = self._data.pop(key, None)
+        if old is not None:
+            self.nbytes -= old[1]
+        size = _approx_bytes(key) + _approx_bytes(value)
+        self._data[key] = (value, size)
+        self.nbytes += size
         while len(self._data) > self._max_size:
-            self._data.popitem(last=False)
+            self.nbytes -= self._data.popitem(last=False)[1][1]
+
+
+def _approx_bytes(value: Any) -> int:
+    """Shallow size of ``value`` plus its tuple items and dataclass fields (one level)."""
+    parts = (
+        list(value) if isinstance(value, tuple) else list(getattr(value, "__dict__", {}).values())
+    )
+    return sys.getsizeof(value) + sum(sys.getsizeof(part) for part in parts)
 
 
 class Scheduler:
@@ -223,10 +245,17 @@ class Scheduler:
             self._fail(item, message)
 
     def describe(self) -> dict[str, Any]:
-        """Queue lengths and each worker's slot, generation, pid, node and load."""
+        """Queue lengths, work-cache size, and each worker's slot, generation, pid, node and load."""
         return {
             "queued_tasks": len(self._queue) + len(self._isolated),
             "open_items": len(self._open),
+            "cache": {
+                "entries": len(self._cache),
+                "max_entries": self._config.cache_size,
+                "bytes": self._cache.nbytes,
+                "timed_out_entries": len(self._timed_out),
+                "timed_out_bytes": self._timed_out.nbytes,
+            },
             "workers": [
                 {
                     "slot": s.index,

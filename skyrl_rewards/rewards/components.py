@@ -9,13 +9,18 @@ a :class:`ComponentScore` with status ``error``.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from collections.abc import Hashable, Mapping
 from typing import Any
 
 from skyrl_rewards.rewards.accuracy import ACCURACY_METHODS, accuracy_score
-from skyrl_rewards.rewards.detection import check_weights, detection_score_with_status
+from skyrl_rewards.rewards.detection import (
+    check_threshold,
+    check_weights,
+    detection_score_with_status,
+)
 from skyrl_rewards.rewards.format_checks import has_rec_format, has_think_answer_format
 from skyrl_rewards.rewards.geometry import DEFAULT_PATCH_SIZE
 from skyrl_rewards.rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard
@@ -37,6 +42,28 @@ def sample_solution(sample: Mapping[str, Any]) -> Any:
     if "solution" not in sample or sample["solution"] is None:
         raise ValueError("solution: missing from the row")
     return sample["solution"]
+
+
+WORK_KEY_DIGEST_BYTES = 16
+"""Size of a work key's digest: a key costs the same few bytes however long the answer."""
+
+
+def work_digest(name: str, *parts: str) -> tuple[str, bytes]:
+    """A small, fixed-size work key: ``(name, blake2b digest of the parts)``.
+
+    Each part is length-prefixed, so different splits of the same characters
+    give different keys. The pool keeps up to ``cache_size`` keys; digests bound
+    that by bytes, not by the length of what the model wrote.
+
+    >>> work_digest("accuracy", "1", "2") == work_digest("accuracy", "12", "")
+    False
+    """
+    digest = hashlib.blake2b(digest_size=WORK_KEY_DIGEST_BYTES)
+    for part in parts:
+        data = part.encode("utf-8", errors="surrogatepass")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return name, digest.digest()
 
 
 class Component:
@@ -101,7 +128,7 @@ class Accuracy(Component):
         if not isinstance(solution, str):
             return None
         content = answer_span(completion_text(sample.get("completion")))
-        return (self.name, sample.get("accu_reward_method"), solution, content)
+        return work_digest(self.name, repr(sample.get("accu_reward_method")), solution, content)
 
 
 class Iou(Component):
@@ -122,7 +149,7 @@ class Iou(Component):
         if not isinstance(solution, str):
             return None
         content = answer_span(completion_text(sample.get("completion")))
-        return (
+        return work_digest(
             self.name,
             solution,
             content,
@@ -140,8 +167,7 @@ class Detection(Component):
         self, iou_threshold: float = 0.5, alpha: float = 0.7, beta: float = 0.0, gamma: float = 0.3
     ) -> None:
         check_weights(alpha, beta, gamma)
-        if not 0.0 <= iou_threshold <= 1.0:
-            raise ValueError(f"iou_threshold: expected a number in [0, 1], got {iou_threshold!r}")
+        check_threshold(iou_threshold)
         self.params = {"iou_threshold": iou_threshold, "alpha": alpha, "beta": beta, "gamma": gamma}
 
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
@@ -151,7 +177,9 @@ class Detection(Component):
         solution = sample.get("solution")
         if not isinstance(solution, str):
             return None
-        return (self.name, solution, answer_span(completion_text(sample.get("completion"))))
+        return work_digest(
+            self.name, solution, answer_span(completion_text(sample.get("completion")))
+        )
 
 
 class WordTokenizer:

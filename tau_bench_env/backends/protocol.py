@@ -9,11 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from tau_bench_env.episode_data import EpisodeData, clone
 from tau_bench_env.hashing import HashIndex
 from tau_bench_env.tasks import Task
+from tau_bench_env.tool_limits import (
+    ARGUMENT_CHECKS,
+    DEFAULT_TOOL_TIMEOUT_S,
+    check_argument_shape,
+    run_with_cpu_limit,
+)
 
 ToolFunction = Callable[[EpisodeData, Mapping[str, Any]], str]
 """Runs one tool on episode data with keyword arguments; returns the observation.
@@ -56,19 +63,35 @@ class Domain:
         """Fresh episode data over the shared base: no disk read, no copy."""
         return EpisodeData.fork(self.base_data)
 
-    def run_tool(self, data: EpisodeData, name: str, kwargs: Mapping[str, Any]) -> str:
+    def run_tool(
+        self,
+        data: EpisodeData,
+        name: str,
+        kwargs: Mapping[str, Any],
+        *,
+        cpu_limit_s: float = DEFAULT_TOOL_TIMEOUT_S,
+    ) -> str:
         """Run tool ``name`` on ``data``; raises ``KeyError`` for an unknown tool.
 
-        ``kwargs`` are cloned first, so tools that mutate their arguments
-        cannot change a task's ground truth. Read-only tools see base records
-        uncloned; others clone each record they index.
+        ``kwargs`` are checked first (nesting depth; for ``calculate``, the
+        size of the numbers), then cloned, so tools that mutate their
+        arguments cannot change a task's ground truth. The tool runs with a
+        budget of ``cpu_limit_s`` seconds of this thread's CPU time. A
+        refused or stopped call raises
+        :class:`~tau_bench_env.tool_limits.ToolLimitError`; a stopped write
+        tool keeps the changes it made before it was stopped. Read-only tools
+        see base records uncloned; others clone each record they index.
         """
         function = self.tools[name]
-        arguments = clone(dict(kwargs))
+        check_argument_shape(kwargs)
+        check = ARGUMENT_CHECKS.get(name)
+        if check is not None:
+            check(kwargs)
+        call = partial(function, data, clone(dict(kwargs)))
         if name in self.read_only_tools:
             with data.read_only():
-                return function(data, arguments)
-        return function(data, arguments)
+                return run_with_cpu_limit(call, cpu_limit_s=cpu_limit_s, tool=name)
+        return run_with_cpu_limit(call, cpu_limit_s=cpu_limit_s, tool=name)
 
     def tasks(self, split: str) -> Sequence[Task]:
         """The tasks of ``split``; raises :class:`UnknownSplitError` naming the choices."""

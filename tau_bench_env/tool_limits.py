@@ -1,0 +1,280 @@
+"""Bounds on one tool call: argument shape, explosive ``calculate`` input, CPU time.
+
+A tool call carries the model's arguments into domain code, which runs in the
+env's own thread and holds the GIL. Three bounds keep one call cheap, each
+before or around the real tool (the domain's own code is what runs):
+
+- :func:`check_argument_shape`: arguments nested deeper than
+  :data:`MAX_ARGUMENT_DEPTH` containers are refused before the tool runs (a
+  deep value stored in the data would break hashing and ``str`` later).
+- :func:`check_calculate`: the domains' ``calculate`` tool ``eval``s the
+  expression; one ``**`` (``9**9**9``) is a single C operation that runs for
+  minutes and that nothing in the process can interrupt. The expression is
+  parsed (never evaluated) and refused when an integer in it could exceed
+  :data:`MAX_INT_DIGITS` digits.
+- :func:`run_with_cpu_limit`: the call runs under a trace function that
+  stops it, between two bytecodes, once the calling thread has used
+  ``cpu_limit_s`` seconds of CPU time. CPU time of this thread, not wall
+  time: the limit means the same on an idle machine and next to a busy
+  trainer. It cannot stop a single long C call, which is what the first two
+  bounds are for.
+
+Every refusal or stop raises a :class:`ToolLimitError` whose message is shown
+to the model as the tool's ``Error: ...`` observation.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+DEFAULT_TOOL_TIMEOUT_S = 3.0
+"""Default CPU-time budget of one tool call (real tool calls take well under 10 ms)."""
+MAX_ARGUMENT_DEPTH = 16
+"""Deepest nesting of lists/dicts accepted in tool arguments (real calls use at most 3)."""
+MAX_INT_DIGITS = 100_000
+"""Largest integer (in decimal digits) a ``calculate`` expression may produce on the way."""
+_CHECK_EVERY = 64
+"""Trace events between two reads of the thread's CPU clock."""
+_EXACT_DIGITS = 18
+"""Integers up to this many digits are tracked by value (exponents need it)."""
+
+T = TypeVar("T")
+
+
+class ToolLimitError(RuntimeError):
+    """A tool call refused or stopped by a bound; the message is for the model."""
+
+
+class _OverBudget(BaseException):
+    """Raised inside the tool by the tracer; a BaseException so ``except Exception`` in
+    domain code does not swallow it. Never escapes :func:`run_with_cpu_limit`."""
+
+
+def check_argument_shape(
+    arguments: Mapping[str, Any], *, max_depth: int = MAX_ARGUMENT_DEPTH
+) -> None:
+    """Raise :class:`ToolLimitError` when lists/dicts in ``arguments`` nest deeper than ``max_depth``.
+
+    ``arguments`` itself is level 1. Iterative: any depth is checked without recursion.
+
+    >>> check_argument_shape({"address": {"city": "Paris"}})
+    >>> check_argument_shape({"a": [[[1]]]}, max_depth=3)
+    Traceback (most recent call last):
+    ...
+    tau_bench_env.tool_limits.ToolLimitError: tool arguments are nested deeper than 3 levels
+    """
+    stack: list[tuple[Any, int]] = [(arguments, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, Mapping):
+            items: Any = value.values()
+        elif isinstance(value, (list, tuple, set)):
+            items = value
+        else:
+            continue
+        if depth > max_depth:
+            raise ToolLimitError(f"tool arguments are nested deeper than {max_depth} levels")
+        stack.extend((item, depth + 1) for item in items)
+
+
+# -- calculate -------------------------------------------------------------
+
+_INT = "int"
+_FLOAT = "float"
+_OTHER = "other"
+_LOG10_2 = math.log10(2)
+
+
+class _Value:
+    """What the static check knows of one sub-expression: kind, digit bound, small value."""
+
+    __slots__ = ("kind", "digits", "exact")
+
+    def __init__(self, kind: str, digits: float = 0.0, exact: int | None = None) -> None:
+        self.kind = kind
+        self.digits = digits
+        self.exact = exact
+
+
+def _int_value(digits: float, exact: int | None) -> _Value:
+    if exact is not None and abs(exact) >= 10**_EXACT_DIGITS:
+        exact = None
+    return _Value(_INT, digits, exact)
+
+
+def _constant(value: Any) -> _Value:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return _Value(_OTHER)
+    if isinstance(value, float):
+        return _Value(_FLOAT)
+    return _int_value(value.bit_length() * _LOG10_2 + 1, value)
+
+
+def _power(base: _Value, exponent: _Value) -> _Value:
+    if exponent.exact is not None:
+        if exponent.exact < 0:
+            return _Value(_FLOAT)
+        if base.exact is not None and abs(base.exact) <= 1:
+            return _int_value(1, base.exact**exponent.exact)
+        digits = base.digits * exponent.exact + 1
+        small = base.exact is not None and digits <= _EXACT_DIGITS
+        return _int_value(digits, base.exact**exponent.exact if small else None)
+    if base.exact is not None and abs(base.exact) <= 1:
+        return _int_value(1, None)
+    return _int_value(math.inf, None)
+
+
+def _binary(operator: ast.operator, left: _Value, right: _Value) -> _Value:
+    if _OTHER in (left.kind, right.kind):
+        return _Value(_OTHER)
+    if _FLOAT in (left.kind, right.kind) or isinstance(operator, ast.Div):
+        return _Value(_FLOAT)  # float arithmetic is constant time (or overflows at once)
+    exact = None
+    if left.exact is not None and right.exact is not None:
+        exact = _small_exact(operator, left.exact, right.exact)
+    if isinstance(operator, (ast.Add, ast.Sub)):
+        return _int_value(max(left.digits, right.digits) + 1, exact)
+    if isinstance(operator, ast.Mult):
+        return _int_value(left.digits + right.digits, exact)
+    if isinstance(operator, (ast.FloorDiv, ast.Mod)):
+        return _int_value(max(left.digits, right.digits), exact)
+    if isinstance(operator, ast.Pow):
+        return _power(left, right)
+    return _Value(_OTHER)
+
+
+def _small_exact(operator: ast.operator, left: int, right: int) -> int | None:
+    """The exact result of an operation on two small integers, when it is cheap to know."""
+    try:
+        if isinstance(operator, ast.Add):
+            return left + right
+        if isinstance(operator, ast.Sub):
+            return left - right
+        if isinstance(operator, ast.Mult):
+            return left * right
+        if isinstance(operator, ast.FloorDiv):
+            return left // right
+        if isinstance(operator, ast.Mod):
+            return left % right
+    except ZeroDivisionError:
+        return None
+    return None
+
+
+def _unary(operator: ast.unaryop, operand: _Value) -> _Value:
+    if operand.kind != _INT or not isinstance(operator, (ast.UAdd, ast.USub)):
+        return operand if operand.kind == _FLOAT else _Value(_OTHER)
+    exact = operand.exact
+    if exact is not None and isinstance(operator, ast.USub):
+        exact = -exact
+    return _int_value(operand.digits, exact)
+
+
+def _children(node: ast.AST) -> list[ast.AST]:
+    if isinstance(node, ast.BinOp):
+        return [node.left, node.right]
+    if isinstance(node, ast.UnaryOp):
+        return [node.operand]
+    return []
+
+
+def _estimate(node: ast.AST) -> _Value:
+    """The largest integer an expression tree can produce, bottom-up and without recursion."""
+    done: dict[int, _Value] = {}
+    stack: list[tuple[ast.AST, bool]] = [(node, False)]
+    while stack:
+        current, expanded = stack.pop()
+        children = _children(current)
+        if not expanded and children:
+            stack.append((current, True))
+            stack.extend((child, False) for child in children)
+            continue
+        if isinstance(current, ast.BinOp):
+            value = _binary(current.op, done[id(current.left)], done[id(current.right)])
+        elif isinstance(current, ast.UnaryOp):
+            value = _unary(current.op, done[id(current.operand)])
+        elif isinstance(current, ast.Constant):
+            value = _constant(current.value)
+        else:
+            value = _Value(_OTHER)
+        if value.kind == _INT and value.digits > MAX_INT_DIGITS:
+            raise ToolLimitError(
+                "calculate: the expression would compute an integer of more than "
+                f"{MAX_INT_DIGITS:,} digits; it was not evaluated"
+            )
+        done[id(current)] = value
+    return done[id(node)]
+
+
+def check_calculate(arguments: Mapping[str, Any]) -> None:
+    """Refuse a ``calculate`` expression whose integers could exceed :data:`MAX_INT_DIGITS` digits.
+
+    Only parses the expression; what does not parse, or is not a string, is
+    left to the tool, which rejects it quickly with its own message.
+
+    >>> check_calculate({"expression": "(2 + 3) * 4 ** 5"})
+    >>> check_calculate({"expression": "9**9**9"})
+    Traceback (most recent call last):
+    ...
+    tau_bench_env.tool_limits.ToolLimitError: calculate: the expression would compute an integer of more than 100,000 digits; it was not evaluated
+    """
+    expression = arguments.get("expression")
+    if not isinstance(expression, str):
+        return
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return
+    _estimate(tree.body)
+
+
+ARGUMENT_CHECKS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {"calculate": check_calculate}
+"""Checks run on a tool's arguments before it runs, by tool name (both backends' tools)."""
+
+
+# -- CPU time --------------------------------------------------------------
+
+
+def run_with_cpu_limit(function: Callable[[], T], *, cpu_limit_s: float, tool: str) -> T:
+    """Run ``function()`` in this thread; stop it after ``cpu_limit_s`` s of this thread's CPU time.
+
+    Raises :class:`ToolLimitError` naming ``tool`` when stopped. Whatever
+    ``function`` raises propagates. A trace function set by a debugger or
+    coverage tool is put back afterwards (it sees none of the call).
+
+    >>> run_with_cpu_limit(lambda: sum(range(10)), cpu_limit_s=1.0, tool="sum")
+    45
+    """
+    deadline = time.thread_time() + cpu_limit_s
+    events = 0
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal events
+        events += 1
+        if events % _CHECK_EVERY == 0 and time.thread_time() > deadline:
+            raise _OverBudget
+        return local
+
+    def on_call(frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True  # a check between any two bytecodes, loops included
+        if time.thread_time() > deadline:
+            raise _OverBudget
+        return local
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        return function()
+    except _OverBudget:
+        pass
+    finally:
+        sys.settrace(previous)
+    raise ToolLimitError(
+        f"tool {tool!r} used more than {cpu_limit_s:g} s of CPU time and was stopped "
+        "(tool_timeout_s)"
+    )

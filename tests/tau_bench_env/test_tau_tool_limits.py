@@ -1,0 +1,178 @@
+"""Bounds on tool calls: explosive calculate input, CPU budget, argument nesting, deep data."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import pytest
+from tau_helpers import replay_env_config, tool_text
+
+from tau_bench_env.backends import load_domain
+from tau_bench_env.config import env_config_from
+from tau_bench_env.env import TauBenchEnv
+from tau_bench_env.episode import Episode
+from tau_bench_env.tool_limits import (
+    ToolLimitError,
+    check_argument_shape,
+    check_calculate,
+    run_with_cpu_limit,
+)
+
+SLOW_SUM = "+".join(["(9**40000)//(7**30000)"] * 2500)
+"""Each term is cheap and allowed; together they take seconds (many bytecodes)."""
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"city": "Paris"}
+    for _ in range(depth - 1):
+        value = {"inner": value}
+    return value
+
+
+def _env(**overrides: Any) -> TauBenchEnv:
+    extras = {"task_index": 0, "user_turns": ["thanks", "###STOP###"] * 3}
+    env = TauBenchEnv(replay_env_config("tau2", "retail", **overrides), extras)
+    env.init([])
+    return env
+
+
+def _calculate(env: TauBenchEnv, expression: str) -> str:
+    out = env.step(tool_text("calculate", {"expression": expression}))
+    assert not out["done"]
+    return out["observations"][0]["content"]
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "9**9**9",  # the issue's input: minutes of one C operation
+        "2**(2**40)",  # exponent known, result far too large
+        "(10**60000)*(10**60000)",  # each factor allowed, the product is not
+        "-(7**7**7)",  # under a unary minus
+    ],
+)
+def test_explosive_calculate_is_refused_before_it_runs(expression: str) -> None:
+    with pytest.raises(ToolLimitError, match="was not evaluated"):
+        check_calculate({"expression": expression})
+
+
+@pytest.mark.parametrize(
+    ("expression", "observation"),
+    [
+        ("2**3**2", "512.0"),  # nested powers with small exponents are exact
+        ("(2 + 3) * 4", "20.0"),
+        ("2**-1", "0.5"),  # negative exponent: a float
+        ("1**(9**99)", "1.0"),  # base 1: any exponent is cheap
+        (
+            "2.5**1000000",
+            "Error: (34, 'Numerical result out of range')",
+        ),  # float: overflows at once
+        ("9**99999", "Error: calculate: the expression would compute an integer"),
+        ("1/0", "Error: division by zero"),  # the tool's own errors still come through
+        ("import os", "Error: Invalid characters in expression"),
+    ],
+)
+def test_calculate_through_the_env(expression: str, observation: str) -> None:
+    env = _env()
+    assert _calculate(env, expression).startswith(observation)
+
+
+def test_cpu_budget_stops_a_long_calculation_and_the_episode_goes_on() -> None:
+    env = _env(tool_timeout_s=0.2)
+    text = _calculate(env, SLOW_SUM)
+    assert text == (
+        "Error: tool 'calculate' used more than 0.2 s of CPU time and was stopped (tool_timeout_s)"
+    )
+    assert _calculate(env, "1+1") == "2.0"
+    out = env.step(tool_text("transfer_to_human_agents", {"summary": "done"}))
+    assert out["done"] and out["reward"] == 0.0
+
+
+def test_cpu_budget_stops_a_python_loop_and_restores_the_tracer() -> None:
+    def spin() -> None:
+        while True:
+            pass
+
+    def tracer(frame: Any, event: str, arg: Any) -> None:
+        return None
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(ToolLimitError, match="'spin' used more than 0.05 s"):
+            run_with_cpu_limit(spin, cpu_limit_s=0.05, tool="spin")
+        assert sys.gettrace() is tracer
+    finally:
+        sys.settrace(previous)
+
+
+def test_domain_code_catching_exception_cannot_swallow_the_stop() -> None:
+    def stubborn() -> str:
+        while True:
+            try:
+                sum(range(1000))
+            except Exception:  # noqa: BLE001 - what a tool might do
+                return "swallowed"
+
+    with pytest.raises(ToolLimitError):
+        run_with_cpu_limit(stubborn, cpu_limit_s=0.05, tool="stubborn")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "refused"),
+    [
+        ({"payment": [{"id": "x", "amount": 1}]}, False),  # the deepest shape real tools take
+        ({"address": _nested(15)}, False),
+        ({"address": _nested(16)}, True),
+        ({"address": _nested(495)}, True),  # the issue's input
+        ({"items": [[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]}, True),
+    ],
+)
+def test_argument_nesting(arguments: dict[str, Any], refused: bool) -> None:
+    if refused:
+        with pytest.raises(ToolLimitError, match="nested deeper than 16 levels"):
+            check_argument_shape(arguments)
+    else:
+        check_argument_shape(arguments)
+
+
+def test_deeply_nested_address_is_refused_and_the_episode_ends_normally() -> None:
+    env = _env()
+    user_id = env.task.user_id or "mia_li_3668"
+    arguments = {
+        "user_id": user_id,
+        "address1": _nested(495),
+        "address2": "",
+        "city": "Paris",
+        "country": "FR",
+        "state": "",
+        "zip": "75001",
+    }
+    out = env.step(
+        "<tool_call>"
+        + json.dumps({"name": "modify_user_address", "arguments": arguments})
+        + "</tool_call>"
+    )
+    assert out["observations"][0]["content"] == (
+        "Error: tool arguments are nested deeper than 16 levels"
+    )
+    out = env.step(tool_text("transfer_to_human_agents", {"summary": "done"}))
+    assert out["done"] and out["reward"] == 0.0
+
+
+def test_data_too_deep_to_hash_fails_the_data_check_instead_of_raising() -> None:
+    domain = load_domain("tau2", "retail")
+    episode = Episode(domain, domain.tasks("test")[0])
+    user_id = next(iter(episode.data["users"]))
+    episode.data["users"][user_id]["address"] = _nested(5000)
+    assert episode.data_hash().startswith("unhashable: record")
+    result = episode.score()
+    assert result.reward == 0.0 and "data_hash" in result.failed
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("inf"), "3", True])
+def test_tool_timeout_is_validated(value: Any) -> None:
+    with pytest.raises(ValueError, match="tool_timeout_s"):
+        env_config_from({"tool_timeout_s": value})
