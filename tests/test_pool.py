@@ -124,6 +124,9 @@ def test_identical_work_is_computed_once(pool: RewardPool) -> None:
     assert middle["cache_hits"] - before["cache_hits"] == 5
     assert after["cache_hits"] - middle["cache_hits"] == 8  # the repeat: every accuracy is a hit
     assert 0.0 < after["cache_hit_rate"] <= 1.0
+    cache = after["cache"]  # metrics() shows the work cache's size, bounded by digest keys
+    assert 3 <= cache["entries"] <= cache["max_entries"]
+    assert 0 < cache["bytes"] <= 1_000 * cache["entries"]
 
 
 def test_metrics_report_counters_latency_and_workers(pool: RewardPool) -> None:

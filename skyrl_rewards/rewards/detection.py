@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from skyrl_rewards.rewards.geometry import Box, as_box, iou
 from skyrl_rewards.rewards.json_extract import json_block, parse_json
 from skyrl_rewards.rewards.result import ComponentScore, Status
-from skyrl_rewards.rewards.text import clean
+from skyrl_rewards.rewards.text import MAX_ANSWER_CHARS, clean
 
 MAX_DETECTIONS = 300
 """Predictions past this count are not matched (they still count as false alarms)."""
@@ -34,7 +35,9 @@ def detection_score(
 
     Boxes come from the first ```` ```json ``` ```` block of ``clean(content)``
     and ``clean(sol)``: a list of ``{"bbox_2d": [x1, y1, x2, y2], "label": str}``.
-    Raises ``ValueError`` for bad weights or an unreadable ground truth.
+    Raises ``ValueError`` naming the argument for a threshold that is not a
+    number in [0, 1] or bad weights, and naming ``solution`` for an unreadable
+    ground truth. The ground truth is trusted and never cut; the model's text is.
 
     >>> gt = '```json [{"bbox_2d": [0, 0, 10, 10], "label": "cat"}] ```'
     >>> detection_score(gt, gt)
@@ -53,6 +56,7 @@ def detection_score_with_status(
 ) -> ComponentScore:
     """:func:`detection_score` with its outcome (``unparseable`` when no prediction list was found)."""
     weights = check_weights(alpha, beta, gamma)
+    check_threshold(iou_threshold)
     gt = ground_truth_detections(sol)
     predictions = predicted_detections(content)
     if predictions is None:  # read as an empty list, as the reference does
@@ -71,9 +75,32 @@ def detection_score_with_status(
     return ComponentScore(min(1.0, max(0.0, score)))
 
 
+def _is_number(value: Any) -> bool:
+    """A finite int or float (not a bool; an int too large for a float counts as infinite)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def check_threshold(iou_threshold: Any) -> float:
+    """``iou_threshold`` as a float, or ``ValueError`` unless it is a number in [0, 1].
+
+    >>> check_threshold(0.5)
+    0.5
+    """
+    if not _is_number(iou_threshold) or not 0.0 <= iou_threshold <= 1.0:
+        raise ValueError(f"iou_threshold: expected a number in [0, 1], got {iou_threshold!r}")
+    return float(iou_threshold)
+
+
 def check_weights(alpha: float, beta: float, gamma: float) -> tuple[float, float, float]:
     """The three weights, or ``ValueError`` unless all are non-negative with a positive sum."""
     weights = (alpha, beta, gamma)
+    if not all(_is_number(w) for w in weights):
+        raise ValueError(f"alpha, beta, gamma: expected finite numbers, got {weights!r}")
     if any(w < 0 for w in weights) or sum(weights) <= 0:
         raise ValueError(
             f"alpha, beta, gamma: need non-negative weights with a positive sum, got {weights}"
@@ -128,10 +155,17 @@ def ground_truth_detections(sol: str) -> list[Detection]:
     if not isinstance(sol, str):
         raise ValueError(f"solution: expected a string, got {type(sol).__name__}")
     text = clean(sol)
-    block = json_block(text)
+    block = json_block(text, max_chars=None)
     data = parse_json(block if block is not None else text, repair=False, max_chars=None)
     if not isinstance(data, list):
-        raise ValueError("solution: expected a JSON list of {bbox_2d, label} objects")
+        raise ValueError(
+            "solution: expected a JSON list of {bbox_2d, label} objects"
+            + (
+                f" (its answer span is cut at {MAX_ANSWER_CHARS:,} characters)"
+                if len(sol) > MAX_ANSWER_CHARS
+                else ""
+            )
+        )
     detections = [_detection(item) for item in data]
     if any(d.box is None for d in detections):
         raise ValueError("solution: every ground-truth item needs a bbox_2d of four numbers")

@@ -22,21 +22,30 @@ MAX_REPAIR_CHARS = 4_000
 """json-repair runs only on candidates up to this length (it is quadratic on some inputs)."""
 
 MAX_SEARCH_CHARS = 50_000
-"""Longer texts are cut before a block search runs."""
+"""Longer model texts are cut before a block search runs (trusted ground truth is not cut)."""
 
 _JSON_BLOCK = re.compile(r"```json(.*?)```", re.DOTALL)
 _ANY_BLOCK = re.compile(r"```(.*?)```", re.DOTALL)
 
 
-def json_block(text: str) -> str | None:
-    """The stripped body of the first ```` ```json ... ``` ```` block, or ``None``."""
-    match = _JSON_BLOCK.search(cap(text, MAX_SEARCH_CHARS))
+def json_block(text: str, *, max_chars: int | None = MAX_SEARCH_CHARS) -> str | None:
+    """The stripped body of the first ```` ```json ... ``` ```` block, or ``None``.
+
+    ``text`` is cut to ``max_chars`` first (``None``: no cut, for trusted
+    ground truth; the lazy search is linear either way).
+
+    >>> json_block('see ```json [1, 2] ``` here')
+    '[1, 2]'
+    """
+    text = cap(text, max_chars) if max_chars is not None else text
+    match = _JSON_BLOCK.search(text)
     return match.group(1).strip() if match else None
 
 
-def any_block(text: str) -> str | None:
-    """The stripped body of the first ```` ``` ... ``` ```` block, or ``None``."""
-    match = _ANY_BLOCK.search(cap(text, MAX_SEARCH_CHARS))
+def any_block(text: str, *, max_chars: int | None = MAX_SEARCH_CHARS) -> str | None:
+    """The stripped body of the first ```` ``` ... ``` ```` block, or ``None`` (``max_chars`` as above)."""
+    text = cap(text, max_chars) if max_chars is not None else text
+    match = _ANY_BLOCK.search(text)
     return match.group(1).strip() if match else None
 
 

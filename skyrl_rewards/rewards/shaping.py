@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -87,6 +88,8 @@ def cosine_reward(content: str, tokenizer: Tokenizer, acc_reward: float, **kwarg
     ``correct`` is ``acc_reward >= 0.7`` (the argument is honoured, unlike the
     reference). kwargs ``schedule`` (a :class:`CosineSchedule`) changes the
     values, the period and the clamp. A non-string ``content`` counts as empty.
+    ``acc_reward`` comes from the caller, not the model: anything but a finite
+    real number raises ``ValueError`` naming it.
 
     >>> class Chars:
     ...     def encode(self, text): return list(text)
@@ -95,12 +98,20 @@ def cosine_reward(content: str, tokenizer: Tokenizer, acc_reward: float, **kwarg
     """
     schedule: CosineSchedule = kwargs.get("schedule", DEFAULT_SCHEDULE)
     text = content if isinstance(content, str) else ""
-    try:
-        correct = float(acc_reward) >= schedule.correct_threshold
-    except (TypeError, ValueError):
-        correct = False
+    correct = _finite_float("acc_reward", acc_reward) >= schedule.correct_threshold
     max_len = schedule.max_len if schedule.clamp else None
     return schedule.value(token_length(text, tokenizer, max_len), correct)
+
+
+def _finite_float(name: str, value: Any) -> float:
+    """``value`` as a float, or ``ValueError`` naming ``name`` unless it is a finite real number."""
+    try:
+        number = float(value) if isinstance(value, numbers.Real) else math.nan
+    except OverflowError:  # an int past the float range
+        number = math.inf
+    if not math.isfinite(number):
+        raise ValueError(f"{name}: expected a finite number, got {value!r:.80}")
+    return number
 
 
 def repetition_reward(content: str, **kwargs: Any) -> float:
@@ -158,4 +169,4 @@ def _ngram_penalty(items: list[str], n: int) -> float:
     if total <= 0:
         return 0.0
     unique = len(set(zip(*(items[i:] for i in range(n)), strict=False)))
-    return -(1.0 - unique / total)
+    return 0.0 - (1.0 - unique / total)  # never -0.0 when every n-gram is unique

@@ -126,3 +126,22 @@ def test_work_keys_match_for_identical_answers() -> None:
     }
     assert mix.work_key("accuracy", a) == mix.work_key("accuracy", b) is not None
     assert mix.work_key("format", a) is None
+
+
+@pytest.mark.parametrize("name", ["accuracy", "iou", "detection"])
+def test_work_keys_are_small_digests(name: str) -> None:
+    # issue 11: a key held the whole completion (no <answer> tag): 50 MB per 1,000 items
+    mix = RewardMix.from_config({name: {}})
+    long_a = {"completion": "a" * 50_000, "solution": "<answer>1</answer>"}
+    long_b = {"completion": "a" * 49_999 + "b", "solution": "<answer>1</answer>"}
+    key_a, key_b = mix.work_key(name, long_a), mix.work_key(name, long_b)
+    assert key_a != key_b and key_a == mix.work_key(name, dict(long_a))
+    assert sum(len(part) for part in key_a) < 100
+
+
+def test_work_keys_depend_on_the_method() -> None:
+    mix = RewardMix.from_config({"accuracy": {}})
+    sample = {"completion": "<answer>yes</answer>", "solution": "<answer>yes</answer>"}
+    assert mix.work_key("accuracy", sample) != mix.work_key(
+        "accuracy", {**sample, "accu_reward_method": "yes_no"}
+    )

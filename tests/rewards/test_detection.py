@@ -105,6 +105,42 @@ def test_long_ground_truth_is_read_whole() -> None:
     assert detection_score(_block(items), _block(items)) == 1.0
 
 
+def test_ground_truth_of_1200_boxes_is_not_cut() -> None:
+    # issue 11: a valid 54 KB ground truth was refused ("expected a JSON list") because the
+    # block search cut it at 50,000 characters; ground truth is trusted and read whole.
+    items = [
+        {"bbox_2d": [i % 600, i // 2, i % 600 + 20, i // 2 + 20], "label": "car"}
+        for i in range(1200)
+    ]
+    sol = _block(items)
+    assert len(sol) > 50_000  # about 54-60 KB
+    # 300 exact predictions (MAX_DETECTIONS): position 300/1200, completeness 1 - 0.75/2
+    expected = 0.7 * 0.25 + 0.3 * (1 - 0.75 / 2)
+    assert detection_score(_block(items[:300]), sol) == pytest.approx(expected)
+    assert detection_score(_block([]), sol) == 0.0
+
+
+def test_long_prediction_is_still_capped() -> None:
+    # the model's text stays capped: a block that closes past the search cap is not read
+    padded = "<answer>" + "x " * 30_000 + f"```json\n{json.dumps([CAT])}\n```</answer>"
+    assert detection_score(padded, _block([CAT])) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"iou_threshold": "0.5"}, "iou_threshold"),  # issue 11: was a TypeError
+        ({"iou_threshold": 1.5}, "iou_threshold"),
+        ({"iou_threshold": float("nan")}, "iou_threshold"),
+        ({"alpha": "0.7"}, "alpha, beta, gamma"),
+        ({"gamma": 10**400}, "alpha, beta, gamma"),
+    ],
+)
+def test_bad_arguments_are_value_errors_naming_them(kwargs: dict, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        detection_score(_block([CAT]), _block([CAT]), **kwargs)
+
+
 @pytest.mark.parametrize(
     "content",
     [

@@ -74,7 +74,30 @@ def test_cosine_schedule_rejects_bad_values(bad: dict) -> None:
 def test_cosine_handles_huge_and_odd_input(bpe_tokenizer: PreTrainedTokenizerFast) -> None:
     assert cosine_reward("cat " * 1_000_000, bpe_tokenizer, 1.0) == pytest.approx(0.5)
     assert cosine_reward(None, bpe_tokenizer, 1.0) == 1.0  # type: ignore[arg-type]
-    assert cosine_reward("x", bpe_tokenizer, "garbage") == pytest.approx(-0.5, abs=1e-4)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "acc_reward",
+    [
+        10**400,  # issue 11: was an OverflowError
+        "garbage",
+        "0.9",  # a string, even a numeric one, is a caller error
+        None,
+        float("nan"),
+        float("inf"),
+    ],
+)
+def test_cosine_bad_acc_reward_is_a_value_error_naming_it(
+    acc_reward: object, bpe_tokenizer: PreTrainedTokenizerFast
+) -> None:
+    with pytest.raises(ValueError, match="acc_reward"):
+        cosine_reward("x", bpe_tokenizer, acc_reward)  # type: ignore[arg-type]
+
+
+def test_repetition_never_gives_negative_zero() -> None:
+    # issue 11: "repetition": -0.0 appeared in outputs when every n-gram is unique
+    value = repetition_reward("one two three four five six seven eight")
+    assert value == 0.0 and math.copysign(1.0, value) == 1.0
 
 
 def _items(boxes: list[tuple[list[int], str]]) -> str:
