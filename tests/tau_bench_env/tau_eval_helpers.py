@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -123,7 +124,8 @@ class AgentServer(_Server):
     """The scripted agent (see the module docstring).
 
     ``fail_tasks``: task keys whose requests get HTTP 500 (change it between
-    runs). ``mistakes=False`` plays every episode as the oracle.
+    runs); ``delay_s``: a pause before each answer (for timeouts).
+    ``mistakes=False`` plays every episode as the oracle.
     """
 
     def __init__(self, domain: Domain, tasks: Sequence[Task], *, mistakes: bool = False) -> None:
@@ -133,6 +135,7 @@ class AgentServer(_Server):
         self._mistakes = mistakes
         self._episodes: dict[str, int] = {}
         self.fail_tasks: set[str] = set()
+        self.delay_s = 0.0
 
     def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         with self._lock:
@@ -142,6 +145,8 @@ class AgentServer(_Server):
         key = _TASK.search(user["content"]).group(1)
         if key in self.fail_tasks:
             return 500, {"error": "scripted failure"}
+        if self.delay_s:
+            time.sleep(self.delay_s)
         task = self._tasks[key]
         mine = [m for m in messages if m["role"] == "assistant"]
         if mine:
