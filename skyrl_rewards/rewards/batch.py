@@ -1,9 +1,14 @@
 """Batch reward functions in the TRL / VLM-R1 convention, for ``GRPOTrainer(reward_funcs=...)``.
 
-A batch reward takes ``completions`` (message lists or strings), ``solution``
-and dataset columns as keyword lists, and returns one float per completion.
-A bad row raises ``ValueError`` naming the field and the sample index; what
-a model wrote never raises; a bug in our code raises as itself.
+A batch reward takes ``completions`` (any form TRL produces: see
+:func:`~skyrl_rewards.rewards.text.completion_text`), ``solution`` and dataset
+columns as keyword lists, and returns one value per completion: a float, or
+``None`` for a row that cannot be scored (a dataset error such as a missing
+image, or a timeout), which TRL leaves out of training. Such rows are warned
+about once per cause and counted through TRL's ``log_metric``; with
+``on_error="raise"`` (or ``SKYRL_REWARDS_ON_ERROR=raise``) the first one raises
+instead (see :mod:`skyrl_rewards.rewards.masking`). What a model wrote never
+raises; a bug in our code raises as itself.
 """
 
 from __future__ import annotations
@@ -13,8 +18,15 @@ from typing import Any
 
 from skyrl_rewards.rewards.components import Component
 from skyrl_rewards.rewards.debug_log import log_rewards
+from skyrl_rewards.rewards.masking import MaskedRows, check_on_error
 from skyrl_rewards.rewards.registry import build_component
+from skyrl_rewards.rewards.result import ComponentScore, Status
 from skyrl_rewards.rewards.text import completion_text
+
+_TRL_ARGUMENTS = frozenset(
+    {"prompts", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+)
+"""Keyword arguments TRL passes that are not dataset columns."""
 
 
 class BatchReward:
@@ -27,29 +39,41 @@ class BatchReward:
     'format_reward'
     """
 
-    def __init__(self, name: str, params: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, name: str, params: Mapping[str, Any] | None = None, on_error: str | None = None
+    ) -> None:
         self.name = name
         self.params = dict(params or {})
+        self.on_error = check_on_error(on_error)
         self.__name__ = f"{name}_reward"
         self._component: Component = build_component(name, self.params)
+        self._masked = MaskedRows(self.__name__)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (BatchReward, (self.name, self.params))
+        return (BatchReward, (self.name, self.params, self.on_error))
 
     def __call__(
         self, completions: Sequence[Any], solution: Sequence[Any] | None = None, **kwargs: Any
-    ) -> list[float]:
-        rewards = []
+    ) -> list[float | None]:
+        log_metric = kwargs.get("log_metric")
+        columns = {key: values for key, values in kwargs.items() if key not in _TRL_ARGUMENTS}
         contents = [completion_text(c) for c in completions]
-        for index, content in enumerate(contents):
-            sample = {key: _row(values, key, index) for key, values in kwargs.items()}
-            sample["solution"] = _row(solution, "solution", index) if solution is not None else None
-            try:
-                rewards.append(self._component.compute(content, sample).value)
-            except ValueError as error:
-                raise ValueError(f"sample {index}: {error}") from error
+        scores = [
+            self._score(index, content, solution, columns) for index, content in enumerate(contents)
+        ]
+        rewards = self._masked.values(scores, on_error=self.on_error, log_metric=log_metric)
         log_rewards(self.__name__, contents, rewards)
         return rewards
+
+    def _score(
+        self, index: int, content: str, solution: Sequence[Any] | None, columns: Mapping[str, Any]
+    ) -> ComponentScore:
+        try:
+            sample = {key: _row(values, key, index) for key, values in columns.items()}
+            sample["solution"] = _row(solution, "solution", index) if solution is not None else None
+            return self._component.compute(content, sample)
+        except ValueError as error:
+            return ComponentScore(0.0, Status.ERROR, str(error))
 
 
 def _row(values: Any, key: str, index: int) -> Any:
@@ -58,12 +82,19 @@ def _row(values: Any, key: str, index: int) -> Any:
     try:
         return values[index]
     except (IndexError, KeyError, TypeError) as error:
-        raise ValueError(f"sample {index}: {key}: column has no value for this sample") from error
+        raise ValueError(f"{key}: column has no value for this sample") from error
 
 
-def make_reward(name: str, **params: Any) -> BatchReward:
-    """The batch reward for registry ``name`` with ``params`` (checked now, raising ``ValueError``)."""
-    return BatchReward(name, params)
+def make_reward(name: str, *, on_error: str | None = None, **params: Any) -> BatchReward:
+    """The batch reward for registry ``name`` with ``params`` (checked now, raising ``ValueError``).
+
+    ``on_error``: ``"mask"`` (rows that cannot be scored get ``None``) or
+    ``"raise"``; ``None`` follows ``$SKYRL_REWARDS_ON_ERROR`` (default mask).
+
+    >>> make_reward("repetition")(["a b c d e f"])
+    [0.0]
+    """
+    return BatchReward(name, params, on_error)
 
 
 accuracy_reward = make_reward("accuracy")

@@ -24,7 +24,7 @@ from skyrl_rewards.rewards.detection import (
 from skyrl_rewards.rewards.format_checks import has_rec_format, has_think_answer_format
 from skyrl_rewards.rewards.geometry import DEFAULT_PATCH_SIZE
 from skyrl_rewards.rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard
-from skyrl_rewards.rewards.rec import iou_sample_score
+from skyrl_rewards.rewards.rec import check_box_coords, iou_sample_score
 from skyrl_rewards.rewards.result import ComponentScore, Status
 from skyrl_rewards.rewards.shaping import (
     CosineSchedule,
@@ -132,22 +132,29 @@ class Accuracy(Component):
 
 
 class Iou(Component):
-    """REC IoU, boxes scaled from the model-input grid to the original image."""
+    """REC IoU; ``box_coords`` says whether boxes are scaled from the model-input grid (see rec)."""
 
     name = "iou"
 
-    def __init__(self, patch_size: int = DEFAULT_PATCH_SIZE) -> None:
+    def __init__(
+        self, patch_size: int = DEFAULT_PATCH_SIZE, box_coords: str = "model_input"
+    ) -> None:
         if not isinstance(patch_size, int) or patch_size <= 0:
             raise ValueError(f"patch_size: expected a positive integer, got {patch_size!r}")
         self.patch_size = patch_size
+        self.box_coords = check_box_coords(box_coords)
 
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
-        return iou_sample_score(content, sample_solution(sample), dict(sample), self.patch_size)
+        return iou_sample_score(
+            content, sample_solution(sample), dict(sample), self.patch_size, self.box_coords
+        )
 
     def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
         solution = sample.get("solution")
-        if not isinstance(solution, str):
-            return None
+        if not isinstance(solution, str) or any(
+            sample.get(k) is not None for k in ("image", "images")
+        ):
+            return None  # an in-memory image has no stable key
         content = answer_span(completion_text(sample.get("completion")))
         return work_digest(
             self.name,

@@ -32,7 +32,7 @@ def debug_log_path() -> str | None:
     return log_path + "_format.txt"
 
 
-def log_rewards(reward_name: str, contents: Sequence[str], rewards: Sequence[float]) -> None:
+def log_rewards(reward_name: str, contents: Sequence[str], rewards: Sequence[float | None]) -> None:
     """Append one entry per content to the debug file, if debug logging is on."""
     path = debug_log_path()
     if path is None:

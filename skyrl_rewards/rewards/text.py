@@ -27,24 +27,73 @@ def cap(text: str, limit: int = MAX_TEXT_CHARS) -> str:
 
 
 def completion_text(completion: Any) -> str:
-    """The assistant text of a completion, capped; ``""`` when there is none.
+    """The text a reward judges in one completion, capped; ``""`` when there is none.
 
-    Accepts a plain string, a message dict, or a list of message dicts (TRL's
-    conversational format, where the text is the first message's ``content``).
-    Bytes are decoded as UTF-8 with replacement; anything else yields ``""``.
+    Every form TRL hands to a reward function is read the way the user means it:
+
+    - a plain string: itself (bytes are decoded as UTF-8 with replacement);
+    - a message list (conversational completions, with tool calls and tool
+      results in between): the **last** assistant message, i.e. the final
+      answer; a list that ends in a tool turn reads the last assistant
+      message before it;
+    - a parsed response (a message with ``reasoning_content``, ``reasoning``
+      or ``thinking`` beside ``content``, as produced when the tokenizer has a
+      response schema): the reasoning is put back as the think block,
+      ``"<think>\\n{reasoning}\\n</think>\\n\\n{content}"``, unless the content
+      already holds a ``<think>``; an empty reasoning adds nothing;
+    - a ``content`` given as a list of parts: its text parts, joined.
+
+    Anything else (``None``, numbers, a list with no assistant message)
+    yields ``""``. Never raises.
 
     >>> completion_text([{"role": "assistant", "content": "hi"}])
     'hi'
+    >>> completion_text([{"role": "assistant", "content": "4", "reasoning_content": "2+2"}])
+    '<think>\\n2+2\\n</think>\\n\\n4'
     """
     if isinstance(completion, list):
-        completion = completion[0] if completion else ""
+        completion = _last_assistant_message(completion)
     if isinstance(completion, dict):
-        completion = completion.get("content", "")
-    if isinstance(completion, (bytes, bytearray)):
-        completion = bytes(completion[: MAX_TEXT_CHARS * 4]).decode("utf-8", errors="replace")
-    if not isinstance(completion, str):
-        return ""
-    return cap(completion)
+        return _message_text(completion)
+    return _plain_text(completion)
+
+
+_REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
+
+
+def _plain_text(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value[: MAX_TEXT_CHARS * 4]).decode("utf-8", errors="replace")
+    return cap(value) if isinstance(value, str) else ""
+
+
+def _last_assistant_message(messages: list[Any]) -> Any:
+    for message in reversed(messages):
+        if isinstance(message, (str, bytes, bytearray)):
+            return message
+        if isinstance(message, dict) and message.get("role", "assistant") == "assistant":
+            return message
+    return None
+
+
+def _message_text(message: dict[Any, Any]) -> str:
+    content = message.get("content")
+    if isinstance(
+        content, list
+    ):  # content parts: [{"type": "text", "text": ...}, {"type": "image"}]
+        content = "".join(
+            cap(part["text"])
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    text = _plain_text(content)
+    reasoning = next(
+        (message[key] for key in _REASONING_KEYS if isinstance(message.get(key), str)), ""
+    )
+    reasoning = cap(reasoning).strip("\n")
+    if not reasoning or "<think>" in text:
+        return text
+    return cap(f"<think>\n{reasoning}\n</think>\n\n{text.lstrip()}")
 
 
 def answer_span(text: str) -> str:

@@ -92,7 +92,11 @@ def test_batch_dispatches_on_accu_reward_method_column() -> None:
         ("<answer>x</answer>", "bogus", "accu_reward_method"),  # unknown method
     ],
 )
-def test_dataset_errors_name_field_and_sample(sol: str, method: str, field: str) -> None:
+def test_dataset_errors_name_field_and_sample(
+    sol: str, method: str, field: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The batch form masks bad rows by default; this test checks the error it raises on request.
+    monkeypatch.setenv("SKYRL_REWARDS_ON_ERROR", "raise")
     with pytest.raises(ValueError, match=rf"sample 1: {field}"):
         accuracy_reward(
             ["<answer>1</answer>"] * 2,
@@ -114,6 +118,10 @@ def test_answer_at_the_end_of_a_long_reasoning_trace_is_found() -> None:
 
 
 @pytest.mark.parametrize("sol", ["<answer>.</answer>", "<answer> \n </answer>", "..."])
-def test_ground_truth_empty_after_cleaning_is_a_dataset_error(sol: str) -> None:
+def test_ground_truth_empty_after_cleaning_is_a_dataset_error(
+    sol: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The batch form masks bad rows by default; this test checks the error it raises on request.
+    monkeypatch.setenv("SKYRL_REWARDS_ON_ERROR", "raise")
     with pytest.raises(ValueError, match="sample 0: solution: the ground-truth answer is empty"):
         accuracy_reward(["<answer>1</answer>"], solution=[sol])

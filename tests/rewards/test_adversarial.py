@@ -164,8 +164,10 @@ def test_no_reward_raises_for_model_output(content: object, image: str) -> None:
     ],
 )
 def test_dataset_errors_raise_value_error_with_field_and_index(
-    reward: str, solution: object, columns: dict, field: str
+    reward: str, solution: object, columns: dict, field: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The batch form masks bad rows by default; this test checks the error it raises on request.
+    monkeypatch.setenv("SKYRL_REWARDS_ON_ERROR", "raise")
     batch = {key: ["ok-row-placeholder", value] for key, value in columns.items()}
     good = {"image_grid_thw": [1, 2, 2], "image_path": None, "accu_reward_method": "default"}
     for key in batch:
@@ -183,7 +185,11 @@ def test_dataset_errors_raise_value_error_with_field_and_index(
         )
 
 
-def test_decompression_bomb_header_is_a_dataset_error(tmp_path: Path) -> None:
+def test_decompression_bomb_header_is_a_dataset_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The batch form masks bad rows by default; this test checks the error it raises on request.
+    monkeypatch.setenv("SKYRL_REWARDS_ON_ERROR", "raise")
     bomb = tmp_path / "bomb.png"
     Image.new("1", (Image.MAX_IMAGE_PIXELS or 89_478_485, 3)).save(
         bomb

@@ -75,6 +75,65 @@ def test_scaling_from_patch_grid_to_original_size(image_640x480: str) -> None:
     assert unscaled[0] < 0.1  # the same numbers unscaled barely overlap
 
 
+SCALED = [
+    "<answer>[105, 70, 210, 140]</answer>"
+]  # model-input pixels of a 640x480 image, grid 20x30
+TRUTH = ["<answer>[160, 120, 320, 240]</answer>"]  # original-image pixels
+
+
+@pytest.mark.parametrize(
+    "image_column",
+    [
+        "image",  # one PIL image per row, as TRL passes it
+        "images",  # a list of PIL images per row: the first is the one the box is in
+        "image_path",
+    ],
+)
+def test_image_without_grid_is_a_dataset_error(image_column: str, image_640x480: str) -> None:
+    # The case: a PIL image and no grid compared boxes unscaled (0.188 where 1.0 is right).
+    pil = Image.open(image_640x480)
+    value = {"image": pil, "images": [pil], "image_path": image_640x480}[image_column]
+    assert iou_reward(SCALED, solution=TRUTH, **{image_column: [value]}) == [None]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SKYRL_REWARDS_ON_ERROR", "raise")
+        with pytest.raises(
+            ValueError,
+            match=rf"image_grid_thw: missing, but the row has an image \({image_column}\)",
+        ):
+            iou_reward(SCALED, solution=TRUTH, **{image_column: [value]})
+
+
+@pytest.mark.parametrize("image_column", ["image", "images"])
+def test_pil_images_give_the_original_size(image_column: str, image_640x480: str) -> None:
+    pil = Image.open(image_640x480)
+    value = pil if image_column == "image" else [pil]
+    rewards = iou_reward(
+        SCALED, solution=TRUTH, image_grid_thw=[[1, 20, 30]], **{image_column: [value]}
+    )
+    assert rewards == [pytest.approx(1.0)]
+
+
+def test_boxes_declared_in_original_pixels_are_not_scaled(image_640x480: str) -> None:
+    pil = Image.open(image_640x480)
+    assert iou_reward(TRUTH, solution=TRUTH, image=[pil], box_coords="original") == [1.0]
+    with_grid = iou_reward(
+        TRUTH, solution=TRUTH, image=[pil], image_grid_thw=[[1, 20, 30]], box_coords="original"
+    )
+    assert with_grid == [1.0]  # the grid is ignored: the model answers in original pixels
+    from skyrl_rewards.rewards.batch import make_reward
+
+    reward = make_reward("iou", box_coords="original")
+    assert reward(TRUTH, solution=TRUTH, image=[pil]) == [1.0]
+    with pytest.raises(ValueError, match="box_coords"):
+        make_reward("iou", box_coords="resized")
+
+
+def test_grid_without_any_image_names_the_image(monkeypatch) -> None:
+    monkeypatch.setenv("SKYRL_REWARDS_ON_ERROR", "raise")
+    with pytest.raises(ValueError, match="sample 0: image_path: missing; image_grid_thw is given"):
+        iou_reward(SCALED, solution=TRUTH, image_grid_thw=[[1, 20, 30]])
+
+
 def test_patch_size_is_a_parameter(image_640x480: str) -> None:
     rewards = iou_reward(
         ["<answer>[160, 120, 320, 240]</answer>"],
@@ -105,20 +164,25 @@ def test_image_size_reads_only_the_header(tmp_path: Path) -> None:
     ],
 )
 def test_bad_rows_raise_with_field_and_index(
-    bad_grid: list, bad_path: object, field: str, image_640x480: str
+    bad_grid: list, bad_path: object, field: str, image_640x480: str, monkeypatch
 ) -> None:
+    kwargs = {
+        "solution": ["<answer>[1, 2, 3, 4]</answer>"] * 2,
+        "image_grid_thw": [[1, 20, 30], bad_grid],
+        "image_path": [image_640x480, image_640x480 if bad_path == "IMG" else bad_path],
+    }
+    completions = ["<answer>[1, 2, 3, 4]</answer>"] * 2
+    good, masked = iou_reward(completions, **kwargs)  # default: the bad row is masked
+    assert masked is None and isinstance(good, float)
+    monkeypatch.setenv("SKYRL_REWARDS_ON_ERROR", "raise")
     with pytest.raises(ValueError, match=rf"sample 1: {field}"):
-        iou_reward(
-            ["<answer>[1, 2, 3, 4]</answer>"] * 2,
-            solution=["<answer>[1, 2, 3, 4]</answer>"] * 2,
-            image_grid_thw=[[1, 20, 30], bad_grid],
-            image_path=[image_640x480, image_640x480 if bad_path == "IMG" else bad_path],
-        )
+        iou_reward(completions, **kwargs)
 
 
-def test_corrupt_image_is_a_dataset_error(tmp_path: Path) -> None:
+def test_corrupt_image_is_a_dataset_error(tmp_path: Path, monkeypatch) -> None:
     corrupt = tmp_path / "corrupt.png"
     corrupt.write_bytes(b"\x89PNG\r\n\x1a\n garbage")
+    monkeypatch.setenv("SKYRL_REWARDS_ON_ERROR", "raise")
     with pytest.raises(ValueError, match="sample 0: image_path: cannot read image"):
         iou_reward(
             ["<answer>[1, 2, 3, 4]</answer>"],
@@ -128,7 +192,11 @@ def test_corrupt_image_is_a_dataset_error(tmp_path: Path) -> None:
         )
 
 
-def test_bad_ground_truth_box_raises() -> None:
+def test_bad_ground_truth_box_raises(monkeypatch) -> None:
+    assert iou_reward(["<answer>[1, 2, 3, 4]</answer>"], solution=["<answer>[1]</answer>"]) == [
+        None
+    ]
+    monkeypatch.setenv("SKYRL_REWARDS_ON_ERROR", "raise")
     with pytest.raises(ValueError, match="sample 0: solution"):
         iou_reward(["<answer>[1, 2, 3, 4]</answer>"], solution=["<answer>[1, 2]</answer>"])
 
@@ -142,7 +210,10 @@ def test_bad_ground_truth_box_raises() -> None:
         ({"solution": ["<answer>[1, 2, 3, 4]</answer>"], "patch_size": 0}, "patch_size"),
     ],
 )
-def test_bad_ground_truth_and_parameters_name_the_field(kwargs: dict, field: str) -> None:
+def test_bad_ground_truth_and_parameters_name_the_field(
+    kwargs: dict, field: str, monkeypatch
+) -> None:
+    monkeypatch.setenv("SKYRL_REWARDS_ON_ERROR", "raise")
     with pytest.raises(ValueError, match=field):
         iou_reward(["<answer>[1, 2, 3, 4]</answer>"], **kwargs)
 
