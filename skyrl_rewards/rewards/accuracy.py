@@ -58,9 +58,10 @@ def default_accuracy_score(
     """:func:`default_accuracy_reward` with its outcome.
 
     Status ``unparseable`` when the student answer is empty or too long or
-    complex for math-verify; ``timeout`` when math-verify ran past
-    ``timeout_s``; ``error`` when its process died. In those cases the value
-    is what the string branches give, and ``error`` says why.
+    complex for math-verify; ``timeout`` when math-verify used more than
+    ``timeout_s`` seconds of CPU time; ``error`` when its process died. In
+    those cases the value is what the string branches give, and ``error`` says
+    why.
     """
     gold = _gold_span(sol)
     student = answer_span(content) if isinstance(content, str) else ""
@@ -78,7 +79,7 @@ def default_accuracy_score(
 def _gave_up(outcome: MathStatus, timeout_s: float) -> tuple[Status, str]:
     """Status and message for a symbolic check that could not judge."""
     if outcome is MathStatus.TIMEOUT:
-        return Status.TIMEOUT, f"math-verify timed out after {timeout_s}s"
+        return Status.TIMEOUT, f"math-verify timed out after {timeout_s:g} s of CPU time"
     if outcome is MathStatus.CRASHED:
         return Status.ERROR, "math-verify's process died or could not start"
     return Status.UNPARSEABLE, "answer too long or too complex for math-verify"

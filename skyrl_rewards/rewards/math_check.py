@@ -1,4 +1,4 @@
-"""Symbolic answer checking with math-verify, the same in any thread, bounded in time.
+"""Symbolic answer checking with math-verify, the same in any thread, bounded in CPU time.
 
 math-verify's own timeout is ``signal.alarm``: it works only on a main thread
 and raises ``ValueError`` anywhere else (SPEC, "Pitfalls"). Here math-verify
@@ -7,27 +7,35 @@ the main thread, in a worker thread, in a subprocess and in a Ray actor. Time is
 bounded another way, chosen by ``guard``:
 
 - ``"subprocess"`` (default): the check runs in a long-lived child process
-  (:mod:`skyrl_rewards.rewards.math_child`); past ``timeout_s`` the child is killed and
-  replaced, and the call returns :attr:`MathStatus.TIMEOUT`.
+  (:mod:`skyrl_rewards.rewards.math_child`, isolated from the working
+  directory, math-verify and SymPy only). The limit ``timeout_s`` is on the
+  child's own CPU time for this check (read from ``/proc/<pid>/stat``), not on
+  wall time: waiting for a free child, or for a CPU on a busy machine, does not
+  count, so the same input gives the same outcome on an idle and on a loaded
+  machine. Past it the child is killed, a replacement starts in the background,
+  and the call returns :attr:`MathStatus.TIMEOUT`. A wall-clock bound of
+  :func:`wall_bound_s` (at least a minute) is only a safety net against a child
+  that gets no CPU at all; a timeout it gives is not remembered.
 - ``"inline"``: the check runs in this thread with no bound. Only for callers
-  that enforce a hard deadline themselves (the reward pool kills a worker stuck
-  past its limit).
+  that enforce a hard deadline themselves.
 
-Before anything is parsed, answers longer than :data:`MAX_MATH_CHARS`,
-nested deeper than :data:`MAX_MATH_NESTING`, or holding a numeric exponent
-that is itself a power or product, an exponent of a million or more, or the
-factorial of a large number or of a power or product, are refused
-(:attr:`MathStatus.TOO_COMPLEX`). A pair that timed out is answered as a
-timeout at once when asked again with no larger limit. At most
-:data:`MAX_CHILDREN` children run at once; a child that cannot start or
-dies mid-check gives :attr:`MathStatus.CRASHED`. Nothing here prints, logs or
-``str()``s a parsed object.
+Before anything is parsed, answers nested deeper than :data:`MAX_MATH_NESTING`,
+or holding a numeric exponent that is itself a power or product, an exponent of
+a million or more, or the factorial of a large number or of a power or product,
+are refused (:attr:`MathStatus.TOO_COMPLEX`). Length alone is not a reason
+(long correct answers exist, and math-verify judges them in milliseconds): only
+past :data:`MAX_MATH_CHARS`, far above any real answer, to bound memory. A pair
+that timed out is answered as a timeout at once when asked again with no larger
+limit. At most :data:`MAX_CHILDREN` children run at once; a child that cannot
+start or dies mid-check gives :attr:`MathStatus.CRASHED`. Nothing here prints,
+logs or ``str()``s a parsed object.
 """
 
 from __future__ import annotations
 
 import atexit
-import functools
+import contextlib
+import hashlib
 import json
 import os
 import re
@@ -35,24 +43,38 @@ import select
 import subprocess
 import sys
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from enum import Enum
-from typing import Any, Literal
+from pathlib import Path
+from typing import Literal
 
-MAX_MATH_CHARS = 2_000
-"""Answers longer than this (either side) are not parsed symbolically."""
+from skyrl_rewards.rewards import math_child
+from skyrl_rewards.rewards.math_child import verify_inline
+
+MAX_MATH_CHARS = 50_000
+"""Answers longer than this (either side) are not parsed symbolically (memory; real answers are a few KB)."""
 
 MAX_MATH_NESTING = 40
 """Answers with deeper ``{``/``(``/``[`` nesting are not parsed symbolically."""
 
 DEFAULT_TIMEOUT_S = 3.0
-"""Default wall-clock limit of one guarded check."""
+"""Default limit of one guarded check, in seconds of the check's own CPU time."""
 
 MAX_CHILDREN = max(2, os.cpu_count() or 2)
 """Children alive at once in one process; more concurrent callers wait for a free one."""
 
 CHILD_START_TIMEOUT_S = 120.0
 """How long a new child may take to import math-verify (slow on a loaded machine)."""
+
+WALL_SAFETY_FACTOR = 20.0
+WALL_SAFETY_MIN_S = 60.0
+CHILD_WAIT_S = 600.0
+"""How long a call waits for a free child before giving up (status timeout, not remembered)."""
+
+_POLL_S = 0.02
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 MathGuard = Literal["subprocess", "inline"]
 GUARD_ENV_VAR = "SKYRL_REWARDS_MATH_GUARD"
@@ -77,6 +99,15 @@ def default_guard() -> MathGuard:
     return value  # type: ignore[return-value]
 
 
+def wall_bound_s(timeout_s: float) -> float:
+    """The wall-clock safety net of a guarded check with a CPU limit of ``timeout_s``.
+
+    >>> wall_bound_s(3.0)
+    60.0
+    """
+    return max(WALL_SAFETY_MIN_S, WALL_SAFETY_FACTOR * timeout_s)
+
+
 def check_equal(
     gold: str,
     student: str,
@@ -87,47 +118,70 @@ def check_equal(
     """Whether ``student`` is mathematically equal to ``gold`` (gold first, as math-verify wants).
 
     Never raises for what ``student`` holds. ``guard`` defaults to
-    :func:`default_guard`.
+    :func:`default_guard`; ``timeout_s`` is CPU seconds of the check itself.
 
     >>> check_equal("$\\\\frac{1}{2}$", "0.5")
     <MathStatus.EQUAL: 'equal'>
     """
     if too_complex(gold) or too_complex(student):
         return MathStatus.TOO_COMPLEX
-    key = (gold, student)
-    if _TIMED_OUT.timed_out(key, timeout_s):
-        return MathStatus.TIMEOUT
     if (guard or default_guard()) == "inline":
         return MathStatus.EQUAL if verify_inline(gold, student) else MathStatus.NOT_EQUAL
-    outcome = _CHILDREN.check(gold, student, timeout_s)
-    if outcome is MathStatus.TIMEOUT:
-        _TIMED_OUT.add(key, timeout_s)
+    cap = getattr(_FIRST_PASS, "cap", None)
+    limit = timeout_s if cap is None else min(cap.limit_s, timeout_s)
+    key = _pair_key(gold, student)
+    outcome = MathStatus.TIMEOUT
+    if not _TIMED_OUT.timed_out(key, limit):
+        outcome, remember = _CHILDREN.check(gold, student, limit)
+        if outcome is MathStatus.TIMEOUT and remember:
+            _TIMED_OUT.add(key, limit)
+    if outcome is MathStatus.TIMEOUT and limit < timeout_s:
+        cap.deferred = True  # type: ignore[union-attr]
     return outcome
 
 
-def verify_inline(gold: str, student: str) -> bool:
-    """math-verify's ``verify(parse(gold), parse(student))`` with signal timeouts off.
+class FirstPass:
+    """State of a :func:`first_pass` block: whether a check hit the block's cap."""
 
-    Parses of ``gold`` are cached (a prompt group shares its ground truth).
-    Errors inside math-verify count as "not equal".
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        self.deferred = False
+        """True when a check ran past ``limit_s`` but had a larger limit of its own."""
+
+
+@contextlib.contextmanager
+def first_pass(limit_s: float) -> Iterator[FirstPass]:
+    """Cap every guarded check in this thread at ``limit_s`` CPU seconds for the block.
+
+    A check that runs past the cap, but whose own limit is larger, returns
+    TIMEOUT and sets :attr:`FirstPass.deferred`: the caller should throw that
+    result away and score the input again later, outside the block, with its
+    full limit. The reward pool does this so that ordinary items never wait
+    behind a slow one. Inline checks are not capped.
+
+    >>> with first_pass(0.5) as state:
+    ...     check_equal("$1$", "1")
+    <MathStatus.EQUAL: 'equal'>
+    >>> state.deferred
+    False
     """
-    from math_verify import parse, verify
-
+    state = FirstPass(limit_s)
+    previous = getattr(_FIRST_PASS, "cap", None)
+    _FIRST_PASS.cap = state
     try:
-        gold_parsed = _parse_gold(gold)
-        student_parsed = parse(student, parsing_timeout=None)  # type: ignore[arg-type]
-        if not gold_parsed or not student_parsed:
-            return False
-        return bool(verify(list(gold_parsed), student_parsed, timeout_seconds=None))
-    except (ValueError, TypeError, ArithmeticError, RecursionError, AttributeError):
-        return False
+        yield state
+    finally:
+        _FIRST_PASS.cap = previous
 
 
-@functools.lru_cache(maxsize=4096)
-def _parse_gold(gold: str) -> tuple[Any, ...]:
-    from math_verify import parse
-
-    return tuple(parse(gold, parsing_timeout=None))  # type: ignore[arg-type]
+def _pair_key(gold: str, student: str) -> bytes:
+    """A fixed-size key for a pair (answers may be tens of KB; the record holds thousands)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for text in (gold, student):
+        data = text.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.digest()
 
 
 _BIG_FACTORIAL = re.compile(r"\d{4,}\s*!")
@@ -140,7 +194,7 @@ _BRACKETS = {"{": "}", "(": ")"}
 
 
 def too_complex(text: str) -> bool:
-    """Whether ``text`` is too long, too deep, or a known way to make SymPy build a giant number.
+    """Whether ``text`` is past the memory cap, too deep, or a known way to make SymPy build a giant number.
 
     Refused: an exponent made only of numbers and operators that holds a power
     or product (``9^{9^9}``, ``9^{(9^9)}``, ``10^{99*99}``, ``9^9^9``) or a number of six
@@ -228,19 +282,19 @@ def _matching(text: str, start: int) -> int:
 
 
 class _TimedOutPairs:
-    """A thread-safe bounded record of pairs that timed out, with the limit they had."""
+    """A thread-safe bounded record of pairs (by digest) that timed out, with the limit they had."""
 
     def __init__(self, max_size: int) -> None:
-        self._limits: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._limits: OrderedDict[bytes, float] = OrderedDict()
         self._max_size = max_size
         self._lock = threading.Lock()
 
-    def timed_out(self, key: tuple[str, str], timeout_s: float) -> bool:
+    def timed_out(self, key: bytes, timeout_s: float) -> bool:
         """True when ``key`` timed out before under a limit of at least ``timeout_s``."""
         with self._lock:
             return self._limits.get(key, 0.0) >= timeout_s
 
-    def add(self, key: tuple[str, str], timeout_s: float) -> None:
+    def add(self, key: bytes, timeout_s: float) -> None:
         with self._lock:
             self._limits[key] = max(timeout_s, self._limits.get(key, 0.0))
             self._limits.move_to_end(key)
@@ -252,18 +306,42 @@ class _ChildFailed(Exception):
     """The child process could not start, died, or stopped answering."""
 
 
+def child_command() -> list[str]:
+    """The command that starts a math child: isolated, with this process's ``sys.path``.
+
+    Isolated mode (``-I``) keeps the working directory, the script's directory,
+    ``PYTHONPATH`` and user site off the child's ``sys.path``; the child then
+    takes this process's ``sys.path`` minus ``""`` and the working directory
+    (which keeps user-site and ``PYTHONPATH`` installs working).
+    """
+    cwd = os.path.realpath(os.getcwd())
+    paths = [p for p in sys.path if p and os.path.realpath(p) != cwd]
+    return [sys.executable, "-I", str(Path(math_child.__file__)), json.dumps(paths)]
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU time of process ``pid`` so far; ``None`` without ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
 class _Child:
-    """One long-lived ``python -m skyrl_rewards.rewards.math_child`` process."""
+    """One long-lived math child process (see :mod:`skyrl_rewards.rewards.math_child`)."""
 
     def __init__(self) -> None:
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "skyrl_rewards.rewards.math_child"],
+                child_command(),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 text=True,
                 encoding="utf-8",
+                errors="surrogatepass",
             )
         except OSError as error:
             raise _ChildFailed(f"cannot start: {error}") from error
@@ -276,19 +354,32 @@ class _Child:
     def alive(self) -> bool:
         return self._proc.poll() is None
 
-    def check(self, gold: str, student: str, timeout_s: float) -> MathStatus:
-        """The child's answer; TIMEOUT (the child is then killed) past ``timeout_s``.
+    def check(self, gold: str, student: str, timeout_s: float) -> tuple[MathStatus, bool]:
+        """The child's answer, and whether a TIMEOUT was decided on CPU time (not the safety net).
 
-        Raises :class:`_ChildFailed` when the child died without answering.
+        The child is killed on a timeout. Raises :class:`_ChildFailed` when the
+        child died without answering.
         """
         assert self._proc.stdin is not None and self._proc.stdout is not None
+        pid = self._proc.pid
+        start_cpu = _cpu_seconds(pid)
+        start_wall = time.monotonic()
+        wall_limit = timeout_s if start_cpu is None else wall_bound_s(timeout_s)
         try:
             self._proc.stdin.write(json.dumps([gold, student]) + "\n")
             self._proc.stdin.flush()
-            ready, _, _ = select.select([self._proc.stdout], [], [], timeout_s)
-            if not ready:
-                self.kill()
-                return MathStatus.TIMEOUT
+            while True:
+                ready, _, _ = select.select([self._proc.stdout], [], [], _POLL_S)
+                if ready:
+                    break
+                if start_cpu is not None:
+                    used = _cpu_seconds(pid)
+                    if used is not None and used - start_cpu > timeout_s:
+                        self.kill()
+                        return MathStatus.TIMEOUT, True
+                if time.monotonic() - start_wall > wall_limit:
+                    self.kill()
+                    return MathStatus.TIMEOUT, start_cpu is None
             line = self._proc.stdout.readline()
         except (OSError, ValueError) as error:
             self.kill()
@@ -296,7 +387,7 @@ class _Child:
         if not line:
             self.kill()
             raise _ChildFailed("died mid-check")
-        return MathStatus.EQUAL if line.strip() == "1" else MathStatus.NOT_EQUAL
+        return (MathStatus.EQUAL if line.strip() == "1" else MathStatus.NOT_EQUAL), False
 
     def kill(self) -> None:
         self._proc.kill()
@@ -304,27 +395,42 @@ class _Child:
 
 
 class _ChildPool:
-    """Children shared by the threads of this process: one call per child, at most ``size`` alive."""
+    """Children shared by the threads of this process: one call per child, at most ``size`` busy.
+
+    A child killed on a timeout is replaced by one started in the background,
+    so the next call does not pay for the start (about 0.45 s).
+    """
 
     def __init__(self, size: int) -> None:
         self._idle: list[_Child] = []
         self._lock = threading.Lock()
+        self._size = size
         self._slots = threading.BoundedSemaphore(size)
 
-    def check(self, gold: str, student: str, timeout_s: float) -> MathStatus:
-        """Check on an idle (or new) child; a child that dies is replaced once, then CRASHED."""
-        with self._slots:
+    def check(self, gold: str, student: str, timeout_s: float) -> tuple[MathStatus, bool]:
+        """Check on an idle (or new) child; a child that dies is replaced once, then CRASHED.
+
+        The second value says whether a TIMEOUT may be remembered (it was
+        decided on CPU time). The wait for a free child does not count against
+        ``timeout_s``; past :data:`CHILD_WAIT_S` it gives up (TIMEOUT, not remembered).
+        """
+        if not self._slots.acquire(timeout=CHILD_WAIT_S):
+            return MathStatus.TIMEOUT, False
+        try:
             for _ in range(2):
                 try:
                     child = self._take()
-                    outcome = child.check(gold, student, timeout_s)
+                    outcome, by_cpu = child.check(gold, student, timeout_s)
                 except _ChildFailed:
                     continue
-                if outcome is not MathStatus.TIMEOUT:
-                    with self._lock:
-                        self._idle.append(child)
-                return outcome
-            return MathStatus.CRASHED
+                if outcome is MathStatus.TIMEOUT:
+                    self._start_spare()
+                else:
+                    self._put(child)
+                return outcome, by_cpu
+            return MathStatus.CRASHED, False
+        finally:
+            self._slots.release()
 
     def _take(self) -> _Child:
         with self._lock:
@@ -333,6 +439,22 @@ class _ChildPool:
                 if child.alive():
                     return child
         return _Child()
+
+    def _put(self, child: _Child) -> None:
+        with self._lock:
+            if len(self._idle) < self._size:
+                self._idle.append(child)
+                return
+        child.kill()
+
+    def _start_spare(self) -> None:
+        def start() -> None:
+            try:
+                self._put(_Child())
+            except _ChildFailed:
+                pass  # the next call starts one itself and reports the failure
+
+        threading.Thread(target=start, name="math-child-spare", daemon=True).start()
 
     def close(self) -> None:
         """Stop every idle child (children in use stop when their call ends)."""
@@ -345,3 +467,4 @@ class _ChildPool:
 _CHILDREN = _ChildPool(MAX_CHILDREN)
 atexit.register(_CHILDREN.close)
 _TIMED_OUT = _TimedOutPairs(max_size=10_000)
+_FIRST_PASS = threading.local()

@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from skyrl_rewards import default_accuracy_reward
 from skyrl_rewards.rewards.accuracy import default_accuracy_score
-from skyrl_rewards.rewards.math_check import MathStatus, check_equal
+from skyrl_rewards.rewards.math_check import (
+    MAX_MATH_CHARS,
+    MathStatus,
+    check_equal,
+    child_command,
+    first_pass,
+    too_complex,
+)
 from skyrl_rewards.rewards.result import Status
 
 SLOW = "$\\Gamma(10^{10})$"  # passes the pre-screen; SymPy computes (10^10 - 1)!
@@ -44,6 +55,12 @@ for content, sol in cases:
     out.append([default_accuracy_reward(content, sol), time.perf_counter() - start])
 print(json.dumps(out))
 """
+
+
+def borderline(exponent: int) -> tuple[str, str]:
+    """A correct answer whose check costs CPU growing with ``exponent`` (SymPy expands it)."""
+    n = exponent
+    return "$\\frac{1}{2}$", f"$1/2 + (x+1)^{{{n}}} (x-1)^{{{n}}} - (x^2-1)^{{{n}}}$"
 
 
 def _main_thread(cases: list[tuple[str, str]]) -> list[float]:
@@ -108,11 +125,9 @@ def test_a_timed_out_pair_is_answered_at_once_the_second_time() -> None:
 
 
 def test_a_remembered_timeout_does_not_bind_a_larger_limit() -> None:
-    gold, student = "$2$", "$\\frac{\\sin(\\pi/4)}{\\sqrt{2}/2} + 1$"
-    warm = check_equal(gold, student)  # start a child outside the timing
-    assert warm is MathStatus.EQUAL
-    assert check_equal(gold, "$1 + \\cos(0)$", timeout_s=0.0001) is MathStatus.TIMEOUT
-    assert check_equal(gold, "$1 + \\cos(0)$", timeout_s=5) is MathStatus.EQUAL
+    gold, student = borderline(60)  # about 0.3 s of CPU
+    assert check_equal(gold, student, timeout_s=0.05) is MathStatus.TIMEOUT
+    assert check_equal(gold, student, timeout_s=30) is MathStatus.EQUAL
 
 
 def test_a_timeout_is_reported_as_a_timeout() -> None:
@@ -125,7 +140,7 @@ def test_a_child_killed_mid_check_is_replaced_and_reported() -> None:
     student = "$\\binom{10^{9}}{10^{8}}$"
     killer = threading.Timer(1.0, _kill_math_children)
     killer.start()
-    outcome = check_equal("$3$", student, timeout_s=8)
+    outcome = check_equal("$3$", student, timeout_s=4)
     killer.join()
     assert outcome in (MathStatus.CRASHED, MathStatus.TIMEOUT)
     assert (
@@ -157,7 +172,7 @@ def test_inline_guard_gives_the_same_answers_in_threads() -> None:
         "$5000!$",
         "$(10^{100})!$",
         "$(999!)!$",
-        "x" * 3000,
+        "x" * (MAX_MATH_CHARS + 1),  # past the memory cap only
         "{" * 50,
     ],
 )
@@ -176,3 +191,123 @@ def test_inline_and_subprocess_guards_agree() -> None:
     for content, sol in CASES:
         inline = default_accuracy_reward(content, sol, math_guard="inline")
         assert inline == default_accuracy_reward(content, sol, math_guard="subprocess")
+
+
+@pytest.mark.slow
+def test_the_limit_is_cpu_time_not_wall_time_or_queueing() -> None:
+    # 8 callers share MAX_CHILDREN children on a 2-core machine, next to two CPU burners: the last
+    # callers wait several checks' worth of wall time, yet every check uses ~0.7 s of its 2 s of CPU.
+    gold, student = borderline(100)
+    alone = check_equal(gold, student, timeout_s=2)
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        with ThreadPoolExecutor(max_workers=8) as executor:
+            crowded = list(
+                executor.map(lambda _: check_equal(gold, student, timeout_s=2), range(8))
+            )
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert alone is MathStatus.EQUAL
+    assert crowded == [alone] * 8
+
+
+def test_a_math_verify_in_the_working_directory_is_not_imported(tmp_path: Path) -> None:
+    marker = tmp_path / "poisoned"
+    (tmp_path / "math_verify.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\nraise SystemExit('poisoned')\n"
+    )
+    script = (
+        "from skyrl_rewards.rewards.math_check import check_equal\n"
+        "print(check_equal('$\\\\frac{1}{2}$', '0.5').value)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert done.stdout.strip() == "equal"
+    assert not marker.exists()
+
+
+def test_the_child_keeps_pythonpath_entries_but_not_the_working_directory(
+    tmp_path: Path,
+) -> None:
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    script = (
+        "import json, os, sys\n"
+        "from skyrl_rewards.rewards.math_check import child_command\n"
+        "print(json.dumps(child_command()))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(extra)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    command = json.loads(done.stdout)
+    assert command[1] == "-I"
+    paths = json.loads(command[3])
+    assert str(extra) in paths
+    assert "" not in paths and str(tmp_path) not in paths
+    assert child_command()[0] == sys.executable
+
+
+def _long_answers() -> dict[str, tuple[str, str]]:
+    """Realistic multi-KB correct answers (gold, student), each judged in well under a second."""
+    rng = random.Random(0)
+    reasoning = " ".join(
+        f"Step {i}: substituting $a_{{{i}}} = {i}$ into the recurrence keeps the ratio fixed."
+        for i in range(1, 60)
+    )
+    matrix = [[rng.randrange(1000) for _ in range(16)] for _ in range(16)]
+
+    def pmatrix(cell: Callable[[int], str]) -> str:
+        rows = (" & ".join(cell(value) for value in row) for row in matrix)
+        return "$\\begin{pmatrix}" + " \\\\ ".join(rows) + "\\end{pmatrix}$"
+
+    terms = [
+        f"{rng.randrange(10**8, 10**9)} x^{{{i}}} y^{{{j}}}" for i in range(10) for j in range(10)
+    ]
+    shuffled = terms[:]
+    rng.shuffle(shuffled)
+    return {
+        "worked_solution": ("$\\frac{3}{4}$", reasoning + " Hence the answer is $\\boxed{0.75}$."),
+        "matrix": (pmatrix(str), pmatrix(lambda value: f"{value}.0")),
+        "polynomial": ("$" + " + ".join(terms) + "$", "$" + " + ".join(shuffled) + "$"),
+    }
+
+
+@pytest.mark.parametrize("name", ["worked_solution", "matrix", "polynomial"])
+def test_long_correct_answers_score_one(name: str) -> None:
+    gold, student = _long_answers()[name]
+    assert len(student) > 2_000 and not too_complex(student)
+    content, sol = f"<answer>{student}</answer>", f"<answer>{gold}</answer>"
+    assert default_accuracy_reward(content, sol, math_timeout_s=20) == 1.0
+
+
+def test_length_alone_is_not_refused() -> None:
+    assert not too_complex("x" * 3_000)
+    assert not too_complex("1 + " * 5_000 + "1")
+
+
+def test_first_pass_defers_a_slow_check_and_the_full_limit_then_judges_it() -> None:
+    gold, student = borderline(70)  # about 0.4 s of CPU
+    with first_pass(0.05) as state:
+        assert check_equal(gold, student, timeout_s=30) is MathStatus.TIMEOUT
+    assert state.deferred
+    with first_pass(0.05) as again:  # remembered under the cap: deferred at once
+        assert check_equal(gold, student, timeout_s=30) is MathStatus.TIMEOUT
+    assert again.deferred
+    assert check_equal(gold, student, timeout_s=30) is MathStatus.EQUAL
+    with first_pass(0.05) as fast:
+        assert check_equal("$\\frac{1}{2}$", "0.5") is MathStatus.EQUAL
+    assert not fast.deferred
