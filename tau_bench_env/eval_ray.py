@@ -7,9 +7,9 @@ actor is one process: it loads the domain once and computes a task's
 ground-truth hash once (the process-wide cache). Records stream back to the
 driver as episodes end, and the driver stores them.
 
-A lost worker (its node killed) is restarted by Ray (``max_restarts=-1``)
-and its unfinished episodes run again (``max_task_retries=-1``); an episode
-whose call still fails is queued again on the other workers.
+A lost worker (its node killed) is taken out of rotation and its unfinished
+episodes are queued again on the workers left (a restart could wait forever
+for the lost node's CPUs); finished episodes are already with the driver.
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def run_ray(
             num_cpus=worker_cpus,
             max_concurrency=concurrency,
             scheduling_strategy="SPREAD",
-            max_restarts=-1,
-            max_task_retries=-1,
+            max_restarts=0,
+            max_task_retries=0,
         ).remote(spec)
         for _ in range(workers)
     ]
@@ -106,7 +106,7 @@ def run_ray(
             try:
                 record = ray.get(done[0])
             except RayActorError:
-                dead.add(worker)  # gone for good despite restarts: another worker plays it
+                dead.add(worker)  # its node is gone: another worker plays the episode
                 queue.append(item)
                 if len(dead) == workers:
                     raise RuntimeError("every Ray eval worker died; see the Ray logs") from None
@@ -115,7 +115,8 @@ def run_ray(
             for other in range(workers):
                 submit(other)
     finally:
-        for actor in actors:
-            ray.kill(actor)
+        if ray.is_initialized():
+            for actor in actors:
+                ray.kill(actor)
         if started:
             ray.shutdown()

@@ -1,0 +1,103 @@
+"""``tau-bench-env eval`` spread over a three-node Ray cluster on this machine (loopback)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import closing
+from functools import partial
+from pathlib import Path
+
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+from tau_eval_helpers import AgentServer, user_turns
+
+from tau_bench_env.backends import load_domain
+from tau_bench_env.config import env_config_from
+from tau_bench_env.eval_ray import run_ray
+from tau_bench_env.evaluate import JOURNAL_FILE, RESULTS_FILE, EvalSpec, evaluate
+from tau_bench_env.policy import PolicyConfig
+from tau_bench_env.rescore import rescore, summarize
+
+pytestmark = [pytest.mark.multinode, pytest.mark.slow]
+
+
+@pytest.fixture
+def cluster(_ray_session: None) -> Iterator[Cluster]:
+    """Head (1 CPU, where this driver runs) and two worker nodes (2 CPUs each), loopback only."""
+    if ray.is_initialized():
+        ray.shutdown()  # the session's local Ray; the next test that needs it starts it again
+    local = {"node_ip_address": "127.0.0.1", "include_dashboard": False}
+    three_nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, **local})
+    for _ in range(2):
+        three_nodes.add_node(num_cpus=2, **local)
+    three_nodes.wait_for_nodes()
+    yield three_nodes
+    if ray.is_initialized():
+        ray.shutdown()
+    three_nodes.shutdown()
+
+
+def test_eval_spreads_over_the_cluster(cluster: Cluster, tmp_path: Path) -> None:
+    domain = load_domain("tau2", "airline")
+    tasks = domain.tasks("test")
+    with AgentServer(domain, tasks).running() as agent:
+        spec = EvalSpec(
+            env=env_config_from({"backend": "tau2", "user": {"kind": "replay"}}),
+            policy=PolicyConfig(base_url=agent.base_url, model="scripted"),
+            domain="airline",
+            split="test",
+            user_turns=user_turns(tasks),
+        )
+        runner = partial(run_ray, workers=5, concurrency=2, address=cluster.address)
+        summary = evaluate(
+            spec, tmp_path, tasks=list(range(len(tasks))), trials=2, runner=runner, progress=False
+        )
+    assert summary["episodes"] == 2 * len(tasks) and summary["errors"] == 0
+    assert summary["pass_hat_k"] == {"1": 1.0, "2": 1.0}
+    journal = [json.loads(line) for line in (tmp_path / JOURNAL_FILE).read_text().splitlines()]
+    assert len({record["info"]["node_id"] for record in journal}) == 3  # every node ran episodes
+    runs = json.loads((tmp_path / RESULTS_FILE).read_text())
+    assert summarize(rescore(domain, runs))["agreement"] == 1.0
+
+
+def test_a_killed_node_loses_no_episode(cluster: Cluster, tmp_path: Path) -> None:
+    domain = load_domain("tau2", "retail")
+    tasks = domain.tasks("test")
+
+    killed: list[str] = []
+
+    def kill_a_node_midway(spec: EvalSpec, items: Sequence[tuple[int, int]]) -> Iterator[dict]:
+        runner = run_ray(spec, items, workers=5, concurrency=2, address=cluster.address)
+        with closing(runner):
+            for count, record in enumerate(runner):
+                if count == 10:  # the node's processes are killed; its episodes run elsewhere
+                    node = next(iter(cluster.worker_nodes))
+                    killed.append(node.node_id)
+                    cluster.remove_node(node, allow_graceful=False)
+                yield record
+
+    with AgentServer(domain, tasks).running() as agent:
+        agent.delay_s = 0.02  # episodes are still running when the node goes
+        spec = EvalSpec(
+            env=env_config_from({"backend": "tau2", "user": {"kind": "replay"}}),
+            policy=PolicyConfig(base_url=agent.base_url, model="scripted"),
+            domain="retail",
+            split="test",
+            user_turns=user_turns(tasks),
+        )
+        summary = evaluate(
+            spec,
+            tmp_path,
+            tasks=list(range(20)),
+            trials=2,
+            runner=kill_a_node_midway,
+            progress=False,
+        )
+    assert summary["episodes"] == 40 and summary["errors"] == 0 and summary["missing"] == 0
+    assert summary["success_rate"] == 1.0
+    journal = [json.loads(line) for line in (tmp_path / JOURNAL_FILE).read_text().splitlines()]
+    assert len(journal) == 40  # each episode stored once
+    nodes = [record["info"]["node_id"] for record in journal]
+    assert killed[0] in nodes[:11] and killed[0] not in nodes[20:]  # it worked, then it was gone
