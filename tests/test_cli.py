@@ -79,6 +79,7 @@ def test_readme_command_scores_the_sample_in_a_fresh_process(tmp_path: Path) -> 
     table = proc.stdout.splitlines()
     assert table[0].split() == [
         "component",
+        "scored",
         "mean",
         "std",
         "at",
@@ -150,26 +151,31 @@ def test_check_lists_the_rows_that_would_be_dataset_errors(tmp_path: Path, capsy
     code = main(["check", "--config", str(CONFIGS / "rec.yaml"), "--input", str(data)])
     out = capsys.readouterr().out
     assert code == 1
-    flagged = {line.split(":")[0] for line in out.splitlines() if line.startswith("row ")}
-    assert flagged == {
-        f"row {i} (id {name})"
+    flagged = {line.split(":")[0] for line in out.splitlines() if line.startswith("line ")}
+    assert flagged == {  # the file's line numbers, from 1
+        f"line {i + 1} (id {name})"
         for i, name in enumerate(["ok", "gone", "junk", "nosol", "badgrid", "badgt"])
         if i
     }
-    assert "row 1 (id gone): image_path: image not found" in out
-    assert "row 2 (id junk): image_path: image unreadable" in out
-    assert "row 3 (id nosol): solution: missing field" in out
-    assert "row 4 (id badgrid): iou: error: image_grid_thw" in out
-    assert "row 5 (id badgt): iou: error: solution: expected a JSON box" in out
+    assert "line 2 (id gone): image_path: image not found" in out
+    assert "line 3 (id junk): image_path: image unreadable" in out
+    assert "line 4 (id nosol): solution: missing field" in out
+    assert "line 5 (id badgrid): iou: error: image_grid_thw" in out
+    assert "line 6 (id badgt): iou: error: solution: expected a JSON box" in out
     assert "5 with problems" in out
 
 
 @pytest.mark.parametrize(
     ("lines", "message"),
     [
-        (['{"completion": "x", "solution": "1"}', "{oops"], "rows.jsonl:2: not valid JSON"),
-        (['{"id": "a", "solution": "1"}'], "row 0 (id a): missing field 'completion'"),
-        (['["a list"]'], "rows.jsonl:1: expected a JSON object"),
+        (['{"completion": "x", "solution": "1"}', "{oops"], "rows.jsonl line 2: not valid JSON"),
+        (['{"id": "a", "solution": "1"}'], "line 1 (id a): missing field 'completion'"),
+        (['["a list"]'], "rows.jsonl line 1: expected a JSON object"),
+        # issue 11: one convention, the file's line (a JSON error and a missing field alike)
+        (
+            ['{"completion": "x", "solution": "1"}', "", '{"id": "b", "completion": "x"}'],
+            "line 3 (id b): missing field 'solution'",
+        ),
     ],
 )
 def test_score_rejects_a_bad_input_naming_the_row(tmp_path: Path, capsys, lines, message) -> None:
@@ -188,6 +194,173 @@ def test_score_rejects_a_bad_input_naming_the_row(tmp_path: Path, capsys, lines,
     )
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+RAY_STARTED = "Started a local Ray"
+
+
+def _score_args(config: Path | str, data: Path | str, output: Path | str) -> list[str]:
+    return ["score", "--config", str(config), "--input", str(data), "--output", str(output)]
+
+
+@pytest.mark.parametrize("text", ["", "\n\n   \n"])  # issue 11: empty, blank lines only
+def test_nothing_to_score_is_said_before_ray_starts(tmp_path: Path, text: str) -> None:
+    data = tmp_path / "empty.jsonl"
+    data.write_text(text)
+    for command in (
+        _score_args("configs/rec.yaml", data, tmp_path / "o.jsonl"),
+        ["check", "--config", "configs/rec.yaml", "--input", str(data)],
+    ):
+        proc = run_cli(*command)
+        assert proc.returncode == 2
+        assert "nothing to" in proc.stderr and "has no rows" in proc.stderr
+        assert RAY_STARTED not in proc.stderr and "nan" not in proc.stdout
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("config_text", "overrides", "message"),
+    [
+        ("rewards:\n  iou: {weight: 1\n bad: [\n", [], "not valid YAML"),  # issue 11: was exit 1
+        ("rewards:\n  iou: {weight: 1.0}\n  ioux: {}\n", [], "unknown reward"),
+        (
+            "rewards:\n  iou: {weight: 1.0}\n",
+            ["rewards.detection.iou_threshold=2"],
+            "iou_threshold",
+        ),
+    ],
+)
+def test_bad_config_is_exit_2_before_ray_starts(
+    tmp_path: Path, config_text: str, overrides: list[str], message: str
+) -> None:
+    config = tmp_path / "cfg.yaml"
+    config.write_text(config_text)
+    proc = run_cli(
+        *_score_args(config, "skyrl_rewards/sample_data/rec.jsonl", tmp_path / "o.jsonl"),
+        *overrides,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr and RAY_STARTED not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [
+        (lambda tmp: tmp, "is a directory"),  # issue 11: raised after scoring, scores lost
+        (lambda tmp: tmp / "a_file" / "o.jsonl", "is a file, not a folder"),
+    ],
+)
+def test_unwritable_output_is_refused_before_scoring(tmp_path: Path, output, message) -> None:
+    (tmp_path / "a_file").write_text("x")
+    proc = run_cli(*_score_args("configs/rec.yaml", SAMPLE / "rec.jsonl", output(tmp_path)))
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert RAY_STARTED not in proc.stderr and "scoring" not in proc.stderr
+
+
+def _rows_with_missing_images(tmp_path: Path, bad: set[int], blank_first: bool = False) -> Path:
+    rows = read_rows(SAMPLE / "rec.jsonl")[:4]
+    lines = [""] if blank_first else []
+    for i, row in enumerate(rows):
+        image = "missing.png" if i in bad else str(SAMPLE / row["image_path"])
+        lines.append(json.dumps({**row, "image_path": image}))
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    return data
+
+
+def _table(out: str) -> dict[str, list[str]]:
+    return {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:] if line.strip()}
+
+
+def test_masked_rows_stay_out_of_statistics_and_fail_the_command(
+    ray_local, tmp_path: Path, capsys
+) -> None:
+    # issue 11: a file whose every row is an error showed "iou 0.000 ... 100% at floor", exit 0
+    data = _rows_with_missing_images(tmp_path, bad={0, 1, 2, 3}, blank_first=True)
+    output = tmp_path / "all_bad.jsonl"
+    args = [*_score_args(CONFIGS / "rec.yaml", data, output), "--no-progress", "num_workers=1"]
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    table = _table(captured.out)
+    # scored, mean, std, at floor, unparseable, errors, timeouts
+    assert table["iou"] == ["0", "-", "-", "-", "0", "4", "0"]
+    assert table["total"][:4] == ["0", "-", "-", "-"] and table["total"][5] == "4"
+    assert table["format_rec"][0] == "4"  # the other component's judgements still count
+    for line in (2, 3, 4, 5):  # the file's lines: line 1 is blank
+        assert f"line {line} (id rec-00{line - 2}): iou: error: image_path" in captured.out
+    assert "4 of 4 rows are errors or timeouts" in captured.err
+    assert "--allow-errors" in captured.err
+    assert all(row["reward"]["should_mask"] for row in read_rows(output))  # scores still written
+    with Image.open(output.with_name(f"{output.stem}.iou.png")) as image:
+        assert image.format == "PNG"  # drawn empty, "no scored values" (see draw_histogram)
+
+
+def test_allow_errors_accepts_masked_rows(ray_local, tmp_path: Path, capsys) -> None:
+    data = _rows_with_missing_images(tmp_path, bad={1})
+    args = [
+        *_score_args(CONFIGS / "rec.yaml", data, tmp_path / "some_bad.jsonl"),
+        "--no-progress",
+        "--allow-errors",
+        "num_workers=1",
+    ]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert _table(captured.out)["iou"][0] == "3" and _table(captured.out)["iou"][5] == "1"
+    assert "1 of 4 rows masked" in captured.out
+    assert "line 2 (id rec-001): iou: error" in captured.out
+
+
+def test_outputs_never_hold_negative_zero(tmp_path: Path) -> None:
+    # issue 11: "repetition": -0.0 appeared in outputs
+    from skyrl_rewards.cli.summary import format_table, summarize
+    from skyrl_rewards.data.jsonl import write_rows
+    from skyrl_rewards.rewards.result import ComponentScore, RewardResult
+
+    result = RewardResult.from_components({"repetition": ComponentScore(-0.0)}, {"repetition": 1.0})
+    output = tmp_path / "o.jsonl"
+    write_rows(output, [{"id": "a", "reward": result.to_dict()}])
+    assert "-0.0" not in output.read_text()
+    table = format_table(summarize([result, result], {"repetition": 1.0}))
+    assert "-0" not in table
+
+
+@pytest.mark.parametrize(
+    ("values", "at_floor"),
+    [
+        ([-0.5, -0.4995, -0.498, 0.25], 2),  # issue 11: -0.498 is not at floor, -0.4995 is
+        ([-0.5, -0.5, -0.5], 3),
+        ([0.0, 0.1], 0),  # length's floor is -0.5, not 0.0
+    ],
+)
+def test_floor_share_and_histogram_floor_bar_agree(values: list[float], at_floor: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from skyrl_rewards.cli.summary import draw_histogram, summarize
+    from skyrl_rewards.rewards.result import ComponentScore, RewardResult
+
+    results = [
+        RewardResult.from_components({"length": ComponentScore(v)}, {"length": 1.0}) for v in values
+    ]
+    stats = {s.name: s for s in summarize(results, {"length": 1.0})}
+    assert stats["length"].at_floor == pytest.approx(at_floor / len(values))
+    fig, ax = plt.subplots()
+    draw_histogram(ax, "length", values, stats["length"].floor, 0)
+    bars = [
+        (container.get_label(), patch.get_x(), patch.get_height())
+        for container in ax.containers
+        for patch in container.patches
+    ]
+    plt.close(fig)
+    assert sum(h for label, _, h in bars if label.startswith("at floor")) == at_floor
+    assert sum(h for _, _, h in bars) == len(values)
+    for label, left, height in bars:
+        if height and not label.startswith("at floor"):
+            assert left >= -0.5  # ordinary bars start at the floor: -0.498 is drawn there
 
 
 def test_bad_config_override_is_a_usage_error(capsys) -> None:

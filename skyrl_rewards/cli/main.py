@@ -14,15 +14,23 @@ Commands::
 (``configs/pool.yaml``); ``key=value`` arguments override it
 (``num_workers=4 rewards.iou.weight=2``).
 
-``score`` starts a local reward pool (or joins ``address=auto`` /
-``pool=NAME``), scores every row with a progress bar, writes each row with
-its ``reward`` (total, components, statuses, errors) to ``OUT.jsonl``, prints
-a summary table per component and writes one histogram PNG per component
-next to the output. ``check`` is the pre-flight pass: it lists the rows that
-would score as dataset errors and exits 1 if there are any.
+``score`` checks the config (every reward name and parameter), the input
+and the output path first, then starts a local reward pool (or joins
+``address=auto`` / ``pool=NAME``), scores every row with a progress bar,
+writes each row with its ``reward`` (total, components, statuses, errors) to
+``OUT.jsonl``, prints a summary table per component and writes one
+histogram PNG per component next to the output. Masked rows (a component
+timed out or errored: its value is a fallback) stay out of the statistics
+and plots, are counted per component, and are listed by line. ``check`` is
+the pre-flight pass: it lists the rows that would score as dataset errors.
 
-Exit codes: 0 success, 1 the dataset has problems (``check``), 2 bad usage,
-config or input (the message names the field and the row).
+Rows are named by their line in the input file, counted from 1.
+
+Exit codes: 0 success; 1 the dataset has problems (``check``) or some rows
+were masked (``score`` without ``--allow-errors``; the scores are still
+written); 2 bad usage, config or input (invalid YAML, an unknown reward, an
+empty input, an output that cannot be written; the message names the field
+and the line), reported before Ray starts.
 """
 
 from __future__ import annotations
@@ -33,9 +41,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf.errors import OmegaConfBaseException
 
-from skyrl_rewards.data.jsonl import read_rows, to_samples, write_rows
+from skyrl_rewards.data.jsonl import check_writable, read_numbered_rows, to_samples, write_rows
 from skyrl_rewards.pool.config import PoolConfig, load_pool_config
 from skyrl_rewards.rewards.result import RewardResult
 
@@ -54,12 +63,27 @@ POOL_COUNTERS = (
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> PoolConfig:
     """Pool defaults <- the YAML at ``path`` <- ``key=value`` overrides.
 
-    Raises ``ValueError`` naming the file, the key or the override that is wrong.
+    Raises ``ValueError`` naming the file, the key or the override that is wrong
+    (invalid YAML included: the message gives the line).
     """
     try:
         return load_pool_config(Path(path), overrides)
+    except yaml.YAMLError as e:
+        raise ValueError(f"config {path}: not valid YAML: {_one_line(e)}") from e
     except OmegaConfBaseException as e:
         raise ValueError(f"config {path} with overrides {list(overrides)}: {e}") from e
+
+
+def _one_line(error: Exception) -> str:
+    return " ".join(str(error).split())
+
+
+def load_rows(path: str | Path, verb: str) -> tuple[list[dict[str, Any]], list[int]]:
+    """The input's rows and their line numbers; ``ValueError`` when there is nothing to ``verb``."""
+    rows, lines = read_numbered_rows(path)
+    if not rows:
+        raise ValueError(f"nothing to {verb}: {path} has no rows (it is empty or blank lines only)")
+    return rows, lines
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -83,40 +107,69 @@ def score_samples(
     return results
 
 
+MAX_LISTED_ROWS = 20
+"""Masked rows listed by line after the table; the rest are counted."""
+
+
 def cmd_score(args: argparse.Namespace) -> int:
-    """``score``: rows in, scored rows, summary table and histograms out."""
-    from skyrl_rewards.cli.summary import format_table, summarize, write_histograms
-    from skyrl_rewards.pool.reward_pool import RewardPool
+    """``score``: rows in, scored rows, summary table and histograms out.
+
+    Everything that can be checked without Ray is checked first: the config
+    (and its mix), the input rows, the output path.
+    """
+    from skyrl_rewards.cli.summary import format_table, masked_rows, summarize, write_histograms
+    from skyrl_rewards.rewards.mix import RewardMix
 
     cfg = load_config(args.config, args.overrides)
+    RewardMix.from_config(cfg.rewards)  # unknown names and bad parameters, before Ray
     input_path = Path(args.input)
-    rows = read_rows(input_path)
-    samples = to_samples(rows, input_path.resolve().parent)
+    rows, lines = load_rows(input_path, "score")
+    samples = to_samples(rows, input_path.resolve().parent, lines)
+    output = check_writable(args.output)
+
+    from skyrl_rewards.pool.reward_pool import RewardPool
+
     pool = RewardPool.from_config(cfg)
     try:
         results = score_samples(pool, samples, progress=not args.no_progress)
         metrics = pool.metrics()
     finally:
         pool.shutdown()
-    output = Path(args.output)
     write_rows(
         output,
         ({**row, "reward": result.to_dict()} for row, result in zip(rows, results, strict=True)),
     )
-    print(
-        format_table(
-            summarize(results, {n: float(e.get("weight", 1.0)) for n, e in cfg.rewards.items()})
-        )
-    )
+    weights = {n: float(e.get("weight", 1.0)) for n, e in cfg.rewards.items()}
+    print(format_table(summarize(results, weights)))
     print(f"\nscored {len(results)} rows -> {output}")
-    for path in write_histograms(results, output):
+    for path in write_histograms(results, output, weights):
         print(f"histogram: {path}")
     latency = metrics.get("latency_s", {})
     counts = ", ".join(f"{key} {metrics[key]}" for key in POOL_COUNTERS if key in metrics)
     print(
         f"pool: {counts}; latency p50 {latency.get('p50', 0.0):.3f}s p99 {latency.get('p99', 0.0):.3f}s"
     )
-    return 0
+    masked = masked_rows(rows, lines, results)
+    if not masked:
+        return 0
+    print(
+        f"\n{len(masked)} of {len(results)} rows masked (a component timed out or errored; "
+        "their fallback values are left out of the statistics and plots):"
+    )
+    for line in masked[:MAX_LISTED_ROWS]:
+        print(f"  {line}")
+    if len(masked) > MAX_LISTED_ROWS:
+        print(f"  ... and {len(masked) - MAX_LISTED_ROWS} more (should_mask in {output})")
+    if args.allow_errors:
+        return 0
+    first = ", ".join(line.split(":")[0] for line in masked[:5])
+    print(
+        f"skyrl-rewards score: error: {len(masked)} of {len(results)} rows are errors or "
+        f"timeouts ({first}{', ...' if len(masked) > 5 else ''}); run `skyrl-rewards check` "
+        "on the input to see why, or pass --allow-errors to accept them",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -127,11 +180,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     mix = RewardMix.from_config(cfg.rewards)
     input_path = Path(args.input)
-    rows = read_rows(input_path)
-    problems = check_rows(rows, input_path.resolve().parent, mix)
+    rows, lines = load_rows(input_path, "check")
+    problems = check_rows(rows, input_path.resolve().parent, mix, lines)
     for problem in problems:
         print(problem)
-    bad_rows = len({p.index for p in problems})
+    bad_rows = len({p.line for p in problems})
     print(f"checked {len(rows)} rows with rewards {', '.join(mix.names)}: {bad_rows} with problems")
     return 1 if problems else 0
 
@@ -215,6 +268,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     score.add_argument("--output", required=True, help="JSONL to write; histograms go next to it")
     score.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    score.add_argument(
+        "--allow-errors",
+        action="store_true",
+        help="exit 0 even when some rows are masked (a component timed out or errored)",
+    )
     score.add_argument("overrides", nargs="*", help="config overrides key=value")
     score.set_defaults(func=cmd_score)
 
@@ -267,6 +325,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args.func(args))
-    except (ValueError, FileNotFoundError, ConnectionError) as e:
+    except (ValueError, OSError) as e:  # OSError: a missing or unreadable file, a refused address
         print(f"skyrl-rewards {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -1,13 +1,25 @@
-"""Per-component statistics of a scored file: the summary table and the histograms.
+"""Per-component statistics of a scored file: the summary table, the histograms, the masked rows.
 
-For every component (and the weighted ``total``) over all scored samples:
-mean, standard deviation (population), the fraction of samples at the
-component's floor (within 0.001 of the lowest value it pays: 0.0 for most
-rewards, -1.0 for ``repetition``, -0.5 for ``length`` with its default
-schedule; for ``total`` the weighted sum of the floors), and the counts of
-``unparseable``, ``error`` and ``timeout`` outcomes (see
-:mod:`skyrl_rewards.rewards.result`). For ``total``, ``errors`` counts the samples to
-mask (a component timed out or errored).
+Only judgements enter the statistics. A component whose status is
+``timeout`` or ``error`` holds a fallback value, not a judgement (see
+:mod:`skyrl_rewards.rewards.result`): it is left out of that component's
+mean, spread, floor share and histogram, and counted instead. For ``total``,
+a row is left out when it should be masked (any component timed out or
+errored); ``unparseable`` values are judgements (the model wrote nothing
+readable) and are included.
+
+For every component (and the weighted ``total``): the number of scored
+values, their mean, standard deviation (population) and share *at floor*,
+and the counts of ``unparseable``, ``error`` and ``timeout`` outcomes (for
+``total``: rows with an unparseable, an errored or a timed-out component).
+
+*At floor* has one definition, used by the table and the histograms alike:
+a value within :data:`FLOOR_TOLERANCE` of the component's floor, the lowest
+value it pays (0.0 for most rewards, -1.0 for ``repetition``, -0.5 for
+``length`` with its default schedule; for ``total`` the weighted sum of the
+floors). The histograms draw those values as their own bar at the floor,
+apart from the others: a ``length`` of -0.498 is not at floor, and is drawn
+in the first ordinary bar, not in the floor bar.
 """
 
 from __future__ import annotations
@@ -16,58 +28,105 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from skyrl_rewards.rewards.result import RewardResult, Status
+from skyrl_rewards.rewards.result import MASKING_VALUES, RewardResult, Status
 
 TOTAL = "total"
 FLOORS: Mapping[str, float] = {"repetition": -1.0, "length": -0.5}
 """Lowest value of a component when it is not 0.0 (SPEC.md ranges)."""
 
+FLOOR_TOLERANCE = 1e-3
+"""A value this close to the floor is *at floor* (table and histograms alike)."""
+
+HISTOGRAM_BINS = 20
+"""Ordinary bars of a histogram, besides the floor bar."""
+
 
 @dataclass(frozen=True)
 class ComponentStats:
-    """Statistics of one component over a scored file."""
+    """Statistics of one component over a scored file (masked values left out)."""
 
     name: str
-    count: int
+    scored: int
+    """Values that entered the statistics (judgements, not fallbacks)."""
     mean: float
     std: float
     at_floor: float
-    """Fraction of samples whose value is the component's floor."""
+    """Share of the scored values at the floor (see :func:`is_at_floor`); NaN when none."""
     unparseable: int
     errors: int
     timeouts: int
+    floor: float = 0.0
 
 
-FLOOR_TOLERANCE = 1e-3
+def is_at_floor(value: float, floor: float) -> bool:
+    """The one rule for *at floor*: within :data:`FLOOR_TOLERANCE` of ``floor``.
+
+    >>> is_at_floor(-0.4995, -0.5), is_at_floor(-0.498, -0.5)
+    (True, False)
+    """
+    return abs(value - floor) <= FLOOR_TOLERANCE
+
+
+def split_at_floor(values: Sequence[float], floor: float) -> tuple[list[float], list[float]]:
+    """``(at_floor, rest)``: the table's floor share and the histogram's floor bar both come from here.
+
+    >>> split_at_floor([-0.5, -0.498, 0.2], -0.5)
+    ([-0.5], [-0.498, 0.2])
+    """
+    at_floor = [v for v in values if is_at_floor(v, floor)]
+    rest = [v for v in values if not is_at_floor(v, floor)]
+    return at_floor, rest
+
+
+def component_floors(
+    results: Sequence[RewardResult], weights: Mapping[str, float] | None = None
+) -> dict[str, float]:
+    """Floor of each component (config order of the first result) and of ``total``.
+
+    ``weights`` (the mix's, name -> weight) place the floor of ``total``;
+    without them it is 0.0.
+    """
+    names = list(results[0].components) if results else []
+    floors = {name: FLOORS.get(name, 0.0) for name in names}
+    floors[TOTAL] = sum(w * FLOORS.get(n, 0.0) for n, w in (weights or {}).items())
+    return floors
+
+
+def scored_values(results: Sequence[RewardResult]) -> dict[str, list[float]]:
+    """Per component, then ``total``: the values that are judgements (fallbacks left out)."""
+    names = list(results[0].components) if results else []
+    values = {
+        name: [
+            r.components[name]
+            for r in results
+            if name in r.components and r.status.get(name, "") not in MASKING_VALUES
+        ]
+        for name in names
+    }
+    values[TOTAL] = [r.total for r in results if not r.should_mask]
+    return values
 
 
 def _stats(
-    name: str, values: Sequence[float], statuses: Sequence[str], floor: float
+    name: str, values: Sequence[float], statuses: Sequence[set[str]], floor: float
 ) -> ComponentStats:
     count = len(values)
     mean = sum(values) / count if count else math.nan
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / count) if count else math.nan
+    floor_share = len(split_at_floor(values, floor)[0]) / count if count else math.nan
     return ComponentStats(
         name=name,
-        count=count,
+        scored=count,
         mean=mean,
         std=std,
-        at_floor=sum(1 for v in values if abs(v - floor) <= FLOOR_TOLERANCE) / count
-        if count
-        else math.nan,
-        unparseable=statuses.count(Status.UNPARSEABLE.value),
-        errors=statuses.count(Status.ERROR.value),
-        timeouts=statuses.count(Status.TIMEOUT.value),
+        at_floor=floor_share,
+        unparseable=sum(Status.UNPARSEABLE.value in s for s in statuses),
+        errors=sum(Status.ERROR.value in s for s in statuses),
+        timeouts=sum(Status.TIMEOUT.value in s for s in statuses),
+        floor=floor,
     )
-
-
-def component_values(results: Sequence[RewardResult]) -> dict[str, list[float]]:
-    """Values per component (config order of the first result), then ``total``."""
-    names = list(results[0].components) if results else []
-    values = {name: [r.components.get(name, math.nan) for r in results] for name in names}
-    values[TOTAL] = [r.total for r in results]
-    return values
 
 
 def summarize(
@@ -75,37 +134,46 @@ def summarize(
 ) -> list[ComponentStats]:
     """One :class:`ComponentStats` per component, then one for ``total``.
 
-    ``weights`` (the mix's, name -> weight) place the floor of ``total``;
-    without them it is 0.0.
+    ``weights`` (the mix's, name -> weight) place the floor of ``total``.
 
     >>> from skyrl_rewards.rewards.result import ComponentScore
-    >>> r = RewardResult.from_components({"format": ComponentScore(1.0)}, {"format": 1.0})
-    >>> [(s.name, s.mean) for s in summarize([r])]
-    [('format', 1.0), ('total', 1.0)]
+    >>> ok = RewardResult.from_components({"format": ComponentScore(1.0)}, {"format": 1.0})
+    >>> bad = RewardResult.from_components(
+    ...     {"format": ComponentScore(0.0, Status.ERROR, "x")}, {"format": 1.0})
+    >>> [(s.name, s.scored, s.mean, s.errors) for s in summarize([ok, bad])]
+    [('format', 1, 1.0, 1), ('total', 1, 1.0, 1)]
     """
+    floors = component_floors(results, weights)
     stats = []
-    for name, values in component_values(results).items():
+    for name, values in scored_values(results).items():
         if name == TOTAL:
-            floor = sum(w * FLOORS.get(n, 0.0) for n, w in (weights or {}).items())
-            statuses = [Status.ERROR.value if r.should_mask else Status.OK.value for r in results]
-            stats.append(_stats(name, values, statuses, floor))
+            statuses = [set(r.status.values()) for r in results]
         else:
-            statuses = [r.status.get(name, "") for r in results]
-            stats.append(_stats(name, values, statuses, FLOORS.get(name, 0.0)))
+            statuses = [{r.status.get(name, "")} for r in results]
+        stats.append(_stats(name, values, statuses, floors[name]))
     return stats
 
 
+def _number(value: float, spec: str) -> str:
+    """``value`` formatted, ``-`` for NaN, never a negative zero (``-0.000``)."""
+    if math.isnan(value):
+        return "-"
+    text = format(value, spec)
+    return text[1:] if text.startswith("-") and float(text.rstrip("%")) == 0.0 else text
+
+
 def format_table(stats: Sequence[ComponentStats]) -> str:
-    """A plain-text table, one line per component; ``total``'s errors count masked samples."""
-    header = ("component", "mean", "std", "at floor", "unparseable", "errors", "timeouts")
+    """A plain-text table, one line per component (see the module docstring for the columns)."""
+    header = ("component", "scored", "mean", "std", "at floor", "unparseable", "errors", "timeouts")
     lines = [header]
     for s in stats:
         lines.append(
             (
                 s.name,
-                f"{s.mean:.3f}",
-                f"{s.std:.3f}",
-                f"{s.at_floor:.0%}",
+                str(s.scored),
+                _number(s.mean, ".3f"),
+                _number(s.std, ".3f"),
+                _number(s.at_floor, ".0%"),
                 str(s.unparseable),
                 str(s.errors),
                 str(s.timeouts),
@@ -123,21 +191,81 @@ def format_table(stats: Sequence[ComponentStats]) -> str:
     return "\n".join(rendered)
 
 
-def write_histograms(results: Sequence[RewardResult], output: Path) -> list[Path]:
-    """One PNG per component (and ``total``) next to ``output``: ``<stem>.<component>.png``."""
+def masked_rows(
+    rows: Sequence[Mapping[str, Any]], lines: Sequence[int], results: Sequence[RewardResult]
+) -> list[str]:
+    """One line per masked row: ``line 3 (id x): iou: error: image not found: ...``."""
+    out = []
+    for row, line, result in zip(rows, lines, results, strict=True):
+        if not result.should_mask:
+            continue
+        label = f"line {line} (id {row['id']})" if "id" in row else f"line {line}"
+        why = "; ".join(
+            f"{name}: {status}: {result.errors.get(name, '')}".rstrip(": ")
+            for name, status in result.status.items()
+            if status in MASKING_VALUES
+        )
+        out.append(f"{label}: {why}")
+    return out
+
+
+def draw_histogram(ax: Any, name: str, values: Sequence[float], floor: float, masked: int) -> None:
+    """Draw one component's scored ``values`` on the matplotlib axes ``ax``.
+
+    The values at the floor (:func:`split_at_floor`, as in the table) are one
+    bar of their own, labelled ``at floor``, in another colour, ending at the
+    floor; the rest are spread over :data:`HISTOGRAM_BINS` bars from the floor
+    (or their lowest value) to their highest. The title gives how many values
+    were scored and how many were masked.
+    """
+    at_floor, rest = split_at_floor(values, floor)
+    rest = [v for v in rest if math.isfinite(v)]
+    low, high = min([floor, *rest]), max([floor, *rest])
+    width = (high - low) / HISTOGRAM_BINS if high > low else 0.05
+    if rest:
+        ax.hist(
+            rest,
+            bins=HISTOGRAM_BINS,
+            range=(low, high) if high > low else None,
+            color="tab:blue",
+            label="scored",
+        )
+    if at_floor:  # the bar ends at the floor: it never covers a value above it
+        ax.bar(
+            [floor],
+            [len(at_floor)],
+            width=-width,
+            align="edge",
+            color="tab:orange",
+            label=f"at floor ({floor:g})",
+        )
+    if not values:
+        ax.text(0.5, 0.5, "no scored values", ha="center", va="center", transform=ax.transAxes)
+    if rest and at_floor:
+        ax.legend(fontsize="small")
+    ax.set_xlim(low - 1.5 * width, high + width)
+    ax.set_title(f"{name} (n={len(values)}, masked {masked})")
+    ax.set_xlabel("reward")
+    ax.set_ylabel("samples")
+
+
+def write_histograms(
+    results: Sequence[RewardResult], output: Path, weights: Mapping[str, float] | None = None
+) -> list[Path]:
+    """One PNG per component (and ``total``) next to ``output``: ``<stem>.<component>.png``.
+
+    Each plot holds the scored values only (see :func:`draw_histogram`).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    floors = component_floors(results, weights)
     paths = []
-    for name, values in component_values(results).items():
-        finite = [v for v in values if math.isfinite(v)]
+    for name, values in scored_values(results).items():
         fig, ax = plt.subplots(figsize=(4, 3), dpi=100)
-        ax.hist(finite, bins=20)
-        ax.set_title(f"{name} (n={len(finite)})")
-        ax.set_xlabel("reward")
-        ax.set_ylabel("samples")
+        draw_histogram(ax, name, values, floors[name], len(results) - len(values))
         fig.tight_layout()
         path = output.with_name(f"{output.stem}.{name}.png")
         fig.savefig(path)

@@ -9,8 +9,8 @@ For every row, in this process (no Ray needed):
    ``timeout`` outcome: a malformed ground truth, a missing image size or a
    wrong column shows up here, named by component.
 
-The result is a list of :class:`Problem`; an empty list means the file is
-ready.
+The result is a list of :class:`Problem`, each naming the row by its line
+in the file (from 1); an empty list means the file is ready.
 """
 
 from __future__ import annotations
@@ -29,15 +29,15 @@ from skyrl_rewards.rewards.result import MASKING_STATUSES, Status
 
 @dataclass(frozen=True)
 class Problem:
-    """One reason a row would be a dataset error."""
+    """One reason a row would be a dataset error; ``line`` is the row's line in the file (from 1)."""
 
-    index: int
+    line: int
     row_id: str
     field: str
     message: str
 
     def __str__(self) -> str:
-        label = f"row {self.index}" + (f" (id {self.row_id})" if self.row_id else "")
+        label = f"line {self.line}" + (f" (id {self.row_id})" if self.row_id else "")
         return f"{label}: {self.field}: {self.message}"
 
 
@@ -61,27 +61,37 @@ def check_image(path: str) -> str:
     return ""
 
 
-def check_row(row: Mapping[str, Any], index: int, base_dir: Path, mix: RewardMix) -> list[Problem]:
-    """Every problem of one row (see the module docstring)."""
+def check_row(row: Mapping[str, Any], line: int, base_dir: Path, mix: RewardMix) -> list[Problem]:
+    """Every problem of the row at file line ``line`` (see the module docstring)."""
     row_id = str(row.get("id", ""))
     if "solution" not in row:
-        return [Problem(index, row_id, "solution", "missing field")]
+        return [Problem(line, row_id, "solution", "missing field")]
     problems = []
     sample = dict(row)
     if "image_path" in row:
         sample["image_path"] = resolve_image_path(row["image_path"], base_dir)
         for path in _image_paths(sample["image_path"]):
             if message := check_image(path):
-                problems.append(Problem(index, row_id, "image_path", message))
+                problems.append(Problem(line, row_id, "image_path", message))
     sample.setdefault("completion", row["solution"])
     result = mix.score(sample)
     for name, status in result.status.items():
         if Status(status) in MASKING_STATUSES:
             message = result.errors.get(name, status)
-            problems.append(Problem(index, row_id, name, f"{status}: {message}"))
+            problems.append(Problem(line, row_id, name, f"{status}: {message}"))
     return problems
 
 
-def check_rows(rows: Sequence[Mapping[str, Any]], base_dir: Path, mix: RewardMix) -> list[Problem]:
-    """Problems of all rows, in row order (rows indexed from 0)."""
-    return [problem for i, row in enumerate(rows) for problem in check_row(row, i, base_dir, mix)]
+def check_rows(
+    rows: Sequence[Mapping[str, Any]],
+    base_dir: Path,
+    mix: RewardMix,
+    lines: Sequence[int] | None = None,
+) -> list[Problem]:
+    """Problems of all rows, in row order; ``lines`` are their file lines (default 1, 2, ...)."""
+    lines = lines if lines is not None else range(1, len(rows) + 1)
+    return [
+        problem
+        for row, line in zip(rows, lines, strict=True)
+        for problem in check_row(row, line, base_dir, mix)
+    ]
