@@ -25,8 +25,9 @@ pytestmark = pytest.mark.slow
 
 # Each makes SymPy compute a giant number inside C ((10^10 - 1)!, 7^99980001, 7^10^8): far
 # longer than any limit. The accuracy reward's pre-screen refuses more of them as it learns; the
-# first one it lets through is the hang. Math-verify runs inline in a pool worker, so only the
-# pool can stop it.
+# first one it lets through is the hang. By default a worker's math child stops it on CPU time;
+# with ``math_guard: inline`` (INLINE below) it hangs the worker itself, the way a hang in any
+# other reward would, and only the pool's outer deadline can stop it.
 HANG_ANSWERS = [
     "$\\Gamma(10^{10})$",
     "\\boxed{7^{\\frac{199960002}{2}}}",
@@ -37,6 +38,7 @@ HANG = {
     "completion": f"<think>t</think><answer>{HANG_ANSWER}</answer>",
     "solution": "<answer>1</answer>",
 }
+INLINE = {"math_guard": "inline"}
 needs_hang = pytest.mark.skipif(
     HANG_ANSWER is None, reason="the math pre-screen refuses every known hanging answer"
 )
@@ -102,7 +104,7 @@ def test_hung_worker_is_killed_and_the_rest_of_its_batch_is_not_held(
 ) -> None:
     timeout_s = 4.0
     replay = tmp_path / "replay.jsonl"
-    rewards = {"accuracy": {"weight": 1.0}, "format": {"weight": 0.5}}
+    rewards = {"accuracy": {"weight": 1.0, **INLINE}, "format": {"weight": 0.5}}
     cfg = {
         "name": "test_pool_hang",
         "rewards": rewards,
@@ -157,7 +159,7 @@ def test_hang_among_cheap_work_is_pinned_by_a_one_by_one_rerun(ray_local: None) 
     timeout_s = 3.0
     cfg = {
         "name": "test_pool_isolate",
-        "rewards": {"accuracy": {}},
+        "rewards": {"accuracy": INLINE},
         "num_workers": 1,
         "timeout_s": timeout_s,
         "progress_interval_s": 1.0,
@@ -175,6 +177,35 @@ def test_hang_among_cheap_work_is_pinned_by_a_one_by_one_rerun(ray_local: None) 
         metrics = pool.metrics()
         assert metrics["timeouts"] == 1 and metrics["isolations"] >= 2
         assert metrics["worker_restarts"] == 2
+
+
+@needs_hang
+def test_math_hang_costs_one_math_limit_in_a_child_and_holds_nothing(ray_local: None) -> None:
+    rewards = {"accuracy": {"weight": 1.0, "math_timeout_s": 2}, "format": {"weight": 0.5}}
+    cfg = {"name": "test_pool_math_hang", "rewards": rewards, "timeout_s": 60.0}
+    with RewardPool.from_config(cfg) as pool:
+        pool.score(fractions(20, start=1000))  # warm both workers up
+        pids_before = {w["pid"] for w in pool.metrics()["workers"]}
+        batch = fractions(10) + [HANG] + fractions(10, start=10)
+        results = pool.score(batch)
+
+        hung = results[10]
+        assert hung.status == {"accuracy": "timeout", "format": "ok"} and hung.should_mask
+        assert "CPU time" in hung.errors["accuracy"]
+        others = results[:10] + results[11:]
+        assert [{"components": r.components, "status": r.status} for r in others] == in_process(
+            {**rewards, "accuracy": INLINE}, batch[:10] + batch[11:]
+        )
+        # deferred after the first pass: everything else was scored before it was tried again
+        assert max(r.latency_s for r in others) < hung.latency_s
+        metrics = pool.metrics()
+        assert metrics["deferred"] == 1
+        assert (metrics["timeouts"], metrics["worker_restarts"], metrics["isolations"]) == (0, 0, 0)
+        assert {w["pid"] for w in pool.metrics()["workers"]} == pids_before
+
+        started = time.monotonic()  # seen again: answered from the work cache
+        again = pool.score([HANG])
+        assert time.monotonic() - started < 1.0 and again[0].status["accuracy"] == "timeout"
 
 
 def test_killed_worker_is_replaced_and_its_items_scored_again(ray_local: None) -> None:
@@ -208,7 +239,7 @@ def test_item_that_keeps_killing_workers_ends_as_an_error(ray_local: None, tmp_p
     replay = tmp_path / "replay.jsonl"
     cfg = {
         "name": "test_pool_retries",
-        "rewards": {"accuracy": {}},
+        "rewards": {"accuracy": INLINE},
         "timeout_s": 60.0,
         "max_retries": 1,
         "replay_path": str(replay),

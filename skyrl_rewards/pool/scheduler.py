@@ -11,16 +11,23 @@ so the state needs no locks. The life of a submitted item:
    ``batch_size`` items' worth, fewer when the queue is short so every worker
    gets a share) and streams it through the worker (see
    :mod:`skyrl_rewards.pool.worker`).
-3. A stream that stays quiet for ``timeout_s`` means a stuck task. The worker is
+3. Workers score a chunk in a *first pass*: every math check is capped at
+   :data:`FIRST_PASS_S` CPU seconds. A task whose check needs more comes back
+   *deferred* and waits in the slow lane, which a worker serves (one task at a
+   time, with the task's full limit) only when nothing else is queued. So
+   ordinary items never wait behind a slow or hanging one, and a math hang costs
+   its math limit of CPU in a math child, not a worker (the child is killed).
+4. A stream that stays quiet for ``timeout_s`` means a stuck task (a hang that
+   is not math's: the safety net). The worker is
    killed and replaced. When the stream pins the hang on one task, that task
    scores ``fallback`` with status ``timeout``; when it could be one of a few
    cheap tasks, those are re-run one by one (fenced), so the next hang is
    pinned. Everything after them goes back to the front of the queue.
-4. A worker that dies (its process killed, its node gone) is replaced; its
+5. A worker that dies (its process killed, its node gone) is replaced; its
    unfinished tasks go back to the queue. The task it was on (or the few it
    could have been on) is charged one attempt; past ``max_retries`` it scores
    ``fallback`` with status ``error``.
-5. When all of an item's components have a score, its
+6. When all of an item's components have a score, its
    :class:`~skyrl_rewards.rewards.result.RewardResult` resolves the item's future.
 """
 
@@ -51,7 +58,7 @@ from ray.exceptions import (
 from skyrl_rewards.pool.config import PoolConfig
 from skyrl_rewards.pool.metrics import ErrorRateAlarm, PoolMetrics
 from skyrl_rewards.pool.replay_log import ReplayLog
-from skyrl_rewards.pool.worker import Progress
+from skyrl_rewards.pool.worker import DEFERRED, Progress
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.rewards.result import ComponentScore, RewardResult, Status
 
@@ -67,6 +74,8 @@ WORKER_LOST = (
 """What Ray raises when a worker's process or node is gone."""
 
 _RESTART_BACKOFF_S = 1.0
+FIRST_PASS_S = 0.5
+"""CPU seconds a math check may take in a chunk's first pass; past it the task goes to the slow lane."""
 _CLOSE_WAIT_S = 2.0
 
 
@@ -188,6 +197,7 @@ class Scheduler:
         self._servers: list[asyncio.Task[None]] = []
         self._queue: deque[_Task] = deque()
         self._isolated: deque[_Task] = deque()
+        self._slow: deque[_Task] = deque()
         self._wakeup = asyncio.Event()
         self._cache = _LRU(config.cache_size)
         self._timed_out = _LRU(config.cache_size)
@@ -247,7 +257,7 @@ class Scheduler:
     def describe(self) -> dict[str, Any]:
         """Queue lengths, work-cache size, and each worker's slot, generation, pid, node and load."""
         return {
-            "queued_tasks": len(self._queue) + len(self._isolated),
+            "queued_tasks": len(self._queue) + len(self._isolated) + len(self._slow),
             "open_items": len(self._open),
             "cache": {
                 "entries": len(self._cache),
@@ -343,13 +353,13 @@ class Scheduler:
 
     async def _serve_chunks(self, slot: _Slot) -> None:
         while not self._closing:
-            chunk, fence_all = await self._next_chunk()
+            chunk, fence_all, first_pass_s = await self._next_chunk()
             if not chunk:
                 return
             self._metrics.count("worker_calls")
             slot.in_flight = len(chunk)
             try:
-                await self._run_chunk(slot, chunk, fence_all)
+                await self._run_chunk(slot, chunk, fence_all, first_pass_s)
             except PoolLostError:
                 raise
             except Exception:  # last line of defence: a bug here must not leave items waiting
@@ -371,22 +381,30 @@ class Scheduler:
                 self._metrics.count("workers_recycled")
                 await self._replace(slot, graceful=True)
 
-    async def _next_chunk(self) -> tuple[list[_Task], bool]:
-        """The next chunk of queued tasks, or an empty one when the scheduler closes."""
-        while not (self._queue or self._isolated or self._closing):
+    async def _next_chunk(self) -> tuple[list[_Task], bool, float]:
+        """The next chunk, whether to fence every task, and its first-pass cap (0: none).
+
+        Isolated tasks come first, then the queue in chunks, then the slow lane
+        one task at a time with no cap. Empty when the scheduler closes.
+        """
+        while not (self._queue or self._isolated or self._slow or self._closing):
             self._wakeup.clear()
             await self._wakeup.wait()
         if self._closing:
-            return [], False
+            return [], False, 0.0
+        if not (self._isolated or self._queue):
+            return [self._slow.popleft()], True, 0.0
         if self._isolated:
             source, fence_all = self._isolated, True
         else:
             source, fence_all = self._queue, False
         share = math.ceil(len(source) / len(self._slots))
         size = max(1, min(self._max_chunk_tasks, share))
-        return [source.popleft() for _ in range(min(size, len(source)))], fence_all
+        return [source.popleft() for _ in range(min(size, len(source)))], fence_all, FIRST_PASS_S
 
-    async def _run_chunk(self, slot: _Slot, tasks: list[_Task], fence_all: bool) -> None:
+    async def _run_chunk(
+        self, slot: _Slot, tasks: list[_Task], fence_all: bool, first_pass_s: float
+    ) -> None:
         samples: list[Mapping[str, Any]] = []
         index_of: dict[int, int] = {}
         calls = []
@@ -403,7 +421,12 @@ class Scheduler:
             fence_all,
         )
         stream = slot.actor.score_tasks.options(num_returns="streaming").remote(
-            samples, calls, self._config.progress_interval_s, self._config.fence_min_s, fence_all
+            samples,
+            calls,
+            self._config.progress_interval_s,
+            self._config.fence_min_s,
+            fence_all,
+            first_pass_s,
         )
         done = 0
         fenced: tuple[bool, ...] | None = None
@@ -434,9 +457,14 @@ class Scheduler:
             if fenced is None:
                 fenced = progress.fenced
             for value, status, error in progress.scores:
-                self._finish(
-                    tasks[done], ComponentScore(value, Status(status), error), cacheable=True
-                )
+                if status == DEFERRED:
+                    self._metrics.count("deferred")
+                    self._slow.append(tasks[done])
+                    self._wakeup.set()
+                else:
+                    self._finish(
+                        tasks[done], ComponentScore(value, Status(status), error), cacheable=True
+                    )
                 done += 1
         slot.computations += len(tasks)
 
@@ -580,6 +608,7 @@ class Scheduler:
         self._wakeup.set()
         self._queue.clear()
         self._isolated.clear()
+        self._slow.clear()
         self._running.clear()
         for item in list(self._open):
             self._fail(item, message)

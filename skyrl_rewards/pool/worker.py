@@ -14,7 +14,14 @@ that a hang is pinned on one task and nothing else of the call is lost:
 - a task marked *fenced* in the first marker always has a yield right before it.
 
 So when a stream goes quiet, the stuck task lies between the first unreported
-task and the next fenced one. A reward component whose mean time on this
+task and the next fenced one.
+
+Math-verify runs in a math child process with a CPU-time limit
+(:mod:`skyrl_rewards.rewards.math_check`), so a math hang never hangs the
+worker. With ``first_pass_s`` set, every math check of the call is capped at
+that many CPU seconds; a task that needs more is reported with status
+:data:`DEFERRED` (its value meaningless) for the pool to score again later,
+alone and with its full limit. A reward component whose mean time on this
 worker is at least ``fence_min_s`` (or not yet measured) is fenced; cheap
 components are reported in groups at most ``progress_interval_s`` apart.
 """
@@ -28,7 +35,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.rewards.math_check import GUARD_ENV_VAR
+from skyrl_rewards.rewards.math_check import first_pass
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.rewards.result import ComponentScore
 
@@ -37,6 +44,9 @@ WARMUP_SAMPLE = {
     "solution": "<answer>1</answer>",
 }
 """Scored once per component when a worker starts, so lazy imports are not billed to real items."""
+
+DEFERRED = "deferred"
+"""Status of a task whose math check needed more than the call's first-pass cap."""
 
 _MEAN_DECAY = 0.8
 logger = logging.getLogger(__name__)
@@ -61,9 +71,6 @@ class RewardWorker:
     def __init__(
         self, rewards: Mapping[str, Mapping[str, Any]], niceness: int | None = None
     ) -> None:
-        # The pool bounds time by killing a stuck worker, so math-verify runs in this
-        # process (no guard child per worker) unless the mix names a guard itself.
-        os.environ.setdefault(GUARD_ENV_VAR, "inline")
         if niceness is not None:
             try:
                 os.setpriority(os.PRIO_PROCESS, 0, niceness)
@@ -92,11 +99,14 @@ class RewardWorker:
         progress_interval_s: float,
         fence_min_s: float,
         fence_all: bool,
+        first_pass_s: float = 0.0,
     ) -> Iterator[Progress]:
         """Score each ``(sample_index, component_name)`` task, streaming :class:`Progress`.
 
         Scores never raise (the mix turns every failure into a status). With
-        ``fence_all`` every task is fenced, so a hang is pinned exactly.
+        ``fence_all`` every task is fenced, so a hang is pinned exactly. With
+        ``first_pass_s > 0`` a task whose math check needs more CPU seconds
+        than that has status :data:`DEFERRED`.
         """
         fenced = tuple(
             fence_all or self._mean_s.get(name, fence_min_s) >= fence_min_s for _, name in tasks
@@ -111,8 +121,14 @@ class RewardWorker:
                 yield Progress(scores=tuple(pending))
                 pending = []
                 last_yield = time.perf_counter()
-            score = self._timed_score(name, samples[sample_index])
-            pending.append((float(score.value), score.status.value, score.error))
+            if first_pass_s > 0:
+                with first_pass(first_pass_s) as state:
+                    score = self._timed_score(name, samples[sample_index])
+                status = DEFERRED if state.deferred else score.status.value
+            else:
+                score = self._timed_score(name, samples[sample_index])
+                status = score.status.value
+            pending.append((float(score.value), status, score.error))
         yield Progress(scores=tuple(pending))
 
     def _timed_score(self, name: str, sample: Mapping[str, Any]) -> ComponentScore:
