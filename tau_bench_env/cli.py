@@ -6,7 +6,9 @@ Re-scores recorded runs (tau-bench's results format) with this package's
 reward (options: ``--score-truncated``, ``--strict-outputs``) and prints runs, success rate, pass^k per k and agreement with the
 recorded rewards; ``--json`` prints one JSON object with the keys ``runs``,
 ``success_rate``, ``agreement``, ``pass_hat_k`` (and ``disagreements``).
-Exit status: 0 on success, 2 on bad input.
+A file whose runs are not tasks of ``--domain`` (tools or users the domain
+does not have) is refused before anything is replayed.
+Exit status: 0 on success, 2 on bad input (a file of another domain included).
 """
 
 from __future__ import annotations

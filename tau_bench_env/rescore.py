@@ -8,6 +8,11 @@ assistant turns are replayed on fresh data: the first of a message's
 reply. A run is *done* when its last agent action was a terminate tool or
 the last user message contains ``###STOP###``; a run that is not done was cut
 off by the turn limit (or crashed: empty ``traj``) and scores 0.0.
+
+Before replaying, :func:`rescore` checks that the runs belong to the domain
+(:func:`domain_mismatches`): a file recorded on airline and re-scored with
+``--domain retail`` is refused, not scored (its unknown tools would fail on
+both sides and the data check would pass by accident).
 """
 
 from __future__ import annotations
@@ -100,6 +105,79 @@ def replay_run(
     return RunScore(run.get("task_id"), trial, recorded, result.reward, result)
 
 
+MAX_LISTED_MISMATCHES = 5
+"""Mismatching runs named in the error; the rest are counted."""
+
+
+class DomainMismatchError(ValueError):
+    """The recorded runs' tasks are not tasks of the domain they are re-scored with."""
+
+
+def _traj_tool_names(traj: Sequence[Any]) -> list[str]:
+    names = []
+    for message in traj:
+        if not isinstance(message, Mapping) or message.get("role") != "assistant":
+            continue
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(function, Mapping) and function.get("name"):
+                names.append(str(function["name"]))
+    return names
+
+
+def run_mismatch(domain: Domain, run: Mapping[str, Any]) -> str:
+    """Why ``run`` is not a task of ``domain``, or ``""`` when nothing says so.
+
+    The run's task (trusted: the benchmark wrote it) must name only the
+    domain's tools in its ground-truth actions, and its ``user_id``, when it
+    has one, must be a user of the domain's data. The trajectory (model-written)
+    counts only when every tool it calls is unknown to the domain.
+
+    Raises ``ValueError`` when the run has no readable ``info.task``.
+    """
+    info = run.get("info") or {}
+    if not isinstance(info, Mapping) or "task" not in info:
+        raise ValueError(f"run task_id={run.get('task_id')!r}: info.task is required")
+    task = task_from_dict(info["task"], task_id=str(run.get("task_id")))
+    reasons = []
+    unknown = sorted({a.name for a in task.actions if a.name != RESPOND} - set(domain.tools))
+    if unknown:
+        reasons.append(f"its task's actions use tools {unknown} that {domain.name} does not have")
+    users = domain.base_data.get("users")
+    if task.user_id is not None and isinstance(users, Mapping) and task.user_id not in users:
+        reasons.append(f"its user {task.user_id!r} is not a user of {domain.name}")
+    called = _traj_tool_names(run.get("traj") or [])
+    if called and not set(called) & set(domain.tools):
+        reasons.append(
+            f"its trajectory calls only tools {sorted(set(called))} unknown to {domain.name}"
+        )
+    return "; ".join(reasons)
+
+
+def domain_mismatches(domain: Domain, runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per run that is not a task of ``domain`` (see :func:`run_mismatch`)."""
+    lines = []
+    for run in runs:
+        if why := run_mismatch(domain, run):
+            lines.append(f"run task_id={run.get('task_id')!r} trial={run.get('trial', 0)}: {why}")
+    return lines
+
+
+def check_domain(domain: Domain, runs: Sequence[Mapping[str, Any]]) -> None:
+    """Raise :class:`DomainMismatchError` naming the runs that are not tasks of ``domain``."""
+    mismatches = domain_mismatches(domain, runs)
+    if not mismatches:
+        return
+    listed = "\n  ".join(mismatches[:MAX_LISTED_MISMATCHES])
+    more = len(mismatches) - MAX_LISTED_MISMATCHES
+    raise DomainMismatchError(
+        f"{len(mismatches)} of {len(runs)} runs are not {domain.key} tasks; was the file "
+        f"recorded on another domain? Pass the domain it was recorded on (--domain).\n  "
+        + listed
+        + (f"\n  ... and {more} more" if more > 0 else "")
+    )
+
+
 def pass_hat_k(scores: Sequence[RunScore]) -> dict[int, float]:
     """tau-bench's pass^k for k = 1..number of trials, from our rewards.
 
@@ -158,8 +236,15 @@ def rescore(
     score_truncated: bool = False,
     strict_outputs: bool = False,
 ) -> list[RunScore]:
-    """Re-score every run of a results file."""
-    if not isinstance(runs, Sequence):
+    """Re-score every run of a results file.
+
+    Raises :class:`DomainMismatchError` (a ``ValueError``) before replaying
+    anything when some runs are not tasks of ``domain`` (see :func:`check_domain`).
+    """
+    if not isinstance(runs, Sequence) or isinstance(runs, (str, bytes)):
         raise ValueError("a results file must hold a JSON list of runs")
+    if not all(isinstance(run, Mapping) for run in runs):
+        raise ValueError("a results file must hold a JSON list of run objects")
+    check_domain(domain, runs)
     options = {"score_truncated": score_truncated, "strict_outputs": strict_outputs}
     return [replay_run(domain, run, **options) for run in runs]

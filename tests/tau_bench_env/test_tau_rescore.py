@@ -10,7 +10,15 @@ from tau_helpers import tau_bench_only
 
 from tau_bench_env.backends import load_domain
 from tau_bench_env.cli import main
-from tau_bench_env.rescore import RunScore, pass_hat_k, replay_run, rescore, summarize
+from tau_bench_env.rescore import (
+    DomainMismatchError,
+    RunScore,
+    pass_hat_k,
+    replay_run,
+    rescore,
+    run_mismatch,
+    summarize,
+)
 
 RESULTS = Path(__file__).parent / "data" / "airline_results.json"
 RUNS = json.loads(RESULTS.read_text())
@@ -103,3 +111,63 @@ def test_cli_strict_outputs(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["rescore", str(RESULTS), "--domain", "airline", "--strict-outputs", "--json"]
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["agreement"] == 1.0
+
+
+def test_cli_refuses_a_file_of_another_domain(capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 11: an airline file re-scored with --domain retail reported a success rate of 0.8
+    assert main(["rescore", str(RESULTS), "--domain", "retail", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no summary, no success rate
+    assert "15 of 15 runs are not tau2:retail tasks" in captured.err
+    assert (
+        "run task_id=1 trial=0: its task's actions use tools ['cancel_reservation']" in captured.err
+    )
+    assert "'olivia_gonzalez_2305' is not a user of retail" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        # a ground-truth action the domain has no tool for
+        (
+            lambda run: {
+                **run,
+                "info": {
+                    **run["info"],
+                    "task": {
+                        **run["info"]["task"],
+                        "actions": [{"name": "return_delivered_order_items", "kwargs": {}}],
+                    },
+                },
+            },
+            "tools ['return_delivered_order_items'] that airline does not have",
+        ),
+        # a user that is not in the domain's data
+        (
+            lambda run: {
+                **run,
+                "info": {**run["info"], "task": {**run["info"]["task"], "user_id": "nobody_0000"}},
+            },
+            "its user 'nobody_0000' is not a user of airline",
+        ),
+    ],
+)
+def test_a_single_foreign_run_is_refused(edit, reason: str) -> None:
+    runs = [*RUNS[:2], edit(RUNS[2])]
+    with pytest.raises(DomainMismatchError, match="1 of 3 runs") as error:
+        rescore(load_domain("tau2", "airline"), runs)
+    assert reason in str(error.value)
+    assert f"run task_id={RUNS[2]['task_id']!r}" in str(error.value)
+
+
+def test_hallucinated_tool_calls_alone_do_not_refuse_a_run() -> None:
+    # model text is untrusted: an agent that calls one unknown tool is still this domain's run
+    run = json.loads(json.dumps(RUNS[0]))
+    extra = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"function": {"name": "teleport", "arguments": "{}"}}],
+    }
+    run["traj"].insert(2, extra)
+    assert run_mismatch(load_domain("tau2", "airline"), run) == ""
+    assert run_mismatch(load_domain("tau2", "retail"), run) != ""
