@@ -23,6 +23,7 @@ from skyrl_rewards.rewards.detection import (
 )
 from skyrl_rewards.rewards.format_checks import has_rec_format, has_think_answer_format
 from skyrl_rewards.rewards.geometry import DEFAULT_PATCH_SIZE
+from skyrl_rewards.rewards.hub import load_pretrained_tokenizer
 from skyrl_rewards.rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard
 from skyrl_rewards.rewards.rec import check_box_coords, iou_sample_score
 from skyrl_rewards.rewards.result import ComponentScore, Status
@@ -200,16 +201,15 @@ class WordTokenizer:
 
 
 def load_tokenizer(tokenizer: Any) -> Tokenizer:
-    """``None`` -> :class:`WordTokenizer`; a string -> ``AutoTokenizer.from_pretrained``; else as given."""
+    """``None`` -> :class:`WordTokenizer`; a folder or hub name -> its tokenizer (see ``hub``); else as given.
+
+    A hub name that is not cached and cannot be reached fails at once with the
+    fix (pass a local folder), not after ``transformers``' network retries.
+    """
     if tokenizer is None:
         return WordTokenizer()
     if isinstance(tokenizer, str):
-        from transformers import AutoTokenizer
-
-        try:
-            return AutoTokenizer.from_pretrained(tokenizer)
-        except OSError as error:
-            raise ValueError(f"tokenizer: cannot load {tokenizer!r}: {error}") from error
+        return load_pretrained_tokenizer(tokenizer)
     if not callable(getattr(tokenizer, "encode", None)):
         raise ValueError(
             f"tokenizer: expected a name, a path or an object with encode(), got {tokenizer!r:.80}"
