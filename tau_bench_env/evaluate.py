@@ -464,7 +464,7 @@ def evaluate(
 
     Returns the summary (see :func:`summarize_eval`). Each record is stored as
     it arrives, so an interrupted run keeps every finished episode; the
-    results file and summary are written even when interrupted.
+    results file is written even when interrupted (the summary is not).
     """
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials!r}")

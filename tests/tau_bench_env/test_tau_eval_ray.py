@@ -14,6 +14,7 @@ from ray.cluster_utils import Cluster
 from tau_eval_helpers import AgentServer, user_turns
 
 from tau_bench_env.backends import load_domain
+from tau_bench_env.cli import main
 from tau_bench_env.config import env_config_from
 from tau_bench_env.eval_ray import run_ray
 from tau_bench_env.evaluate import JOURNAL_FILE, RESULTS_FILE, EvalSpec, evaluate
@@ -101,3 +102,19 @@ def test_a_killed_node_loses_no_episode(cluster: Cluster, tmp_path: Path) -> Non
     assert len(journal) == 40  # each episode stored once
     nodes = [record["info"]["node_id"] for record in journal]
     assert killed[0] in nodes[:11] and killed[0] not in nodes[20:]  # it worked, then it was gone
+
+
+def test_cli_on_local_ray_workers(ray_local: None, tmp_path: Path, capsys) -> None:
+    domain = load_domain("tau2", "retail")
+    tasks = domain.tasks("test")
+    turns = tmp_path / "turns.json"
+    turns.write_text(json.dumps(user_turns(tasks)))
+    config = Path(__file__).parents[2] / "configs" / "tau_bench_eval.yaml"  # replay user
+    with AgentServer(domain, tasks).running() as agent:
+        args = ["eval", "--config", str(config), "--backend", "tau2", "--domain", "retail"]
+        args += ["--tasks", "0-7", "--trials", "2", "--workers", "2", "--concurrency", "2"]
+        args += ["--agent-base-url", agent.base_url, "--agent-model", "scripted", "--json"]
+        args += ["--tool-mode", "text", "--user-turns", str(turns), "--out", str(tmp_path / "o")]
+        assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["episodes"] == 16 and summary["pass_hat_k"] == {"1": 1.0, "2": 1.0}
