@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -66,6 +67,10 @@ def test_detection_in_unit_interval(content: str) -> None:
 @SETTINGS
 @given(TEXT, st.floats(allow_nan=True, allow_infinity=True))
 def test_cosine_within_schedule_bounds(content: str, acc: float) -> None:
+    if not math.isfinite(acc):  # acc_reward is the caller's: NaN/inf is a caller error
+        with pytest.raises(ValueError, match="acc_reward"):
+            cosine_reward(content, WordTokenizer(), acc)
+        return
     assert _in(cosine_reward(content, WordTokenizer(), acc), -0.5, 1.0)
 
 
