@@ -69,7 +69,8 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> PoolConfig:
     try:
         return load_pool_config(Path(path), overrides)
     except yaml.YAMLError as e:
-        raise ValueError(f"config {path}: not valid YAML: {_one_line(e)}") from e
+        where = f"config {path}" + (f" with overrides {list(overrides)}" if overrides else "")
+        raise ValueError(f"{where}: not valid YAML: {_one_line(e)}") from e
     except OmegaConfBaseException as e:
         raise ValueError(f"config {path} with overrides {list(overrides)}: {e}") from e
 
