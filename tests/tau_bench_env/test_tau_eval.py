@@ -33,6 +33,7 @@ from tau_bench_env.evaluate import (
 )
 from tau_bench_env.policy import ChatPolicy, PolicyConfig, PolicyEndpointError
 from tau_bench_env.rescore import rescore, summarize
+from tau_bench_env.reward import GROUND_TRUTH
 
 BACKEND = "tau2"
 
@@ -83,9 +84,12 @@ def _oracle_check(domain_name: str, split: str, indices: list[int], mode: str, o
     domain = load_domain(BACKEND, domain_name)
     passing = _ground_truth_passes(domain_name, split, indices)
     assert passing  # the check below is not vacuous
+    GROUND_TRUTH.clear()
+    before = GROUND_TRUTH.computations
     with AgentServer(domain, domain.tasks(split)).running() as agent:
         summary = _evaluate(_spec(domain_name, split, agent.base_url, mode=mode), out, indices, 2)
     assert summary["errors"] == 0 and summary["episodes"] == 2 * len(indices)
+    assert 0 < GROUND_TRUTH.computations - before <= len(indices)  # per task, not per episode
     for index in passing:
         assert summary["per_task"][str(index)]["rewards"] == [1.0, 1.0], index
     rescored = _rescored(out, domain_name)
@@ -143,11 +147,12 @@ def test_cli_eval_then_rescore_round_trip(tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
     with AgentServer(domain, tasks).running() as agent, UserServer(tasks).running() as user:
         args = ["eval", "--domain", "airline", "--backend", BACKEND, "--tasks", "0-5,9"]
-        args += ["--trials", "3", "--out", str(out), "--no-progress", "--concurrency", "3"]
+        args += ["--trials", "3", "--out", str(out), "--concurrency", "3"]
         args += ["--agent-base-url", agent.base_url, "--agent-model", "scripted"]
         args += ["--user-kind", "openai", "--user-base-url", user.base_url, "--user-model", "u"]
         assert main(args) == 0
-        text = capsys.readouterr().out
+        text, progress = capsys.readouterr()
+        assert "21/21" in progress and "success=1.000" in progress and "errors=0" in progress
         assert main([*args, "--json"]) == 2  # the directory holds a run: --resume or --out
         assert "--resume" in capsys.readouterr().err
         assert main([*args, "--json", "--resume"]) == 0  # nothing left to run
