@@ -1,0 +1,299 @@
+"""The project's rewards inside a real TRL ``GRPOTrainer`` on CPU.
+
+A tiny randomly initialised Qwen2 model and a byte-level BPE tokenizer are
+built in the test (nothing is downloaded); the tokenizer carries TRL's own
+Qwen3 chat template. The trainer generates, calls our rewards the way it calls
+any reward (keyword columns, ``log_metric``...), aggregates them and steps the
+optimiser. Where exact values are asserted, completions are fixed through
+TRL's own ``rollout_func`` hook: the only stand-in, for the sampler.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("trl")
+
+import torch  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+from trl.chat_template_utils import add_response_schema, qwen3_chat_template  # noqa: E402
+
+from skyrl_rewards.rewards.batch import accuracy_reward, make_reward  # noqa: E402
+from skyrl_rewards.rewards.format_checks import format_reward  # noqa: E402
+from skyrl_rewards.rewards.text import completion_text  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CORPUS = [
+    "<think>six times seven</think>\n<answer>42</answer>",
+    "What is six times seven? The answer is 41 or forty, the the the.",
+    "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n",
+] * 20
+PROMPT = [{"role": "user", "content": "What is six times seven?"}]
+
+# Fixed completions (one group of four per prompt) and what each reward must give them.
+FIXED = [
+    "<think>six times seven</think>\n<answer>42</answer>",  # right, formatted
+    "<answer>41</answer>",  # wrong number, no think block
+    "<think>hmm</think>\n<answer>forty</answer>",  # formatted, wrong (shares no character with 42)
+    "the the the the the the the the the the the the",  # 12 words, one distinct 6-gram of 7
+]
+ACCURACY = [1.0, 0.0, 0.0, 0.0]
+FORMAT = [1.0, 0.0, 1.0, 0.0]
+REPETITION = [0.0, 0.0, 0.0, -(1 - 1 / 7)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A byte-level BPE tokenizer trained here, with the Qwen3 chat template, saved to a folder."""
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    bpe.train_from_iterator(CORPUS, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template=qwen3_chat_template,
+    )
+    folder = tmp_path_factory.mktemp("tokenizer")
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def load_tokenizer(folder: Path) -> PreTrainedTokenizerFast:
+    return PreTrainedTokenizerFast.from_pretrained(folder)
+
+
+def tiny_model(tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    return Qwen2ForCausalLM(config)
+
+
+def grpo_args(output_dir: Path, **overrides: Any) -> GRPOConfig:
+    settings: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "per_device_train_batch_size": 4,
+        "num_generations": 4,
+        "max_completion_length": 12,
+        "max_steps": 2,
+        "logging_steps": 1,
+        "learning_rate": 1e-3,
+        "beta": 0.0,
+        "report_to": "none",
+        "use_cpu": True,
+        "save_strategy": "no",
+        "disable_tqdm": True,
+        "seed": 0,
+    }
+    settings.update(overrides)
+    return GRPOConfig(**settings)
+
+
+def fixed_rollout(tokenizer: PreTrainedTokenizerFast):
+    """A TRL ``rollout_func`` that answers the i-th copy of each prompt with ``FIXED[i % 4]``."""
+
+    def rollout(prompts: list[Any], trainer: GRPOTrainer) -> dict[str, list]:
+        prompt_ids, completion_ids = [], []
+        for index, prompt in enumerate(prompts):
+            text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+            prompt_ids.append(tokenizer.encode(text, add_special_tokens=False))
+            answer = FIXED[index % len(FIXED)]
+            ids = tokenizer.encode(answer, add_special_tokens=False) + [tokenizer.eos_token_id]
+            completion_ids.append(ids)
+        logprobs = [[0.0] * len(ids) for ids in completion_ids]
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
+
+    return rollout
+
+
+def logged(trainer: GRPOTrainer, key: str) -> list[float]:
+    return [entry[key] for entry in trainer.state.log_history if key in entry]
+
+
+def cosine(length: int, correct: bool) -> float:
+    start, end = (1.0, 0.5) if correct else (-0.5, 0.0)
+    return start + (end - start) * (1 - math.cos(min(length, 1024) * math.pi / 1024)) / 2
+
+
+def project_rewards(tokenizer_dir: Path) -> list[Any]:
+    return [
+        accuracy_reward,
+        format_reward,
+        make_reward("length", tokenizer=str(tokenizer_dir)),
+        make_reward("repetition"),
+    ]
+
+
+def test_grpo_trainer_generates_and_logs_each_reward(tokenizer_dir: Path, tmp_path: Path) -> None:
+    tokenizer = load_tokenizer(tokenizer_dir)
+    dataset = Dataset.from_list([{"prompt": PROMPT, "solution": "<answer>42</answer>"}] * 8)
+    trainer = GRPOTrainer(
+        model=tiny_model(tokenizer),
+        reward_funcs=project_rewards(tokenizer_dir),
+        args=grpo_args(tmp_path, max_steps=3),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    assert trainer.state.global_step == 3
+    for name in ("accuracy_reward", "format_reward", "length_reward", "repetition_reward"):
+        means = logged(trainer, f"rewards/{name}/mean")
+        assert len(means) == 3 and all(math.isfinite(m) for m in means), name
+    # A random model's text is judged (fuzzy matches may pay a little), never an error.
+    assert all(0.0 <= m <= 1.0 for m in logged(trainer, "rewards/accuracy_reward/mean"))
+    assert all(-0.5 <= m <= 0.0 for m in logged(trainer, "rewards/length_reward/mean"))
+    assert logged(trainer, "rewards/accuracy_reward/masked_ratio") == [0.0] * 3
+
+
+@pytest.mark.parametrize("parsed", [False, True], ids=["plain completions", "response schema"])
+def test_fixed_completions_give_the_expected_rewards(
+    parsed: bool, tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    # With a response schema TRL parses each completion into reasoning_content + content:
+    # the think block leaves the text and must still count as the think block.
+    tokenizer = load_tokenizer(tokenizer_dir)
+    if parsed:
+        add_response_schema(tokenizer)
+    dataset = Dataset.from_list([{"prompt": PROMPT, "solution": "<answer>42</answer>"}] * 8)
+    trainer = GRPOTrainer(
+        model=tiny_model(tokenizer),
+        reward_funcs=project_rewards(tokenizer_dir),
+        args=grpo_args(tmp_path),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rollout_func=fixed_rollout(tokenizer),
+    )
+    trainer.train()
+    seen = list(trainer._logs["completion"])
+    if parsed:
+        assert seen[0][0]["reasoning_content"] == "six times seven"  # TRL did parse it
+        assert "<think>" not in seen[0][0]["content"]
+    for name, values in [
+        ("accuracy_reward", ACCURACY),
+        ("format_reward", FORMAT),
+        ("repetition_reward", REPETITION),
+    ]:
+        assert logged(trainer, f"rewards/{name}/mean") == pytest.approx([sum(values) / 4] * 2)
+    # Length: the cosine of the token count of the text each reward reads (completion_text).
+    texts = [completion_text(c) for c in seen[:4]]
+    if parsed:
+        assert texts[0] == "<think>\nsix times seven\n</think>\n\n<answer>42</answer>"
+    else:
+        assert texts == FIXED
+    expected = [
+        cosine(len(tokenizer.encode(text)), right == 1.0)
+        for text, right in zip(texts, ACCURACY, strict=True)
+    ]
+    assert logged(trainer, "rewards/length_reward/mean") == pytest.approx([sum(expected) / 4] * 2)
+
+
+def test_a_bad_row_is_masked_and_training_goes_on(
+    tokenizer_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    tokenizer = load_tokenizer(tokenizer_dir)
+    bad_prompt = [{"role": "user", "content": "A row with an empty ground truth"}]
+    dataset = Dataset.from_list(
+        [
+            {"prompt": PROMPT, "solution": "<answer>42</answer>"},
+            {"prompt": bad_prompt, "solution": "<answer></answer>"},  # a dataset error
+        ]
+    )  # two rows: every step holds both groups
+    trainer = GRPOTrainer(
+        model=tiny_model(tokenizer),
+        reward_funcs=[accuracy_reward, format_reward],
+        args=grpo_args(tmp_path, per_device_train_batch_size=8),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rollout_func=fixed_rollout(tokenizer),
+    )
+    with caplog.at_level(logging.WARNING, logger="skyrl_rewards.rewards.masking"):
+        trainer.train()
+    assert trainer.state.global_step == 2
+    assert all(math.isfinite(loss) for loss in logged(trainer, "loss"))
+    # TRL's nanmean leaves the masked rows out: the mean is the good group's alone.
+    assert logged(trainer, "rewards/accuracy_reward/mean") == pytest.approx([0.25, 0.25])
+    assert logged(trainer, "rewards/accuracy_reward/masked_ratio") == [0.5, 0.5]
+    assert logged(trainer, "rewards/format_reward/mean") == pytest.approx([0.5, 0.5])
+    # The masked rows reached TRL as NaN (None), the good ones as numbers.
+    prompts = [p[0]["content"] for p in trainer._logs["prompt"]]
+    accuracy = list(trainer._logs["rewards"]["accuracy_reward"])
+    assert all(
+        math.isnan(a)
+        for p, a in zip(prompts, accuracy, strict=True)
+        if p == bad_prompt[0]["content"]
+    )
+    assert not any(
+        math.isnan(a) for p, a in zip(prompts, accuracy, strict=True) if p == PROMPT[0]["content"]
+    )
+    # One warning for the cause, not one per row or per step.
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "solution: the ground-truth answer is empty" in warnings[0]
+
+
+def test_a_row_no_reward_can_score_gets_no_advantage(tokenizer_dir: Path, tmp_path: Path) -> None:
+    # Only accuracy: the bad row's every reward is None, TRL zeroes its advantage.
+    tokenizer = load_tokenizer(tokenizer_dir)
+    bad_prompt = [{"role": "user", "content": "A row with an empty ground truth"}]
+    dataset = Dataset.from_list(
+        [
+            {"prompt": PROMPT, "solution": "<answer>42</answer>"},
+            {"prompt": bad_prompt, "solution": "<answer></answer>"},
+        ]
+    )
+    trainer = GRPOTrainer(
+        model=tiny_model(tokenizer),
+        reward_funcs=[accuracy_reward],
+        args=grpo_args(tmp_path, per_device_train_batch_size=8, max_steps=1),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rollout_func=fixed_rollout(tokenizer),
+    )
+    trainer.train()
+    prompts = [p[0]["content"] for p in trainer._logs["prompt"]]
+    advantages = list(trainer._logs["advantages"])
+    bad = [a for p, a in zip(prompts, advantages, strict=True) if p == bad_prompt[0]["content"]]
+    good = [a for p, a in zip(prompts, advantages, strict=True) if p == PROMPT[0]["content"]]
+    assert bad == [0.0] * 4
+    assert good[0] > 0 and all(a < 0 for a in good[1:])  # only the right answer is reinforced
+    assert math.isfinite(logged(trainer, "loss")[0])
+
+
+def test_raise_setting_stops_training_at_a_bad_row(tokenizer_dir: Path, tmp_path: Path) -> None:
+    tokenizer = load_tokenizer(tokenizer_dir)
+    dataset = Dataset.from_list([{"prompt": PROMPT, "solution": "<answer></answer>"}] * 4)
+    trainer = GRPOTrainer(
+        model=tiny_model(tokenizer),
+        reward_funcs=[make_reward("accuracy", on_error="raise")],
+        args=grpo_args(tmp_path, max_steps=1),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rollout_func=fixed_rollout(tokenizer),
+    )
+    with pytest.raises(ValueError, match="accuracy_reward: sample 0: solution"):
+        trainer.train()
