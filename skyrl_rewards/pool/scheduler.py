@@ -76,6 +76,13 @@ WORKER_LOST = (
 _RESTART_BACKOFF_S = 1.0
 FIRST_PASS_S = 0.5
 """CPU seconds a math check may take in a chunk's first pass; past it the task goes to the slow lane."""
+SLOW_LANE_DEADLINE_FACTOR = 6.0
+"""A slow-lane task may keep its worker quiet for this many ``timeout_s`` (wall) before it is killed.
+
+Its time goes to math-verify in the worker's math child, bounded on CPU time
+(a few seconds); on a loaded machine that takes longer in wall time, and the
+pool's wall deadline is only the safety net.
+"""
 _CLOSE_WAIT_S = 2.0
 
 
@@ -353,13 +360,13 @@ class Scheduler:
 
     async def _serve_chunks(self, slot: _Slot) -> None:
         while not self._closing:
-            chunk, fence_all, first_pass_s = await self._next_chunk()
+            chunk, fence_all, slow = await self._next_chunk()
             if not chunk:
                 return
             self._metrics.count("worker_calls")
             slot.in_flight = len(chunk)
             try:
-                await self._run_chunk(slot, chunk, fence_all, first_pass_s)
+                await self._run_chunk(slot, chunk, fence_all, slow)
             except PoolLostError:
                 raise
             except Exception:  # last line of defence: a bug here must not leave items waiting
@@ -381,8 +388,8 @@ class Scheduler:
                 self._metrics.count("workers_recycled")
                 await self._replace(slot, graceful=True)
 
-    async def _next_chunk(self) -> tuple[list[_Task], bool, float]:
-        """The next chunk, whether to fence every task, and its first-pass cap (0: none).
+    async def _next_chunk(self) -> tuple[list[_Task], bool, bool]:
+        """The next chunk, whether to fence every task, and whether it is from the slow lane.
 
         Isolated tasks come first, then the queue in chunks, then the slow lane
         one task at a time with no cap. Empty when the scheduler closes.
@@ -391,20 +398,21 @@ class Scheduler:
             self._wakeup.clear()
             await self._wakeup.wait()
         if self._closing:
-            return [], False, 0.0
+            return [], False, False
         if not (self._isolated or self._queue):
-            return [self._slow.popleft()], True, 0.0
+            return [self._slow.popleft()], True, True
         if self._isolated:
             source, fence_all = self._isolated, True
         else:
             source, fence_all = self._queue, False
         share = math.ceil(len(source) / len(self._slots))
         size = max(1, min(self._max_chunk_tasks, share))
-        return [source.popleft() for _ in range(min(size, len(source)))], fence_all, FIRST_PASS_S
+        return [source.popleft() for _ in range(min(size, len(source)))], fence_all, False
 
     async def _run_chunk(
-        self, slot: _Slot, tasks: list[_Task], fence_all: bool, first_pass_s: float
+        self, slot: _Slot, tasks: list[_Task], fence_all: bool, slow: bool
     ) -> None:
+        """Stream ``tasks`` through the slot's worker (a first pass unless ``slow``)."""
         samples: list[Mapping[str, Any]] = []
         index_of: dict[int, int] = {}
         calls = []
@@ -426,12 +434,13 @@ class Scheduler:
             self._config.progress_interval_s,
             self._config.fence_min_s,
             fence_all,
-            first_pass_s,
+            0.0 if slow else FIRST_PASS_S,
         )
+        deadline_s = self._config.timeout_s * (SLOW_LANE_DEADLINE_FACTOR if slow else 1.0)
         done = 0
         fenced: tuple[bool, ...] | None = None
         while True:
-            wait_s = self._config.queue_timeout_s if fenced is None else self._config.timeout_s
+            wait_s = self._config.queue_timeout_s if fenced is None else deadline_s
             try:
                 ref = await asyncio.wait_for(stream.__anext__(), timeout=wait_s)
                 progress: Progress = await ref

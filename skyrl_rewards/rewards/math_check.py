@@ -404,6 +404,8 @@ class _ChildPool:
     def __init__(self, size: int) -> None:
         self._idle: list[_Child] = []
         self._lock = threading.Lock()
+        self._spare_ready = threading.Condition(self._lock)
+        self._starting = 0
         self._size = size
         self._slots = threading.BoundedSemaphore(size)
 
@@ -433,26 +435,43 @@ class _ChildPool:
             self._slots.release()
 
     def _take(self) -> _Child:
+        """An idle child; else one a spare start is about to deliver; else a new one."""
         with self._lock:
-            while self._idle:
-                child = self._idle.pop()
-                if child.alive():
-                    return child
+            while True:
+                while self._idle:
+                    child = self._idle.pop()
+                    if child.alive():
+                        return child
+                if not self._starting:
+                    break
+                self._spare_ready.wait(CHILD_START_TIMEOUT_S)
         return _Child()
 
     def _put(self, child: _Child) -> None:
         with self._lock:
             if len(self._idle) < self._size:
                 self._idle.append(child)
+                self._spare_ready.notify()
                 return
         child.kill()
 
     def _start_spare(self) -> None:
+        with self._lock:
+            self._starting += 1
+
         def start() -> None:
             try:
-                self._put(_Child())
+                child = _Child()
             except _ChildFailed:
-                pass  # the next call starts one itself and reports the failure
+                child = None  # the next call starts one itself and reports the failure
+            with self._lock:
+                self._starting -= 1
+                if child is not None and len(self._idle) < self._size:
+                    self._idle.append(child)
+                    child = None
+                self._spare_ready.notify_all()
+            if child is not None:
+                child.kill()
 
         threading.Thread(target=start, name="math-child-spare", daemon=True).start()
 
