@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +56,7 @@ def assert_scored_output(output: Path, task: str, components: list[str]) -> None
     for row in rows:
         assert list(row["reward"]["components"]) == components
         assert row["reward"]["should_mask"] is False
+    assert not re.search(r"-0\.0(?![0-9])", output.read_text())  # issue 11: no "-0.0"
     for name in [*components, "total"]:
         png = output.with_name(f"{output.stem}.{name}.png")
         with Image.open(png) as image:
