@@ -13,9 +13,10 @@ bounded another way, chosen by ``guard``:
   wall time: waiting for a free child, or for a CPU on a busy machine, does not
   count, so the same input gives the same outcome on an idle and on a loaded
   machine. Past it the child is killed, a replacement starts in the background,
-  and the call returns :attr:`MathStatus.TIMEOUT`. A wall-clock bound of
-  :func:`wall_bound_s` (at least a minute) is only a safety net against a child
-  that gets no CPU at all; a timeout it gives is not remembered.
+  and the call returns :attr:`MathStatus.TIMEOUT`. Two wall-clock bounds are
+  only safety nets, and a timeout they give is not remembered: a child whose
+  CPU time has not moved for :data:`STARVED_S` (stopped, or starved), and
+  :func:`wall_bound_s` in all (at least five minutes).
 - ``"inline"``: the check runs in this thread with no bound. Only for callers
   that enforce a hard deadline themselves.
 
@@ -68,8 +69,10 @@ MAX_CHILDREN = max(2, os.cpu_count() or 2)
 CHILD_START_TIMEOUT_S = 120.0
 """How long a new child may take to import math-verify (slow on a loaded machine)."""
 
-WALL_SAFETY_FACTOR = 20.0
-WALL_SAFETY_MIN_S = 60.0
+WALL_SAFETY_FACTOR = 100.0
+WALL_SAFETY_MIN_S = 300.0
+STARVED_S = 30.0
+"""A child whose CPU time does not move for this long (wall) is given up on."""
 CHILD_WAIT_S = 600.0
 """How long a call waits for a free child before giving up (status timeout, not remembered)."""
 
@@ -103,7 +106,7 @@ def wall_bound_s(timeout_s: float) -> float:
     """The wall-clock safety net of a guarded check with a CPU limit of ``timeout_s``.
 
     >>> wall_bound_s(3.0)
-    60.0
+    300.0
     """
     return max(WALL_SAFETY_MIN_S, WALL_SAFETY_FACTOR * timeout_s)
 
@@ -363,7 +366,8 @@ class _Child:
         assert self._proc.stdin is not None and self._proc.stdout is not None
         pid = self._proc.pid
         start_cpu = _cpu_seconds(pid)
-        start_wall = time.monotonic()
+        start_wall = last_move = time.monotonic()
+        last_cpu = start_cpu
         wall_limit = timeout_s if start_cpu is None else wall_bound_s(timeout_s)
         try:
             self._proc.stdin.write(json.dumps([gold, student]) + "\n")
@@ -372,12 +376,18 @@ class _Child:
                 ready, _, _ = select.select([self._proc.stdout], [], [], _POLL_S)
                 if ready:
                     break
-                if start_cpu is not None:
-                    used = _cpu_seconds(pid)
-                    if used is not None and used - start_cpu > timeout_s:
+                now = time.monotonic()
+                used = None if start_cpu is None else _cpu_seconds(pid)
+                if start_cpu is not None and used is not None:
+                    if used - start_cpu > timeout_s:
                         self.kill()
                         return MathStatus.TIMEOUT, True
-                if time.monotonic() - start_wall > wall_limit:
+                    if used != last_cpu:
+                        last_cpu, last_move = used, now
+                    elif now - last_move > STARVED_S:
+                        self.kill()
+                        return MathStatus.TIMEOUT, False
+                if now - start_wall > wall_limit:
                     self.kill()
                     return MathStatus.TIMEOUT, start_cpu is None
             line = self._proc.stdout.readline()
