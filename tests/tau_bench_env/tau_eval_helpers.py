@@ -137,6 +137,12 @@ class AgentServer(_Server):
         self.fail_tasks: set[str] = set()
         self.delay_s = 0.0
 
+    @property
+    def episodes_started(self) -> int:
+        """Episodes whose first agent turn this server answered."""
+        with self._lock:
+            return sum(self._episodes.values())
+
     def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         with self._lock:
             self.requests += 1
