@@ -131,6 +131,13 @@ def report(summary: dict[str, Any], spec: EvalSpec, out: Path) -> str:
         f"wall time per episode: mean {summary['wall_s']['mean_per_episode']:.3f} s, "
         f"max {summary['wall_s']['max_per_episode']:.3f} s",
     ]
+    outcomes = [
+        f"{task}:{sum(r == 1.0 for r in entry['rewards'])}/"
+        f"{sum(r is not None for r in entry['rewards'])}"
+        for task, entry in summary["per_task"].items()
+    ]
+    more = f" ... ({len(outcomes)} tasks in summary.json)" if len(outcomes) > 40 else ""
+    lines.append("per task (task:successes/judged): " + " ".join(outcomes[:40]) + more)
     for error in summary["error_list"][:10]:
         lines.append(
             f"  error: task_id={error['task_id']} trial={error['trial']} {error['kind']}: "

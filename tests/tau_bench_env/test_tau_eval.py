@@ -159,6 +159,7 @@ def test_cli_eval_then_rescore_round_trip(tmp_path: Path, capsys) -> None:
     summary = json.loads(capsys.readouterr().out)
     assert summary["episodes"] == 21 and summary["errors"] == 0
     assert "success rate: 1.0000" in text and "k=3: 1.0000" in text
+    assert "per task (task:successes/judged): 0:3/3 1:3/3" in text
     assert main(["rescore", str(out / RESULTS_FILE), "--domain", "airline", "--json"]) == 0
     rescored = json.loads(capsys.readouterr().out)
     assert rescored["agreement"] == 1.0 and rescored["runs"] == 21
