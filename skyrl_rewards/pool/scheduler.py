@@ -74,7 +74,7 @@ WORKER_LOST = (
 """What Ray raises when a worker's process or node is gone."""
 
 _RESTART_BACKOFF_S = 1.0
-FIRST_PASS_S = 0.5
+FIRST_PASS_S = 0.25
 """CPU seconds a math check may take in a chunk's first pass; past it the task goes to the slow lane."""
 SLOW_LANE_DEADLINE_FACTOR = 6.0
 """A slow-lane task may keep its worker quiet for this many ``timeout_s`` (wall) before it is killed.

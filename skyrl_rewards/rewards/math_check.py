@@ -12,8 +12,9 @@ bounded another way, chosen by ``guard``:
   child's own CPU time for this check (read from ``/proc/<pid>/stat``), not on
   wall time: waiting for a free child, or for a CPU on a busy machine, does not
   count, so the same input gives the same outcome on an idle and on a loaded
-  machine. Past it the child is killed, a replacement starts in the background,
-  and the call returns :attr:`MathStatus.TIMEOUT`. Two wall-clock bounds are
+  machine. Past it the child is killed and the call returns
+  :attr:`MathStatus.TIMEOUT`; a spare child, started in the background while
+  the check ran, takes the next check at once. Two wall-clock bounds are
   only safety nets, and a timeout they give is not remembered: a child whose
   CPU time has not moved for :data:`STARVED_S` (stopped, or starved), and
   :func:`wall_bound_s` in all (at least five minutes).
@@ -407,8 +408,9 @@ class _Child:
 class _ChildPool:
     """Children shared by the threads of this process: one call per child, at most ``size`` busy.
 
-    A child killed on a timeout is replaced by one started in the background,
-    so the next call does not pay for the start (about 0.45 s).
+    A spare child is kept started in the background (one beyond those in
+    use), so a child killed on a timeout is replaced at once and the next call
+    does not pay for a start (about 0.45 s of CPU).
     """
 
     def __init__(self, size: int) -> None:
@@ -435,9 +437,7 @@ class _ChildPool:
                     outcome, by_cpu = child.check(gold, student, timeout_s)
                 except _ChildFailed:
                     continue
-                if outcome is MathStatus.TIMEOUT:
-                    self._start_spare()
-                else:
+                if outcome is not MathStatus.TIMEOUT:  # a timed-out child is dead
                     self._put(child)
                 return outcome, by_cpu
             return MathStatus.CRASHED, False
@@ -445,17 +445,25 @@ class _ChildPool:
             self._slots.release()
 
     def _take(self) -> _Child:
-        """An idle child; else one a spare start is about to deliver; else a new one."""
+        """An idle child, else one a spare start is about to deliver, else a new one.
+
+        When no idle child is left behind, a spare starts in the background, so
+        that a child killed on a timeout is replaced at once.
+        """
+        child = None
         with self._lock:
-            while True:
-                while self._idle:
-                    child = self._idle.pop()
-                    if child.alive():
-                        return child
-                if not self._starting:
+            while child is None:
+                while self._idle and child is None:
+                    candidate = self._idle.pop()
+                    if candidate.alive():
+                        child = candidate
+                if child is not None or not self._starting:
                     break
                 self._spare_ready.wait(CHILD_START_TIMEOUT_S)
-        return _Child()
+            spare_needed = not self._idle and not self._starting
+        if spare_needed:
+            self._start_spare()
+        return child if child is not None else _Child()
 
     def _put(self, child: _Child) -> None:
         with self._lock:
