@@ -24,9 +24,28 @@ from tau_bench_env.rescore import rescore, summarize
 pytestmark = [pytest.mark.multinode, pytest.mark.slow]
 
 
-@pytest.fixture
+def test_cli_on_local_ray_workers(ray_local: None, tmp_path: Path, capsys) -> None:
+    domain = load_domain("tau2", "retail")
+    tasks = domain.tasks("test")
+    turns = tmp_path / "turns.json"
+    turns.write_text(json.dumps(user_turns(tasks)))
+    config = Path(__file__).parents[2] / "configs" / "tau_bench_eval.yaml"  # replay user
+    with AgentServer(domain, tasks).running() as agent:
+        args = ["eval", "--config", str(config), "--backend", "tau2", "--domain", "retail"]
+        args += ["--tasks", "0-7", "--trials", "2", "--workers", "2", "--concurrency", "2"]
+        args += ["--agent-base-url", agent.base_url, "--agent-model", "scripted", "--json"]
+        args += ["--tool-mode", "text", "--user-turns", str(turns), "--out", str(tmp_path / "o")]
+        assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["episodes"] == 16 and summary["pass_hat_k"] == {"1": 1.0, "2": 1.0}
+
+
+@pytest.fixture(scope="module")
 def cluster(_ray_session: None) -> Iterator[Cluster]:
-    """Head (1 CPU, where this driver runs) and two worker nodes (2 CPUs each), loopback only."""
+    """Head (1 CPU, where this driver runs) and two worker nodes (2 CPUs each), loopback only.
+
+    Shared by the tests below in file order; the last one removes a node.
+    """
     if ray.is_initialized():
         ray.shutdown()  # the session's local Ray; the next test that needs it starts it again
     local = {"node_ip_address": "127.0.0.1", "include_dashboard": False}
@@ -108,19 +127,3 @@ def test_a_killed_node_loses_no_episode(cluster: Cluster, tmp_path: Path) -> Non
     nodes = [record["info"]["node_id"] for record in journal]
     count, node_id = killed[0]
     assert count < 30 and node_id not in nodes[count + 10 :]  # its running episodes ran elsewhere
-
-
-def test_cli_on_local_ray_workers(ray_local: None, tmp_path: Path, capsys) -> None:
-    domain = load_domain("tau2", "retail")
-    tasks = domain.tasks("test")
-    turns = tmp_path / "turns.json"
-    turns.write_text(json.dumps(user_turns(tasks)))
-    config = Path(__file__).parents[2] / "configs" / "tau_bench_eval.yaml"  # replay user
-    with AgentServer(domain, tasks).running() as agent:
-        args = ["eval", "--config", str(config), "--backend", "tau2", "--domain", "retail"]
-        args += ["--tasks", "0-7", "--trials", "2", "--workers", "2", "--concurrency", "2"]
-        args += ["--agent-base-url", agent.base_url, "--agent-model", "scripted", "--json"]
-        args += ["--tool-mode", "text", "--user-turns", str(turns), "--out", str(tmp_path / "o")]
-        assert main(args) == 0
-    summary = json.loads(capsys.readouterr().out)
-    assert summary["episodes"] == 16 and summary["pass_hat_k"] == {"1": 1.0, "2": 1.0}
