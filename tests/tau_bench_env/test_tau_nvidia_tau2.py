@@ -211,3 +211,29 @@ def test_read_only_tools_change_nothing(domain_name: str) -> None:
 def test_unknown_domain_names_the_choices() -> None:
     with pytest.raises(ValueError, match="choose one of"):
         load_domain(BACKEND, "telecom")
+
+
+def test_concurrent_episodes_share_the_base_and_one_ground_truth_replay() -> None:
+    # SkyRL steps envs from a thread pool: the shared base models are only read
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tau_bench_env.episode import Episode
+    from tau_bench_env.reward import GroundTruthCache
+
+    domain = load_domain(BACKEND, "airline")
+    writes = _writes_data(domain)
+    tasks = [t for t in domain.tasks("test") if not t.outputs and writes(t)][:4]
+    cache = GroundTruthCache()
+    before = data_hash(domain.base_data)
+
+    def play(task: Task) -> float:
+        episode = Episode(domain, task)
+        for action in task.actions:
+            episode.call_tool(action.name, action.kwargs)
+        return episode.score(cache=cache).reward
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        rewards = list(pool.map(play, tasks * 6))
+    assert rewards == [1.0] * len(rewards)
+    assert cache.computations == len(tasks)
+    assert data_hash(domain.base_data) == before
