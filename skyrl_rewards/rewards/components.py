@@ -9,6 +9,7 @@ a :class:`ComponentScore` with status ``error``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import re
@@ -22,10 +23,10 @@ from skyrl_rewards.rewards.detection import (
     detection_score_with_status,
 )
 from skyrl_rewards.rewards.format_checks import has_rec_format, has_think_answer_format
-from skyrl_rewards.rewards.geometry import DEFAULT_PATCH_SIZE
+from skyrl_rewards.rewards.geometry import DEFAULT_PATCH_SIZE, scale_box
 from skyrl_rewards.rewards.hub import load_pretrained_tokenizer
 from skyrl_rewards.rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard
-from skyrl_rewards.rewards.rec import check_box_coords, iou_sample_score
+from skyrl_rewards.rewards.rec import check_box_coords, iou_sample_score, row_scaling
 from skyrl_rewards.rewards.result import ComponentScore, Status
 from skyrl_rewards.rewards.shaping import (
     CosineSchedule,
@@ -167,26 +168,64 @@ class Iou(Component):
 
 
 class Detection(Component):
-    """Detection score with its threshold and weights."""
+    """Detection score with its threshold and weights.
+
+    ``box_coords="original"`` (default, as VLM-R1) compares boxes as written;
+    ``"model_input"`` scales the predicted boxes from the row's
+    ``image_grid_thw`` to its original image first, like ``iou`` (a row
+    without both is a dataset error then).
+    """
 
     name = "detection"
 
     def __init__(
-        self, iou_threshold: float = 0.5, alpha: float = 0.7, beta: float = 0.0, gamma: float = 0.3
+        self,
+        iou_threshold: float = 0.5,
+        alpha: float = 0.7,
+        beta: float = 0.0,
+        gamma: float = 0.3,
+        box_coords: str = "original",
+        patch_size: int = DEFAULT_PATCH_SIZE,
     ) -> None:
         check_weights(alpha, beta, gamma)
         check_threshold(iou_threshold)
+        if isinstance(patch_size, bool) or not isinstance(patch_size, int) or patch_size <= 0:
+            raise ValueError(f"patch_size: expected a positive integer, got {patch_size!r}")
         self.params = {"iou_threshold": iou_threshold, "alpha": alpha, "beta": beta, "gamma": gamma}
+        self.box_coords = check_box_coords(box_coords)
+        self.patch_size = patch_size
 
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
-        return detection_score_with_status(content, sample_solution(sample), **self.params)
+        solution = sample_solution(sample)
+        scale = None
+        if self.box_coords == "model_input":
+            scaling = row_scaling(dict(sample), self.patch_size)
+            if scaling is None:
+                raise ValueError(
+                    "image_grid_thw: missing; box_coords='model_input' needs the row's image "
+                    "and image_grid_thw to scale the predicted boxes"
+                )
+            size, grid = scaling
+            scale = functools.partial(
+                scale_box, image_size=size, grid_thw=grid, patch_size=self.patch_size
+            )
+        return detection_score_with_status(content, solution, **self.params, scale=scale)
 
     def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
         solution = sample.get("solution")
         if not isinstance(solution, str):
             return None
+        content = answer_span(completion_text(sample.get("completion")))
+        if self.box_coords == "original":
+            return work_digest(self.name, solution, content)
+        if any(sample.get(k) is not None for k in ("image", "images")):
+            return None  # an in-memory image has no stable key
         return work_digest(
-            self.name, solution, answer_span(completion_text(sample.get("completion")))
+            self.name,
+            solution,
+            content,
+            repr(sample.get("image_path")),
+            repr(sample.get("image_grid_thw")),
         )
 
 

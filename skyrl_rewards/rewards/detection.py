@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,12 +54,22 @@ def detection_score_with_status(
     alpha: float = 0.7,
     beta: float = 0.0,
     gamma: float = 0.3,
+    *,
+    scale: Callable[[Box], Box] | None = None,
 ) -> ComponentScore:
-    """:func:`detection_score` with its outcome (``unparseable`` when no prediction list was found)."""
+    """:func:`detection_score` with its outcome (``unparseable`` when no prediction list was found).
+
+    ``scale`` maps each predicted box before matching (model-input pixels to
+    the original image); ``None`` compares boxes as written.
+    """
     weights = check_weights(alpha, beta, gamma)
     check_threshold(iou_threshold)
     gt = ground_truth_detections(sol)
     predictions = predicted_detections(content)
+    if predictions is not None and scale is not None:
+        predictions = [
+            Detection(scale(d.box), d.label) if d.box is not None else d for d in predictions
+        ]
     if predictions is None:  # read as an empty list, as the reference does
         return ComponentScore(0.0 if gt else 1.0, Status.UNPARSEABLE, "no JSON detection list")
     if not gt:

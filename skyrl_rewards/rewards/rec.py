@@ -103,10 +103,27 @@ def iou_sample_score(
     gt_box = ground_truth_box(sol)
     if box_coords == "original":
         return rec_iou_score(content, gt_box)
+    scaling = row_scaling(columns, patch_size)
+    if scaling is None:
+        return rec_iou_score(content, gt_box)
+    size, grid = scaling
+    return rec_iou_score(content, gt_box, original_size=size, grid=grid, patch_size=patch_size)
+
+
+def row_scaling(
+    columns: dict[str, Any], patch_size: int
+) -> tuple[tuple[int, int], tuple[int, int, int]] | None:
+    """``(original (width, height), grid (t, h, w))`` to scale a row's model-input boxes with.
+
+    ``None`` for a row with neither an image nor a grid (boxes compare as
+    written). ``ValueError`` naming the field for an image without
+    ``image_grid_thw``, a grid without an image, a bad grid or an unreadable
+    image.
+    """
     image_column = next((key for key in IMAGE_COLUMNS if _has_value(columns.get(key))), None)
     if columns.get("image_grid_thw") is None:
         if image_column is None:
-            return rec_iou_score(content, gt_box)
+            return None
         raise ValueError(
             f"image_grid_thw: missing, but the row has an image ({image_column}): the predicted "
             "box cannot be scaled from model-input pixels to the original image. Pass the "
@@ -119,8 +136,7 @@ def iou_sample_score(
             "image_path: missing; image_grid_thw is given, so the original image (image_path, "
             "image or images) is needed to scale the predicted box"
         )
-    size = original_image_size(columns[image_column], image_column)
-    return rec_iou_score(content, gt_box, original_size=size, grid=grid, patch_size=patch_size)
+    return original_image_size(columns[image_column], image_column), grid
 
 
 def original_image_size(value: Any, field: str) -> tuple[int, int]:
