@@ -28,6 +28,7 @@ from trl.chat_template_utils import add_response_schema, qwen3_chat_template  # 
 
 from skyrl_rewards.rewards.batch import accuracy_reward, make_reward  # noqa: E402
 from skyrl_rewards.rewards.format_checks import format_reward  # noqa: E402
+from skyrl_rewards.rewards.rec import iou_reward  # noqa: E402
 from skyrl_rewards.rewards.text import completion_text  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -115,15 +116,15 @@ def grpo_args(output_dir: Path, **overrides: Any) -> GRPOConfig:
     return GRPOConfig(**settings)
 
 
-def fixed_rollout(tokenizer: PreTrainedTokenizerFast):
-    """A TRL ``rollout_func`` that answers the i-th copy of each prompt with ``FIXED[i % 4]``."""
+def fixed_rollout(tokenizer: PreTrainedTokenizerFast, answers: list[str] = FIXED):
+    """A TRL ``rollout_func`` that answers the i-th copy of each prompt with ``answers[i % 4]``."""
 
     def rollout(prompts: list[Any], trainer: GRPOTrainer) -> dict[str, list]:
         prompt_ids, completion_ids = [], []
         for index, prompt in enumerate(prompts):
             text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
             prompt_ids.append(tokenizer.encode(text, add_special_tokens=False))
-            answer = FIXED[index % len(FIXED)]
+            answer = answers[index % len(answers)]
             ids = tokenizer.encode(answer, add_special_tokens=False) + [tokenizer.eos_token_id]
             completion_ids.append(ids)
         logprobs = [[0.0] * len(ids) for ids in completion_ids]
@@ -297,3 +298,32 @@ def test_raise_setting_stops_training_at_a_bad_row(tokenizer_dir: Path, tmp_path
     )
     with pytest.raises(ValueError, match="accuracy_reward: sample 0: solution"):
         trainer.train()
+
+
+def test_iou_reads_the_grid_column_and_masks_an_image_without_one(
+    tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    # TRL hands every dataset column to the reward: image_grid_thw scales the box to the image.
+    from PIL import Image
+
+    image = tmp_path / "image.png"
+    Image.new("RGB", (640, 480)).save(image)
+    tokenizer = load_tokenizer(tokenizer_dir)
+    row = {"solution": "<answer>[160, 120, 320, 240]</answer>", "image_path": str(image)}
+    dataset = Dataset.from_list(
+        [
+            {"prompt": PROMPT, **row, "image_grid_thw": [1, 20, 30]},
+            {"prompt": [{"role": "user", "content": "no grid"}], **row, "image_grid_thw": None},
+        ]
+    )
+    trainer = GRPOTrainer(
+        model=tiny_model(tokenizer),
+        reward_funcs=[iou_reward],
+        args=grpo_args(tmp_path, per_device_train_batch_size=8, max_steps=1),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rollout_func=fixed_rollout(tokenizer, ["<answer>[105, 70, 210, 140]</answer>"] * 4),
+    )
+    trainer.train()
+    assert logged(trainer, "rewards/iou_reward/mean") == pytest.approx([1.0])  # scaled: exact
+    assert logged(trainer, "rewards/iou_reward/masked_ratio") == [0.5]
