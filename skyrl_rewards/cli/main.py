@@ -217,7 +217,7 @@ def cmd_pool_start(args: argparse.Namespace) -> int:
     config = pool_service.start(cfg)
     print(
         f"reward pool {config['name']!r} started in namespace {config['namespace']!r}: "
-        f"{config['num_workers']} workers, rewards {', '.join(config['rewards'])}"
+        f"{config['num_workers']} workers running, rewards {', '.join(config['rewards'])}"
     )
     print(
         f"connect with RewardPool.connect({config['name']!r}); stop with "
@@ -231,8 +231,14 @@ def cmd_pool_status(args: argparse.Namespace) -> int:
     from skyrl_rewards.pool import service as pool_service
 
     info = pool_service.status(args.name, namespace=args.namespace, address=args.address)
-    for key in ("name", "namespace", "workers", "worker_replacements"):
+    for key in ("name", "namespace"):
         print(f"{key}: {info[key]}")
+    failed = f", {info['workers_failed']} failed" if info["workers_failed"] else ""
+    print(
+        f"workers: {info['workers']} ({info['workers_running']} running, "
+        f"{info['workers_pending']} pending{failed})"
+    )
+    print(f"worker_replacements: {info['worker_replacements']}")
     print(
         "rewards: "
         + ", ".join(

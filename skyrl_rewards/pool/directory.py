@@ -8,6 +8,10 @@ worker actors, so they live as long as it does, whichever client asked for them.
 Each worker slot has a *generation*. A client asks to replace the generation it
 saw; when another client already replaced it, the directory hands back the
 current worker instead of killing a healthy one.
+
+The directory also asks every worker it starts whether it is up, so that
+:meth:`PoolDirectory.worker_states` tells running workers from workers still
+pending (waiting for a CPU, or loading their rewards) without waiting.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import ray
+from ray import ObjectRef
 from ray.actor import ActorHandle
 
 from skyrl_rewards.pool.config import PoolConfig
@@ -34,9 +39,12 @@ class PoolDirectory:
             max_concurrency=1,
             max_restarts=0,
         )
-        self._slots: list[tuple[int, ActorHandle]] = [
-            (0, self._start_worker()) for _ in range(self._config.num_workers)
-        ]
+        self._ready: list[ObjectRef] = []
+        self._slots: list[tuple[int, ActorHandle]] = []
+        for _ in range(self._config.num_workers):
+            worker, ready = self._start_worker()
+            self._slots.append((0, worker))
+            self._ready.append(ready)
 
     def config(self) -> dict[str, Any]:
         """The pool's settings as a plain dict (see :class:`PoolConfig`)."""
@@ -45,6 +53,27 @@ class PoolDirectory:
     def workers(self) -> list[tuple[int, ActorHandle]]:
         """``(generation, worker)`` for every slot."""
         return list(self._slots)
+
+    def worker_states(self) -> list[str]:
+        """Per slot: ``running`` (its worker answered), ``pending`` (not yet) or ``failed``.
+
+        Never waits: a pending worker is one Ray has not placed or that is
+        still loading its rewards.
+        """
+        done, _ = ray.wait(self._ready, num_returns=len(self._ready), timeout=0)
+        finished = set(done)
+        states = []
+        for ready in self._ready:
+            if ready not in finished:
+                states.append("pending")
+                continue
+            try:
+                ray.get(ready, timeout=0)
+            except ray.exceptions.RayError:
+                states.append("failed")
+            else:
+                states.append("running")
+        return states
 
     def replace(self, slot: int, generation: int, graceful: bool) -> tuple[int, ActorHandle]:
         """Replace slot ``slot`` if it still holds ``generation``; return the slot's worker.
@@ -59,7 +88,8 @@ class PoolDirectory:
             worker.__ray_terminate__.remote()
         else:
             ray.kill(worker, no_restart=True)
-        self._slots[slot] = (generation + 1, self._start_worker())
+        new_worker, self._ready[slot] = self._start_worker()
+        self._slots[slot] = (generation + 1, new_worker)
         return self._slots[slot]
 
     def shutdown(self) -> None:
@@ -67,5 +97,6 @@ class PoolDirectory:
         for _, worker in self._slots:
             ray.kill(worker, no_restart=True)
 
-    def _start_worker(self) -> ActorHandle:
-        return self._worker_cls.remote(self._config.rewards, self._config.worker_niceness)
+    def _start_worker(self) -> tuple[ActorHandle, ObjectRef]:
+        worker = self._worker_cls.remote(self._config.rewards, self._config.worker_niceness)
+        return worker, worker.ready.remote()

@@ -20,7 +20,9 @@ batches before they cross to Ray. See docs/pool.md for the design.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
+import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -32,6 +34,7 @@ from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from skyrl_rewards.pool.batching import MicroBatcher
+from skyrl_rewards.pool.cluster import check_free_cpus, join_cluster, start_local_ray
 from skyrl_rewards.pool.config import PoolConfig, load_pool_config
 from skyrl_rewards.pool.directory import PoolDirectory
 from skyrl_rewards.pool.metrics import ErrorRateAlarm, PoolMetrics
@@ -40,7 +43,10 @@ from skyrl_rewards.pool.scheduler import Item, Scheduler, record_results
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.rewards.result import RewardResult
 
+logger = logging.getLogger(__name__)
+
 _SHUTDOWN_WAIT_S = 60.0
+_STATES_WAIT_S = 10.0
 
 
 class PoolClosedError(RuntimeError):
@@ -49,6 +55,10 @@ class PoolClosedError(RuntimeError):
 
 class PoolExistsError(ValueError):
     """Raised when creating a pool whose name is taken (use ``RewardPool.connect``)."""
+
+
+class PoolStartError(TimeoutError):
+    """Raised when a pool's workers are not all running within ``start_timeout_s``."""
 
 
 class RewardAlarmError(RuntimeError):
@@ -73,11 +83,16 @@ class RewardPool:
     def __init__(self, config: PoolConfig | None = None) -> None:
         """Create the pool ``config.name`` (starting a loopback Ray if none runs) and its workers.
 
-        Returns once every worker has loaded its reward functions.
+        Returns once every worker has loaded its reward functions. Raises
+        ``NotEnoughCpusError`` when the cluster has too few free CPUs for the
+        workers, ``NoClusterError`` when ``config.address`` reaches no cluster,
+        ``PoolStartError`` when the workers are not running within
+        ``start_timeout_s``.
         """
         config = config or PoolConfig()
-        owns_ray = _ensure_ray(config.address, config.namespace)
+        _ensure_ray(config.address, config.namespace)
         refuse_taken_name(config, "use RewardPool.connect")
+        check_free_cpus(config.num_workers, config.num_cpus_per_worker)
         # the directory lives on the creator's node: it shares the creator's fate anyway
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         directory = (
@@ -87,7 +102,7 @@ class RewardPool:
             )
             .remote(config.to_dict())
         )
-        self._open(config, directory, owner=True, owns_ray=owns_ray)
+        self._open(config, directory, owner=True)
 
     @classmethod
     def from_config(
@@ -105,20 +120,21 @@ class RewardPool:
         """Reach the running pool ``name`` from another process of the same Ray cluster.
 
         The connected client shares the pool's workers; :meth:`shutdown` on it
-        closes only this client. Raises ``ValueError`` when no such pool runs.
+        closes only this client. Raises ``ValueError`` when no such pool runs,
+        ``NoClusterError`` when ``address`` reaches no cluster, ``PoolStartError``
+        when the pool's workers are not running within its ``start_timeout_s``.
         """
-        owns_ray = _ensure_ray(address or "auto", namespace)
+        _ensure_ray(address or "auto", namespace)
         directory = ray.get_actor(name, namespace=namespace)
         config = PoolConfig(**ray.get(directory.config.remote()))
         pool = cls.__new__(cls)
-        pool._open(config, directory, owner=False, owns_ray=owns_ray)
+        pool._open(config, directory, owner=False)
         return pool
 
-    def _open(self, config: PoolConfig, directory: Any, *, owner: bool, owns_ray: bool) -> None:
+    def _open(self, config: PoolConfig, directory: Any, *, owner: bool) -> None:
         self._config = config
         self._directory = directory
         self._owner = owner
-        self._owns_ray = owns_ray
         self._closed = False
         self._metrics = PoolMetrics(config.name)
         self._alarm = ErrorRateAlarm(
@@ -144,7 +160,49 @@ class RewardPool:
         self._batcher: MicroBatcher[Item] = MicroBatcher(
             self._scheduler.admit, batch_size=config.batch_size, batch_wait_s=config.batch_wait_s
         )
-        self._call(self._scheduler.start())
+        started = asyncio.run_coroutine_threadsafe(self._scheduler.start(), self._loop)
+        try:
+            started.result(timeout=config.start_timeout_s)
+        except concurrent.futures.TimeoutError:
+            message = self._start_failure()
+            self._stop_loop()
+            if owner:
+                ray.kill(self._directory)  # its workers die with it
+            raise PoolStartError(message) from None
+        atexit.register(self.shutdown)  # a clean stop of the loop, also for connected clients
+
+    def _start_failure(self) -> str:
+        """Why the workers did not all start (asked of the directory), with the fix."""
+        config = self._config
+        try:
+            states = ray.get(self._directory.worker_states.remote(), timeout=_STATES_WAIT_S)
+            counts = (
+                f"{states.count('running')} of {len(states)} workers running, "
+                f"{states.count('pending')} pending"
+            )
+        except (ray.exceptions.RayError, TimeoutError) as error:
+            counts = f"the directory did not answer ({type(error).__name__})"
+        free = ray.available_resources().get("CPU", 0.0)
+        return (
+            f"start_timeout_s: the workers of pool {config.name!r} did not all start within "
+            f"{config.start_timeout_s:g}s ({counts}; the cluster has {free:g} CPUs free, "
+            f"each worker needs {config.num_cpus_per_worker:g}). Fix: free CPUs (stop another "
+            "pool: `skyrl-rewards pool stop --name NAME`), lower num_workers, or raise "
+            "start_timeout_s if the rewards load slowly"
+        )
+
+    def _stop_loop(self) -> None:
+        """Cancel and await every task still on the loop, then stop and close it."""
+        try:
+            asyncio.run_coroutine_threadsafe(_cancel_tasks(), self._loop).result(
+                timeout=_SHUTDOWN_WAIT_S
+            )
+        except concurrent.futures.TimeoutError:
+            logger.warning("reward pool: tasks did not stop within %gs", _SHUTDOWN_WAIT_S)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(_SHUTDOWN_WAIT_S)
+        if not self._thread.is_alive():
+            self._loop.close()
 
     @property
     def config(self) -> PoolConfig:
@@ -197,23 +255,22 @@ class RewardPool:
     def shutdown(self) -> None:
         """Score what is unfinished as errors and stop. The creator also stops the workers.
 
-        Idempotent. Shuts Ray down too when this pool started it.
+        Idempotent. A local Ray the pool started stays up for later pools (Ray stops
+        it at process exit). Also run at exit for a pool never shut down, so the
+        client's event loop ends cleanly.
         """
         if self._closed:
             return
         self._closed = True
+        atexit.unregister(self.shutdown)
         self._call(self._close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(_SHUTDOWN_WAIT_S)
-        self._loop.close()
+        self._stop_loop()
         if self._owner and not self._scheduler.lost:
             try:
                 ray.get(self._directory.shutdown.remote(), timeout=_SHUTDOWN_WAIT_S)
                 ray.kill(self._directory)
             except RayActorError:  # the directory died meanwhile: its workers died with it
                 pass
-        if self._owns_ray:
-            ray.shutdown()
 
     async def _close(self) -> None:
         await self._scheduler.close(self._batcher.drain())
@@ -253,21 +310,27 @@ class RewardPool:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
 
-def _ensure_ray(address: str | None, namespace: str) -> bool:
-    """Connect to Ray unless connected; True when this call did it (so shutdown undoes it).
+async def _cancel_tasks() -> None:
+    """Cancel every other task of the running loop and wait for them to end."""
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
-    ``address=None`` starts a fresh local Ray bound to 127.0.0.1, no dashboard.
+
+def _ensure_ray(address: str | None, namespace: str) -> None:
+    """Connect to Ray unless connected.
+
+    ``address=None`` starts a fresh local Ray listening on 127.0.0.1 only, no
+    dashboard; ``"auto"`` or ``"host:port"`` joins that cluster (bounded waits,
+    token authentication handled: see :mod:`~skyrl_rewards.pool.cluster`).
+    Either stays connected for the rest of the process (Ray stops it at exit)
+    and later pools reuse it: each ``ray.init``/``ray.shutdown`` cycle of a
+    driver that used actors leaks native threads and sockets inside Ray.
     """
     if ray.is_initialized():
-        return False
+        return
     if address is None:
-        ray.init(
-            address="local",
-            _node_ip_address="127.0.0.1",
-            include_dashboard=False,
-            namespace=namespace,
-            log_to_driver=False,
-        )
+        start_local_ray(namespace)
     else:
-        ray.init(address=address, namespace=namespace, log_to_driver=False)
-    return True
+        join_cluster(address, namespace)

@@ -9,21 +9,27 @@ long as it does), :func:`status` describes it and :func:`stop` ends it.
 
 These commands join a *running* cluster (``address``: ``auto`` by default, or
 ``host:port``); a pool on a throwaway local Ray would die with the command.
+Every wait is bounded (see :mod:`~skyrl_rewards.pool.cluster`): no cluster at
+the address, a cluster that wants a token, too few free CPUs and workers that
+do not start within ``start_timeout_s`` each end in an error naming the fix.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import ray
 
+from skyrl_rewards.pool.cluster import NoClusterError, check_free_cpus, join_cluster
 from skyrl_rewards.pool.config import PoolConfig
 from skyrl_rewards.pool.directory import PoolDirectory
-from skyrl_rewards.pool.reward_pool import refuse_taken_name
+from skyrl_rewards.pool.reward_pool import PoolStartError, refuse_taken_name
 
+__all__ = ["NoClusterError", "NoPoolError", "PoolStartError", "start", "status", "stop"]
 
-class NoClusterError(ConnectionError):
-    """Raised when no running Ray cluster can be reached at the address."""
+_POLL_S = 0.2
+_STOP_WAIT_S = 60.0
 
 
 class NoPoolError(ValueError):
@@ -31,15 +37,8 @@ class NoPoolError(ValueError):
 
 
 def _connect(address: str | None, namespace: str) -> None:
-    if ray.is_initialized():
-        return
-    try:
-        ray.init(address=address or "auto", namespace=namespace, log_to_driver=False)
-    except ConnectionError as e:
-        raise NoClusterError(
-            f"address: no running Ray cluster at {address or 'auto'!r}; start one with "
-            "`ray start --head` or pass address=HOST:PORT"
-        ) from e
+    if not ray.is_initialized():
+        join_cluster(address or "auto", namespace)
 
 
 def _directory(name: str, namespace: str) -> Any:
@@ -52,31 +51,61 @@ def _directory(name: str, namespace: str) -> Any:
 def start(config: PoolConfig) -> dict[str, Any]:
     """Start the pool ``config.name`` detached on the cluster; return its settings.
 
-    Returns once the directory and its workers were created. Raises
-    ``PoolExistsError`` when the name is taken, ``NoClusterError`` without a cluster.
+    Returns once every worker has loaded its rewards. Raises
+    ``PoolExistsError`` when the name is taken, ``NoClusterError`` without a
+    cluster, ``NotEnoughCpusError`` when the cluster has too few free CPUs, and
+    ``PoolStartError`` (after stopping what it started) when the workers are
+    not all running within ``start_timeout_s``.
     """
     _connect(config.address, config.namespace)
     refuse_taken_name(config, f"`skyrl-rewards pool stop --name {config.name}` first")
+    check_free_cpus(config.num_workers, config.num_cpus_per_worker)
     directory = (
         ray.remote(PoolDirectory)
         .options(name=config.name, namespace=config.namespace, num_cpus=0, lifetime="detached")
         .remote(config.to_dict())
     )
-    return ray.get(directory.config.remote(), timeout=config.start_timeout_s)
+    deadline = time.monotonic() + config.start_timeout_s
+    try:
+        settings = ray.get(directory.config.remote(), timeout=config.start_timeout_s)
+        states = ray.get(directory.worker_states.remote(), timeout=config.start_timeout_s)
+        while any(state != "running" for state in states) and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+            states = ray.get(directory.worker_states.remote(), timeout=config.start_timeout_s)
+    except BaseException:
+        ray.kill(directory)
+        raise
+    if any(state != "running" for state in states):
+        _stop(directory)
+        raise PoolStartError(
+            f"start_timeout_s: the workers of pool {config.name!r} did not all start within "
+            f"{config.start_timeout_s:g}s ({states.count('running')} of {len(states)} workers "
+            f"running, {states.count('pending')} pending, {states.count('failed')} failed; the "
+            f"cluster has {ray.available_resources().get('CPU', 0.0):g} CPUs free); the pool was "
+            "stopped. Fix: free CPUs (stop another pool), lower num_workers, or raise "
+            "start_timeout_s if the rewards load slowly"
+        )
+    return settings
 
 
 def status(
     name: str, *, namespace: str = PoolConfig.namespace, address: str | None = None
 ) -> dict[str, Any]:
-    """The running pool's settings, worker count and worker replacements so far."""
+    """The running pool's settings, its workers running and pending, and replacements so far."""
     _connect(address, namespace)
     directory = _directory(name, namespace)
-    config = ray.get(directory.config.remote())
-    generations = [generation for generation, _ in ray.get(directory.workers.remote())]
+    config = ray.get(directory.config.remote(), timeout=_STOP_WAIT_S)
+    generations = [
+        generation for generation, _ in ray.get(directory.workers.remote(), timeout=_STOP_WAIT_S)
+    ]
+    states = ray.get(directory.worker_states.remote(), timeout=_STOP_WAIT_S)
     return {
         "name": name,
         "namespace": namespace,
         "workers": len(generations),
+        "workers_running": states.count("running"),
+        "workers_pending": states.count("pending"),
+        "workers_failed": states.count("failed"),
         "worker_replacements": sum(generations),
         "rewards": config["rewards"],
         "config": config,
@@ -86,6 +115,9 @@ def status(
 def stop(name: str, *, namespace: str = PoolConfig.namespace, address: str | None = None) -> None:
     """Stop the pool's workers and its directory (clients then get errors, not hangs)."""
     _connect(address, namespace)
-    directory = _directory(name, namespace)
-    ray.get(directory.shutdown.remote(), timeout=60)
+    _stop(_directory(name, namespace))
+
+
+def _stop(directory: Any) -> None:
+    ray.get(directory.shutdown.remote(), timeout=_STOP_WAIT_S)
     ray.kill(directory)

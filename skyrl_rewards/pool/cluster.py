@@ -1,0 +1,203 @@
+"""Reaching Ray for a pool: a loopback-only local Ray, or a running cluster, every wait bounded.
+
+- :func:`start_local_ray` starts a fresh Ray on this machine whose every
+  socket (GCS, raylet, workers, agents) listens on 127.0.0.1 only.
+- :func:`join_cluster` joins a running cluster (``"auto"`` or ``"host:port"``).
+  Before Ray's own connect, which retries for minutes, it checks within
+  ``timeout_s`` that something listens at the address, and that the cluster
+  accepts this process: Ray >= 2.5x clusters started by ``ray start --head``
+  ask for a token when ``~/.ray/auth_token`` exists. Ray sends that token
+  only when ``RAY_AUTH_MODE=token`` is set, and sets it by itself only for
+  ``address="auto"``; this module sets it whenever ``RAY_AUTH_MODE`` is
+  unset and a token is available (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``
+  or ``~/.ray/auth_token``). A cluster without authentication accepts a
+  token too.
+- :func:`check_free_cpus` refuses a pool that asks for more CPUs than the
+  cluster has free, instead of leaving its workers pending for ever.
+
+Every failure raises an error naming the cause and the fix.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import ray
+
+logger = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+CONNECT_TIMEOUT_S = 10.0
+"""Longest to wait for a TCP connection to a cluster's address."""
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+_CLUSTERS_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+class NoClusterError(ConnectionError):
+    """No running Ray cluster can be reached at the address."""
+
+
+class ClusterAuthError(NoClusterError):
+    """The cluster runs but refuses this process: it requires Ray token authentication."""
+
+
+class NotEnoughCpusError(ValueError):
+    """The pool asks for more CPUs than the cluster has free."""
+
+
+def token_available() -> bool:
+    """Whether Ray finds an authentication token here (env variables or ``~/.ray/auth_token``)."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+    except ImportError:  # a Ray without token authentication
+        return False
+    return bool(AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True))
+
+
+def _enable_token_auth() -> None:
+    """Send the token when ``RAY_AUTH_MODE`` is unset and a token is available."""
+    if os.environ.get(AUTH_MODE_ENV) is not None or not token_available():
+        return
+    from ray._raylet import Config
+
+    os.environ[AUTH_MODE_ENV] = "token"
+    Config.initialize("")  # Ray caches the mode; re-read it, as Ray's own auto-connect does
+    logger.info("Ray token authentication enabled (%s=token): a token was found", AUTH_MODE_ENV)
+
+
+def _resolve(address: str) -> str:
+    """``host:port`` of ``address``; ``auto`` is Ray's own lookup (RAY_ADDRESS, the latest cluster)."""
+    if address != "auto":
+        return address
+    from ray._private.services import canonicalize_bootstrap_address_or_die
+
+    try:
+        return canonicalize_bootstrap_address_or_die("auto")
+    except ConnectionError as error:
+        raise NoClusterError(
+            f"address: no running Ray cluster found for address='auto' ({error}); start one "
+            "with `ray start --head`, or pass address=HOST:PORT"
+        ) from error
+
+
+def _probe(address: str, timeout_s: float) -> None:
+    host, _, port = address.rpartition(":")
+    try:
+        port_number = int(port)
+    except ValueError as error:
+        raise NoClusterError(
+            f"address: {address!r} is not 'auto' or HOST:PORT (e.g. 10.0.0.5:6379)"
+        ) from error
+    try:
+        with socket.create_connection((host.strip("[]"), port_number), timeout=timeout_s):
+            pass
+    except OSError as error:
+        raise NoClusterError(
+            f"address: no Ray cluster at {address} (nothing accepted a connection within "
+            f"{timeout_s:g}s: {error}); start one with `ray start --head --port={port}` on "
+            "that host, or fix the address (`ray status` on the head prints it)"
+        ) from error
+
+
+def _check_auth(address: str) -> None:
+    """Ask the cluster's GCS once; an authentication refusal comes back at once."""
+    from ray._raylet import GcsClient
+    from ray.exceptions import AuthenticationError
+
+    try:
+        GcsClient(address=address)
+    except AuthenticationError as error:
+        mode = os.environ.get(AUTH_MODE_ENV, "unset")
+        raise ClusterAuthError(
+            f"address: the Ray cluster at {address} requires token authentication and "
+            f"refused this process ({AUTH_MODE_ENV}={mode}, token found here: "
+            f"{token_available()}). Fix: on the head node `ray get-auth-token` prints the "
+            "token; put it in ~/.ray/auth_token on this machine or export RAY_AUTH_TOKEN, "
+            f"and leave {AUTH_MODE_ENV} unset or set it to 'token'"
+        ) from error
+
+
+def join_cluster(address: str, namespace: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Connect this process to the running cluster at ``address`` (``auto`` or ``host:port``).
+
+    Raises :class:`NoClusterError` within about ``timeout_s`` when nothing
+    listens there, :class:`ClusterAuthError` when the cluster wants a token
+    this process does not have.
+
+    >>> join_cluster("127.0.0.1:1", "ns", timeout_s=1)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    skyrl_rewards.pool.cluster.NoClusterError: address: no Ray cluster at 127.0.0.1:1 ...
+    """
+    _enable_token_auth()
+    target = _resolve(address)
+    _probe(target, timeout_s)
+    _check_auth(target)
+    try:
+        ray.init(address=target, namespace=namespace, log_to_driver=False)
+    except ConnectionError as error:
+        raise NoClusterError(
+            f"address: could not join the Ray cluster at {target} ({error}); check that "
+            "`ray status --address` works from this machine"
+        ) from error
+
+
+@contextmanager
+def _loopback_node() -> Iterator[None]:
+    """While Ray starts, make it resolve this node's address to 127.0.0.1.
+
+    Ray turns ``_node_ip_address="127.0.0.1"`` into the host's address unless
+    its multi-node support is off (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``,
+    read once at import into ``ray_constants``); then GCS, raylet, workers and
+    agents all listen on loopback. Both are set for the start only.
+    """
+    from ray._private import ray_constants
+
+    saved_env = os.environ.get(_CLUSTERS_ENV)
+    saved_flag = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[_CLUSTERS_ENV] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        if saved_env is None:
+            os.environ.pop(_CLUSTERS_ENV, None)
+        else:
+            os.environ[_CLUSTERS_ENV] = saved_env
+
+
+def start_local_ray(namespace: str) -> None:
+    """Start a fresh Ray on this machine: every socket on 127.0.0.1, no dashboard."""
+    with _loopback_node():
+        ray.init(
+            address="local",
+            _node_ip_address=LOOPBACK,
+            include_dashboard=False,
+            namespace=namespace,
+            log_to_driver=False,
+        )
+
+
+def check_free_cpus(num_workers: int, num_cpus_per_worker: float) -> None:
+    """Raise :class:`NotEnoughCpusError` when the workers cannot all be placed now.
+
+    Compares ``num_workers * num_cpus_per_worker`` with the CPUs the cluster
+    has free (Ray's view, updated within about a second).
+    """
+    needed = num_workers * num_cpus_per_worker
+    free = ray.available_resources().get("CPU", 0.0)
+    if needed <= free + 1e-9:
+        return
+    total = ray.cluster_resources().get("CPU", 0.0)
+    raise NotEnoughCpusError(
+        f"num_workers: the pool asks for {needed:g} CPUs ({num_workers} workers x "
+        f"{num_cpus_per_worker:g} num_cpus_per_worker) but the cluster has {free:g} of "
+        f"{total:g} CPUs free (other pools or jobs hold the rest); lower num_workers or "
+        "num_cpus_per_worker, stop another pool (`skyrl-rewards pool stop --name NAME`), "
+        "or add nodes"
+    )
