@@ -7,6 +7,7 @@ import math
 import numbers
 import os
 import re
+import stat
 from collections.abc import Sequence
 from typing import Any
 
@@ -122,14 +123,27 @@ def image_path(value: Any, field: str = "image_path") -> str:
 
 
 @functools.lru_cache(maxsize=65_536)
-def image_size(path: str) -> tuple[int, int]:
+def image_size(path: str, field: str = "image_path") -> tuple[int, int]:
     """``(width, height)`` of the image at ``path``, read from its header only.
 
-    Raises ``ValueError`` naming the path when it is missing, unreadable or
-    claims a decompression-bomb size.
+    Raises ``ValueError`` naming ``field`` and the path when it is missing,
+    unreadable, not a regular file (a FIFO or device would block the read for
+    ever: it is refused before any read) or claims a decompression-bomb size.
     """
     try:
-        with Image.open(path) as image:
-            return image.size
-    except (OSError, Image.DecompressionBombError, SyntaxError, ValueError) as error:
-        raise ValueError(f"image_path: cannot read image {path!r}: {error}") from error
+        # non-blocking open: opening a FIFO without a writer would otherwise wait for one
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as error:
+        raise ValueError(f"{field}: cannot read image {path!r}: {error}") from error
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise ValueError(
+            f"{field}: {path!r} is not a regular file (a FIFO, device or directory); "
+            "point the dataset at an image file"
+        )
+    with os.fdopen(descriptor, "rb") as file:
+        try:
+            with Image.open(file) as image:
+                return image.size
+        except (OSError, Image.DecompressionBombError, SyntaxError, ValueError) as error:
+            raise ValueError(f"{field}: cannot read image {path!r}: {error}") from error
