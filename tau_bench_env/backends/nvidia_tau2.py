@@ -9,13 +9,15 @@ of tool results (``Environment.to_json_str``).
 
 The official tools mutate pydantic records in place. Here the episode's data
 stays what every backend holds, an :class:`~tau_bench_env.episode_data.EpisodeData`
-of plain records (each record is ``model.model_dump()``, exactly what tau2 hashes):
-a tool call sees the tables through :class:`ModelTable`, which turns the
-records it touches into models and, after the call (also when the tool
-raised, since tau2 keeps a partial in-place change), writes their
-``model_dump()`` back into the episode's copy-on-write tables. Read-only tools
-(``READ``, ``GENERIC``, ``THINK`` in tau2's declaration; checked by the tests)
-see shared, pre-validated base models without any copy.
+of plain records, each ``model.model_dump(mode="json")`` (so equal hashes mean
+equal JSON, tau2's own database check). A tool call sees the tables through
+:class:`ModelTable`: the first write-mode read of a record deep-copies the
+shared base model into the episode, where the model lives (never re-validated)
+for the rest of the episode, exactly as tau2's in-place objects; after the
+call (also when the tool raised: tau2 keeps a partial in-place change) the
+dump of every model it touched goes into the episode's copy-on-write tables.
+Read-only tools (``READ``, ``GENERIC``, ``THINK`` in tau2's declaration;
+checked by the tests) see the shared base models without any copy.
 
 Mock tasks that start from an ``initial_state`` (message history,
 initialization data or actions) are left out of the splits: an episode here
@@ -31,7 +33,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import typing
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,39 +70,52 @@ class Tau2Task(Task):
 class ModelTable(MutableMapping[str, Any]):
     """One table of an episode as tau2's tools expect it: record id -> pydantic model.
 
-    Wraps the episode's :class:`CowTable` for the duration of one tool call.
-    When the table is writable, a record read is cloned into the episode (by
-    the ``CowTable``) and validated into a model; :meth:`write_back` stores the
-    ``model_dump()`` of every model the call touched or assigned. When it is
-    read-only, base records come back as the shared base models.
+    Wraps the episode's :class:`CowTable` for one tool call. The models an
+    episode's write tools touched live as long as the episode (``models``, kept
+    on the episode data), so a record is never re-validated between calls: the
+    objects evolve exactly as tau2's in-place ones do. When the table is
+    writable, a base record read is deep-copied from the shared base model;
+    :meth:`write_back` stores ``model_dump(mode="json")`` of every model the
+    call touched into the episode's table (hashing that is tau2's JSON
+    equality). When it is read-only, base records come back as the shared
+    base models.
     """
 
-    __slots__ = ("_table", "_base_models", "_model", "_models")
+    __slots__ = ("_table", "_base_models", "_models", "_touched")
 
-    def __init__(self, table: CowTable, base_models: Mapping[str, Any], model: type) -> None:
+    def __init__(
+        self, table: CowTable, base_models: Mapping[str, Any], models: dict[str, Any]
+    ) -> None:
         self._table = table
         self._base_models = base_models
-        self._model = model
-        self._models: dict[str, Any] = {}
+        self._models = models
+        self._touched: set[str] = set()
 
     def __getitem__(self, key: str) -> Any:
         models = self._models
+        writable = self._table.writable
         if key in models:
+            if writable:
+                self._touched.add(key)
             return models[key]
-        table = self._table
-        if not table.writable and key not in table.own:
-            if key not in table:
-                raise KeyError(key)
-            return self._base_models[key]
-        value = self._model.model_validate(table[key])
-        models[key] = value
-        return value
+        if key not in self._table:
+            raise KeyError(key)
+        if key in self._table.own:
+            raise RuntimeError(f"episode record {key!r} has no live model (data not forked here)")
+        base = self._base_models[key]
+        if not writable:
+            return base
+        model = models[key] = base.model_copy(deep=True)
+        self._touched.add(key)
+        return model
 
     def __setitem__(self, key: str, value: Any) -> None:
         self._models[key] = value
+        self._touched.add(key)
 
     def __delitem__(self, key: str) -> None:
         found = self._models.pop(key, None) is not None
+        self._touched.discard(key)
         if key in self._table:
             del self._table[key]
         elif not found:
@@ -112,7 +126,7 @@ class ModelTable(MutableMapping[str, Any]):
 
     def __iter__(self) -> Iterator[str]:
         yield from self._table
-        for key in self._models:
+        for key in list(self._models):
             if key not in self._table:
                 yield key
 
@@ -121,8 +135,17 @@ class ModelTable(MutableMapping[str, Any]):
 
     def write_back(self) -> None:
         """Store the dump of every model this call touched into the episode's table."""
-        for key, model in self._models.items():
-            self._table[key] = model.model_dump()
+        for key in self._touched:
+            self._table[key] = self._models[key].model_dump(mode="json")
+        self._touched.clear()
+
+
+def _episode_models(data: EpisodeData) -> dict[str, dict[str, Any]]:
+    """The episode's live models, table -> id -> model (kept on the episode data object)."""
+    models = data.__dict__.get("_tau2_models")
+    if models is None:
+        models = data.__dict__.setdefault("_tau2_models", {})
+    return models
 
 
 class OfficialTool:
@@ -150,16 +173,18 @@ class _DomainSpec:
         ).Environment.to_json_str
         db = self.database.load(db_path)
         self.tables = tuple(type(db).model_fields)
-        self.models = {t: _record_type(type(db), t) for t in self.tables}
         self.base_models = {t: dict(getattr(db, t)) for t in self.tables}
         self.base_data = {
-            t: {key: model.model_dump() for key, model in records.items()}
+            t: {key: model.model_dump(mode="json") for key, model in records.items()}
             for t, records in self.base_models.items()
         }
 
     def call(self, data: EpisodeData, method: str, kwargs: Mapping[str, Any]) -> Any:
         """Call ``method`` of a tool kit over ``data`` (a tool or an assertion function)."""
-        tables = {t: ModelTable(data[t], self.base_models[t], self.models[t]) for t in self.tables}
+        live = _episode_models(data)
+        tables = {
+            t: ModelTable(data[t], self.base_models[t], live.setdefault(t, {})) for t in self.tables
+        }
         toolkit = self.toolkit(self.database.model_construct(**tables))
         try:
             return getattr(toolkit, method)(**kwargs)
@@ -167,11 +192,6 @@ class _DomainSpec:
             for t, table in tables.items():
                 if data[t].writable:
                     table.write_back()
-
-
-def _record_type(database: type, table: str) -> type:
-    """The model class of one table's records (``Dict[str, Model]`` -> ``Model``)."""
-    return typing.get_args(database.model_fields[table].annotation)[1]
 
 
 class _SplitLoader:

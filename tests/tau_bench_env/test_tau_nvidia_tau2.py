@@ -172,7 +172,7 @@ def test_tool_results_and_end_state_equal_tau2s_environment(domain_name: str) ->
             call = ToolCall(id=str(number), name=action.name, arguments=dict(action.kwargs))
             expected = official.get_response(call).content
             assert run_action(domain, data, action) == expected, (task.task_id, action)
-    assert data.materialize() == official.tools.db.model_dump()
+    assert data.materialize() == official.tools.db.model_dump(mode="json")
     assert data.own_records() > 0
 
 
@@ -183,7 +183,10 @@ def test_base_untouched_after_every_task(domain_name: str) -> None:
     spec = domain.spec
     before = data_hash(domain.base_data)
     models_before = data_hash(
-        {t: {k: m.model_dump() for k, m in spec.base_models[t].items()} for t in spec.tables}
+        {
+            t: {k: m.model_dump(mode="json") for k, m in spec.base_models[t].items()}
+            for t in spec.tables
+        }
     )
     assert models_before == before
     for task in domain.tasks("base"):
@@ -192,7 +195,10 @@ def test_base_untouched_after_every_task(domain_name: str) -> None:
             run_action(domain, data, action)
     assert data_hash(domain.base_data) == before
     models_after = data_hash(
-        {t: {k: m.model_dump() for k, m in spec.base_models[t].items()} for t in spec.tables}
+        {
+            t: {k: m.model_dump(mode="json") for k, m in spec.base_models[t].items()}
+            for t in spec.tables
+        }
     )
     assert models_after == before
 
@@ -237,3 +243,28 @@ def test_concurrent_episodes_share_the_base_and_one_ground_truth_replay() -> Non
     assert rewards == [1.0] * len(rewards)
     assert cache.computations == len(tasks)
     assert data_hash(domain.base_data) == before
+
+
+def test_models_live_for_the_episode_as_tau2s_in_place_objects() -> None:
+    # a float stored in an int field by one call stays a float through the next call on
+    # that record, as in tau2 (re-validating the record between calls would make it an int)
+    import importlib
+
+    from tau2.data_model.message import ToolCall
+
+    domain = load_domain(BACKEND, "airline")
+    official = importlib.import_module("tau2.domains.airline.environment").get_environment()
+    data = domain.fresh_data()
+    arguments = {"reservation_id": "YAX4DR", "nonfree_baggages": 0}
+    arguments["payment_id"] = "credit_card_4938634"
+    calls = [
+        Action("update_reservation_baggages", {**arguments, "total_baggages": 2.0}),
+        Action("update_reservation_baggages", {**arguments, "total_baggages": 2.0}),
+        Action("get_reservation_details", {"reservation_id": "YAX4DR"}),
+    ]
+    for number, action in enumerate(calls):
+        call = ToolCall(id=str(number), name=action.name, arguments=dict(action.kwargs))
+        assert run_action(domain, data, action) == official.get_response(call).content
+    assert data["reservations"]["YAX4DR"]["total_baggages"] == 2.0
+    assert isinstance(data["reservations"]["YAX4DR"]["total_baggages"], float)
+    assert data.materialize() == official.tools.db.model_dump(mode="json")
