@@ -70,7 +70,9 @@ class PoolConfig:
     """A reward whose mean time on a worker is at least this is reported item by item,
     so that a hang in it is pinned on one item at once (costs ~0.1 ms per item)."""
     start_timeout_s: float = 120.0
-    """Longest to wait for a new worker to load its reward functions."""
+    """Longest to wait for a new worker to load its reward functions; also bounds the start
+    of a pool (creating or connecting): past it, ``PoolStartError`` says how many workers
+    run and how many are pending."""
     queue_timeout_s: float = 300.0
     """Longest a call may wait behind other clients' calls on a shared worker."""
     cache_size: int = 100000
