@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# GRPO with SkyRL on tau-bench retail: multi-turn tool use, the binary
+# GRPO with SkyRL 0.4 on tau-bench retail: multi-turn tool use, the binary
 # tau-bench reward paid by the `tau_bench` env when the episode ends.
 #
-#   bash scripts/launch_grpo_tau_retail.sh             # train: needs GPUs, SkyRL and a user-model endpoint
-#   bash scripts/launch_grpo_tau_retail.sh --dry-run   # no GPU: write the task parquet, load the
-#                                                      # configs and build the envs through skyrl_gym.make
+#   bash scripts/launch_grpo_tau_retail.sh            # train: needs GPUs, Python 3.12 with
+#                                                     #   pip install -e ".[skyrl]" "skyrl[fsdp]==0.4.0",
+#                                                     #   and a user-model endpoint
+#   bash scripts/launch_grpo_tau_retail.sh --check    # no GPU: write the task parquet, parse and
+#                                                     #   validate the config with SkyRL's own parser
 #   bash scripts/launch_grpo_tau_retail.sh trainer.epochs=2   # any further SkyRL override
 #
 # Environment variables (defaults in brackets):
@@ -13,11 +15,12 @@
 #   MODEL          policy [Qwen/Qwen2.5-7B-Instruct]   NUM_GPUS [4]
 #   USER_BASE_URL  OpenAI-compatible endpoint of the user model [http://127.0.0.1:8000/v1]
 #   USER_MODEL     user model name at that endpoint [Qwen/Qwen2.5-32B-Instruct]
+#   PYTHON         the Python 3.12 interpreter with SkyRL installed [python]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python}
-DRY_RUN=()
-if [[ "${1:-}" == "--dry-run" ]]; then DRY_RUN=(--dry-run); shift; fi
+CHECK=()
+if [[ "${1:-}" == "--check" ]]; then CHECK=(--check); shift; fi
 DATA_DIR=${DATA_DIR:-$HOME/data/skyrl_rewards/tau_retail}
 BACKEND=${BACKEND:-tau2}
 MODEL=${MODEL:-Qwen/Qwen2.5-7B-Instruct}
@@ -28,25 +31,30 @@ USER_MODEL=${USER_MODEL:-Qwen/Qwen2.5-32B-Instruct}
 "$PYTHON" scripts/tau_bench_dataset.py --backend "$BACKEND" --domain retail --split train --out "$DATA_DIR/train.parquet"
 "$PYTHON" scripts/tau_bench_dataset.py --backend "$BACKEND" --domain retail --split test --out "$DATA_DIR/test.parquet"
 
-exec "$PYTHON" -m skyrl_rewards.train.launch "${DRY_RUN[@]}" \
-  --env-config configs/skyrl_env_tau_retail.yaml \
-  --env-settings configs/tau_bench.yaml \
-  --env-module tau_bench_env \
-  --input "$DATA_DIR/train.parquet" --val-input "$DATA_DIR/test.parquet" \
-  -- \
-  +environment.skyrl_gym.tau_bench.backend="$BACKEND" \
-  +environment.skyrl_gym.tau_bench.user.base_url="$USER_BASE_URL" \
-  +environment.skyrl_gym.tau_bench.user.model="$USER_MODEL" \
+exec "$PYTHON" -m skyrl_rewards.train "${CHECK[@]}" \
+  data.train_data="['$DATA_DIR/train.parquet']" \
+  data.val_data="['$DATA_DIR/test.parquet']" \
+  environment.env_class=tau_bench \
+  environment.skyrl_gym.tau_bench.backend="$BACKEND" \
+  environment.skyrl_gym.tau_bench.domain=retail \
+  environment.skyrl_gym.tau_bench.split=train \
+  environment.skyrl_gym.tau_bench.max_turns=30 \
+  environment.skyrl_gym.tau_bench.user.kind=openai \
+  environment.skyrl_gym.tau_bench.user.base_url="$USER_BASE_URL" \
+  environment.skyrl_gym.tau_bench.user.model="$USER_MODEL" \
   trainer.algorithm.advantage_estimator=grpo \
   trainer.policy.model.path="$MODEL" \
   trainer.placement.colocate_all=true \
-  trainer.strategy=fsdp2 \
+  trainer.strategy=fsdp \
   trainer.placement.policy_num_gpus_per_node="$NUM_GPUS" \
   trainer.placement.ref_num_gpus_per_node="$NUM_GPUS" \
   generator.inference_engine.num_engines="$NUM_GPUS" \
   generator.inference_engine.tensor_parallel_size=1 \
   generator.inference_engine.backend=vllm \
   generator.inference_engine.run_engines_locally=true \
+  generator.max_turns=30 \
+  generator.use_conversation_multi_turn=true \
+  generator.batched=false \
   generator.n_samples_per_prompt=8 \
   generator.sampling_params.max_generate_length=1024 \
   generator.max_input_length=24576 \

@@ -8,6 +8,7 @@ multi-node tests) shuts this one down first; the next test that asks for
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterator
 
@@ -17,6 +18,10 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import pytest  # noqa: E402
 import ray  # noqa: E402
+
+# tests/skyrl_trainer needs the skyrl package (Python 3.12); test_skyrl_trainer_py312.py runs it
+# in a venv of its own when this interpreter does not have it.
+collect_ignore = [] if importlib.util.find_spec("skyrl") else ["skyrl_trainer"]
 
 RAY_NAMESPACE = "skyrl_rewards"
 RAY_LOCAL_CPUS = 4

@@ -125,7 +125,7 @@ def test_in_process_step_pays_the_mix(env_config) -> None:
         assert set(out["metadata"]["status"]) == {"iou", "format_rec"}
         metrics = env.get_metrics()
         assert metrics["reward/iou"] == pytest.approx(expected.components["iou"])
-        assert metrics["reward/should_mask"] == 0.0
+        assert metrics["should_mask"] == 0.0
 
 
 def test_dataset_error_is_reported_and_masked_not_raised() -> None:

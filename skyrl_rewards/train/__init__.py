@@ -1,5 +1,13 @@
-"""Training with SkyRL: the ``skyrl_rewards`` env and the launcher.
+"""Training with SkyRL 0.4: the envs' SkyRL side, the typed config, the generator, the entry point.
 
-``env`` holds :class:`SkyRLRewardEnv` and its registration with skyrl-gym;
-importing this package imports neither skyrl-gym nor SkyRL.
+- ``env``: :class:`SkyRLRewardEnv` (``skyrl_rewards``), registered with skyrl-gym.
+- ``registration``: env ids by entry point, never silently replaced.
+- ``config``: ``TrainConfig``, SkyRL's config with this project's env sections.
+- ``generator``: SkyRL's generators with masking that reaches the loss; ``make_generator``.
+- ``experiment``: ``RewardsPPOExp``; ``entrypoint``: ``python -m skyrl_rewards.train``.
+- ``dataset``: SkyRL prompt rows (parquet) from this project's JSONL rows.
+
+``config``, ``generator``, ``experiment`` and ``entrypoint`` need the ``skyrl``
+package (``pip install 'skyrl-rewards[skyrl]'``, Python 3.12); importing this
+package imports neither skyrl-gym nor SkyRL.
 """

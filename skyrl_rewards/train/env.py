@@ -40,8 +40,6 @@ the ``tau_bench`` env of the same package and any other installed env). An id
 already held by a different env is an error, never silently replaced.
 """
 
-from __future__ import annotations
-
 import json
 import threading
 from collections.abc import Mapping
@@ -61,6 +59,9 @@ if TYPE_CHECKING:
 ENV_ID = "skyrl_rewards"
 ENTRY_POINT = "skyrl_rewards.train.env:SkyRLRewardEnv"
 SKYRL_BOOKKEEPING_KEYS = frozenset({"reward_spec", "max_turns"})
+MASK_METRIC = "should_mask"
+"""The ``get_metrics()`` key, in every env of this project, that is 1.0 for an episode whose
+reward is a fallback; :mod:`skyrl_rewards.train.generator` zeroes that trajectory's loss mask."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class RewardEnvConfig:
             )
 
     @classmethod
-    def from_any(cls, env_config: Any) -> RewardEnvConfig:
+    def from_any(cls, env_config: Any) -> "RewardEnvConfig":
         """Build from ``None``, a dict, an omegaconf node or an instance."""
         if isinstance(env_config, cls):
             return env_config
@@ -114,11 +115,11 @@ class RewardEnvConfig:
 
 
 _lock = threading.Lock()
-_pools: dict[str, RewardPool] = {}
+_pools: dict[str, "RewardPool"] = {}
 _mixes: dict[str, RewardMix] = {}
 
 
-def shared_pool(name: str) -> RewardPool:
+def shared_pool(name: str) -> "RewardPool":
     """The process-wide client of the pool ``name`` that every env of this process uses.
 
     Connected on first use; its ``metrics()`` count the steps of this process.
@@ -217,13 +218,13 @@ class SkyRLRewardEnv(BaseTextEnv):
         )
 
     def get_metrics(self) -> dict[str, Any]:
-        """Per-episode numbers: ``reward/<component>``, ``reward/should_mask``, ``reward/latency_s``."""
+        """Per-episode numbers: ``reward/<component>``, ``should_mask`` (1.0 when the result is a fallback), ``reward/latency_s``."""
         if self.result is None:
             return {}
         metrics: dict[str, Any] = {
             f"reward/{name}": value for name, value in self.result.components.items()
         }
-        metrics["reward/should_mask"] = float(self.result.should_mask)
+        metrics[MASK_METRIC] = float(self.result.should_mask)
         metrics["reward/latency_s"] = self.result.latency_s
         return metrics
 

@@ -185,7 +185,7 @@ def test_unreachable_user_ends_the_episode_masked_without_raising() -> None:
     assert out["done"] and out["reward"] == 0.0 and out["observations"] == []
     assert out["metadata"]["should_mask"] is True
     assert "cannot reach" in out["metadata"]["failure"]
-    assert env.get_metrics()["env_failed"] is True
+    assert env.get_metrics()["should_mask"] == 1.0
     with pytest.raises(EpisodeEndedError):
         env.step("again")
 
@@ -199,7 +199,7 @@ def test_user_failing_mid_episode_ends_it_masked(server: _Server) -> None:
     assert out["done"] and out["reward"] == 0.0
     assert out["metadata"]["should_mask"] is True
     assert out["metadata"]["failure"].startswith("UserSimulatorError")
-    assert env.get_metrics()["env_failed"] is True
+    assert env.get_metrics()["should_mask"] == 1.0
 
 
 def test_healthy_episode_is_not_masked(server: _Server) -> None:
@@ -208,4 +208,4 @@ def test_healthy_episode_is_not_masked(server: _Server) -> None:
     env.init([])
     out = env.step("Let me check.")
     assert out["done"] and out["metadata"]["should_mask"] is False
-    assert env.get_metrics()["env_failed"] is False
+    assert env.get_metrics()["should_mask"] == 0.0

@@ -1,0 +1,82 @@
+"""``TrainConfig``: SkyRL's typed training config with this project's env sections.
+
+SkyRL 0.4 builds its config from dataclasses and refuses ``+key=value`` and
+unknown keys; new settings come from subclassing. :class:`TrainConfig` is
+``SkyRLTrainConfig`` whose ``environment.skyrl_gym`` also carries
+
+- ``skyrl_rewards``: :class:`~skyrl_rewards.train.env.RewardEnvConfig`
+  (``pool``, ``in_process``, ``rewards``),
+- ``tau_bench``: :class:`~tau_bench_env.config.TauBenchEnvConfig`, nested
+  ``user`` included,
+- ``on_env_error``: what the generator does when an env raises (``mask``:
+  the trajectory scores 0.0 with an all-zero loss mask and is counted;
+  ``raise``: the step fails, SkyRL's own behaviour),
+
+and a top-level ``reward_pool`` section that starts the named reward pool
+before training. So ``TrainConfig.from_cli_overrides([...])`` takes
+``environment.skyrl_gym.tau_bench.user.kind=replay`` or
+``environment.skyrl_gym.skyrl_rewards.pool=vlm_rewards`` with no ``+``.
+
+No ``from __future__ import annotations`` here or in the section classes:
+SkyRL's dataclass walker reads ``Field.type`` and needs real classes.
+"""
+
+from dataclasses import dataclass, field
+
+from skyrl.train.config import EnvironmentConfig, SkyRLGymConfig, SkyRLTrainConfig
+
+from skyrl_rewards.train.env import RewardEnvConfig
+from tau_bench_env.config import TauBenchEnvConfig
+
+ON_ENV_ERROR = ("mask", "raise")
+
+
+@dataclass
+class RewardPoolLaunchConfig:
+    """The reward pool the entry point starts before training (``reward_pool.*``)."""
+
+    config: str | None = None
+    """Pool config (``configs/pool.yaml``, or a bundled config's file name); None starts no pool."""
+    rewards: str | None = None
+    """A config whose ``rewards`` mapping replaces the pool config's mix (``configs/rec.yaml``)."""
+    overrides: list[str] = field(default_factory=list)
+    """``key=value`` overrides of the pool config (``num_workers=8``)."""
+
+
+@dataclass
+class RewardsSkyRLGymConfig(SkyRLGymConfig):
+    """SkyRL's ``environment.skyrl_gym`` plus this project's env sections."""
+
+    skyrl_rewards: RewardEnvConfig = field(default_factory=RewardEnvConfig)
+    """``env_config`` of the ``skyrl_rewards`` env."""
+    tau_bench: TauBenchEnvConfig = field(default_factory=TauBenchEnvConfig)
+    """``env_config`` of the ``tau_bench`` env."""
+    on_env_error: str = "mask"
+    """``mask`` (an env that raises ends its trajectory, masked and counted) or ``raise``."""
+
+    def __post_init__(self) -> None:
+        if self.on_env_error not in ON_ENV_ERROR:
+            raise ValueError(
+                f"environment.skyrl_gym.on_env_error must be one of {list(ON_ENV_ERROR)}, "
+                f"got {self.on_env_error!r}"
+            )
+
+
+@dataclass
+class RewardsEnvironmentConfig(EnvironmentConfig):
+    """SkyRL's ``environment`` section with :class:`RewardsSkyRLGymConfig`."""
+
+    skyrl_gym: RewardsSkyRLGymConfig = field(default_factory=RewardsSkyRLGymConfig)
+
+
+@dataclass
+class TrainConfig(SkyRLTrainConfig):
+    """SkyRL's training config with this project's sections (see the module docstring).
+
+    >>> cfg = TrainConfig.from_cli_overrides(["environment.skyrl_gym.tau_bench.user.kind=replay"])
+    >>> cfg.environment.skyrl_gym.tau_bench.user.kind
+    'replay'
+    """
+
+    environment: RewardsEnvironmentConfig = field(default_factory=RewardsEnvironmentConfig)
+    reward_pool: RewardPoolLaunchConfig = field(default_factory=RewardPoolLaunchConfig)

@@ -1,0 +1,151 @@
+"""``python -m skyrl_rewards.train OVERRIDES...``: SkyRL's GRPO entry point with this project's envs.
+
+What SkyRL's own ``main_base`` does, with four differences:
+
+1. The config is :class:`~skyrl_rewards.train.config.TrainConfig`, so the
+   env sections take plain ``key=value`` overrides (SkyRL refuses ``+``).
+2. The generator comes from :func:`~skyrl_rewards.train.generator.make_generator`:
+   masked trajectories reach the loss with all-zero loss masks, and an env
+   failure ends one trajectory, not the step.
+3. The Ray entrypoint task registers every env installed packages declare
+   (``skyrl_rewards``, ``tau_bench``) before building anything; an id taken by
+   another env is an error.
+4. With ``reward_pool.config=...`` the named reward pool is started on the
+   cluster before training and stopped after it; otherwise an env with
+   ``pool: NAME`` connects to a pool started with ``skyrl-rewards pool start``.
+
+``--check`` parses and validates the config, prints this project's sections
+and exits: no Ray, no GPU (what the launch scripts' ``--check`` runs).
+"""
+
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, fields, is_dataclass
+from typing import Any
+
+USAGE = """usage: python -m skyrl_rewards.train [--check] KEY=VALUE ...
+
+SkyRL's GRPO trainer (skyrl 0.4) with the envs of skyrl-rewards. Every argument is a
+SkyRL override (trainer.*, generator.*, data.*, environment.*), no '+' prefix, plus
+this project's sections:
+
+{sections}
+--check   parse and validate the config, print this project's sections, exit (no Ray, no GPU)
+"""
+
+
+def _field_lines(cls: type, prefix: str) -> list[str]:
+    lines = []
+    for f in fields(cls):
+        default = f.default_factory() if callable(f.default_factory) else f.default
+        if is_dataclass(default):
+            lines += _field_lines(type(default), f"{prefix}{f.name}.")
+        else:
+            lines.append(f"  {prefix}{f.name}={default!r}")
+    return lines
+
+
+def usage() -> str:
+    """The ``--help`` text: the override syntax and every field of this project's sections."""
+    from skyrl_rewards.train.config import RewardPoolLaunchConfig, RewardsSkyRLGymConfig
+    from skyrl_rewards.train.env import RewardEnvConfig
+    from tau_bench_env.config import TauBenchEnvConfig
+
+    sections = [
+        *_field_lines(RewardEnvConfig, "environment.skyrl_gym.skyrl_rewards."),
+        *_field_lines(TauBenchEnvConfig, "environment.skyrl_gym.tau_bench."),
+        f"  environment.skyrl_gym.on_env_error={RewardsSkyRLGymConfig.on_env_error!r}  (mask | raise)",
+        *_field_lines(RewardPoolLaunchConfig, "reward_pool."),
+    ]
+    return USAGE.format(sections="\n".join(sections))
+
+
+def parse_config(overrides: Sequence[str]) -> Any:
+    """``TrainConfig`` from ``overrides``, validated by SkyRL's own ``validate_cfg``."""
+    from skyrl.train.utils import validate_cfg
+
+    from skyrl_rewards.train.config import TrainConfig
+
+    cfg = TrainConfig.from_cli_overrides(list(overrides))
+    validate_cfg(cfg)
+    return cfg
+
+
+def start_reward_pool(cfg: Any) -> Any:
+    """Start the pool ``cfg.reward_pool`` names (its mix replaced by ``reward_pool.rewards``'s)."""
+    from omegaconf import OmegaConf
+
+    from skyrl_rewards.bundled import config_file
+    from skyrl_rewards.pool.config import load_pool_config
+    from skyrl_rewards.pool.reward_pool import RewardPool
+
+    launch = cfg.reward_pool
+    source = OmegaConf.to_container(OmegaConf.load(config_file(launch.config)), resolve=True)
+    if launch.rewards is not None:
+        mix = OmegaConf.load(config_file(launch.rewards))
+        source["rewards"] = OmegaConf.to_container(mix.rewards, resolve=True)
+    return RewardPool.from_config(load_pool_config(source, launch.overrides))
+
+
+def run(cfg: Any) -> None:
+    """Train with SkyRL: the envs registered and the generator built inside the Ray task."""
+    import ray
+    from skyrl.train.utils.utils import initialize_ray
+
+    initialize_ray(cfg)
+    pool = start_reward_pool(cfg) if cfg.reward_pool.config else None
+    try:
+        ray.get(_entrypoint_task().remote(cfg))
+    finally:
+        if pool is not None:
+            pool.shutdown()
+
+
+def _entrypoint_task() -> Any:
+    import ray
+
+    @ray.remote(num_cpus=1)
+    def skyrl_rewards_entrypoint(cfg: Any) -> None:
+        from skyrl_rewards.train.experiment import RewardsPPOExp
+        from skyrl_rewards.train.registration import register_installed_envs
+
+        register_installed_envs()
+        RewardsPPOExp(cfg).run()
+
+    return skyrl_rewards_entrypoint
+
+
+def _summary(cfg: Any) -> str:
+    gym = cfg.environment.skyrl_gym
+    return "\n".join(
+        [
+            f"environment.env_class: {cfg.environment.env_class}",
+            f"environment.skyrl_gym.skyrl_rewards: {asdict(gym.skyrl_rewards)}",
+            f"environment.skyrl_gym.tau_bench: {asdict(gym.tau_bench)}",
+            f"environment.skyrl_gym.on_env_error: {gym.on_env_error}",
+            f"reward_pool: {asdict(cfg.reward_pool)}",
+            f"generator.vision_language_generator: {cfg.generator.vision_language_generator}",
+            f"trainer.strategy: {cfg.trainer.strategy}",
+            "config OK",
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the entry point (see the module docstring); returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if {"-h", "--help"} & set(args):
+        print(usage())
+        return 0
+    check = "--check" in args
+    overrides = [a for a in args if a != "--check"]
+    try:
+        cfg = parse_config(overrides)
+    except (ValueError, FileNotFoundError, AssertionError) as error:  # SkyRL validates by assert
+        print(f"python -m skyrl_rewards.train: config error: {error}", file=sys.stderr)
+        return 2
+    if check:
+        print(_summary(cfg))
+        return 0
+    run(cfg)
+    return 0

@@ -1,0 +1,346 @@
+"""Both envs inside the real SkyRL 0.4: its config parser, its PromptDataset over this project's
+parquet, its generators (through ``make_generator``) and the project's reward pool on Ray.
+
+Only the inference engine is stood in for (``ScriptedEngine``: the GPU part).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from skyrl.train.dataset import PromptDataset
+from skyrl.train.generators.base import TRAINING_PHASE_TRAIN
+from skyrl.train.generators.utils import prepare_generator_input
+from skyrl_helpers import IMAGE_PLACEHOLDER, ScriptedEngine
+
+from skyrl_rewards.data.jsonl import read_rows, to_samples
+from skyrl_rewards.pool.config import load_pool_config
+from skyrl_rewards.pool.reward_pool import RewardPool
+from skyrl_rewards.rewards.mix import RewardMix
+from skyrl_rewards.train.config import TrainConfig
+from skyrl_rewards.train.dataset import prepare_data
+from skyrl_rewards.train.env import close_shared_pools
+from skyrl_rewards.train.generator import (
+    MaskingGymGenerator,
+    MaskingVLMGymGenerator,
+    _impute_masked_rewards,
+    make_generator,
+)
+from skyrl_rewards.train.registration import register_installed_envs
+from tau_bench_env.backends import load_domain
+from tau_bench_env.tasks import RESPOND
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "skyrl_rewards" / "sample_data"
+COMMON = ["trainer.logger=console", "trainer.strategy=fsdp", "generator.batched=false"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _envs_registered() -> None:
+    assert {"skyrl_rewards", "tau_bench"} <= set(register_installed_envs())
+
+
+def dataset_batch(parquets: list[Path], tokenizer: Any, env_class: str, n_samples: int = 1) -> dict:
+    """What SkyRL's trainer hands the generator for these parquet files (its own helpers)."""
+    # byte-level test tokenizer: one token per byte, so the tau system prompt is long
+    dataset = PromptDataset([str(p) for p in parquets], tokenizer, 1_000_000, num_workers=1)
+    prompts = dataset.collate_fn([dataset[i] for i in range(len(dataset))])
+    batch, _ = prepare_generator_input(prompts, n_samples, None, env_class, TRAINING_PHASE_TRAIN, 1)
+    return batch
+
+
+def last_token_rewards(out: dict) -> list[float]:
+    return [sum(r) if isinstance(r, list) else r for r in out["rewards"]]
+
+
+# ---- the launch scripts' override lists, through SkyRL's own parser -----------------------
+
+
+@pytest.mark.parametrize("script", ["launch_grpo_rec.sh", "launch_grpo_tau_retail.sh"])
+def test_launch_scripts_overrides_pass_skyrls_parser(script: str, tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHON=sys.executable, DATA_DIR=str(tmp_path))
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts" / script), "--check"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "config OK" in out.stdout
+    assert (tmp_path / "train.parquet").is_file()
+
+
+def test_env_sections_take_plain_overrides() -> None:
+    cfg = TrainConfig.from_cli_overrides(
+        [
+            *COMMON,
+            "environment.skyrl_gym.tau_bench.user.kind=replay",
+            "environment.skyrl_gym.tau_bench.user.timeout_s=5",
+            "environment.skyrl_gym.skyrl_rewards.pool=vlm_rewards",
+        ]
+    )
+    gym = cfg.environment.skyrl_gym
+    assert gym.tau_bench.user.kind == "replay" and gym.tau_bench.user.timeout_s == 5
+    assert gym.skyrl_rewards.pool == "vlm_rewards"
+    with pytest.raises(ValueError, match="nope"):
+        TrainConfig.from_cli_overrides(["environment.skyrl_gym.tau_bench.user.nope=1"])
+    with pytest.raises(ValueError, match="on_env_error"):
+        TrainConfig.from_cli_overrides(["environment.skyrl_gym.on_env_error=ignore"])
+
+
+def test_help_runs() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "skyrl_rewards.train", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0
+    assert "environment.skyrl_gym.tau_bench.user.kind='openai'" in out.stdout
+
+
+# ---- REC through the VLM generator and a real reward pool ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rec_pool(ray_local: None) -> Any:
+    name = "skyrl_trainer_rec_pool"
+    pool = RewardPool.from_config(ROOT / "configs" / "rec.yaml", [f"name={name}", "num_workers=1"])
+    yield name
+    close_shared_pools()
+    pool.shutdown()
+
+
+def rec_rows(tmp_path: Path) -> list[dict]:
+    """Four sample REC rows with their images copied, the last one's image later deleted."""
+    rows = read_rows(SAMPLE / "rec.jsonl")[:4]
+    (tmp_path / "images").mkdir()
+    for row in rows:
+        shutil.copy(SAMPLE / row["image_path"], tmp_path / row["image_path"])
+    with (tmp_path / "rec.jsonl").open("w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    return rows
+
+
+def test_rec_rows_train_through_the_vlm_generator_and_the_pool(
+    rec_pool: str, tokenizer: Any, tmp_path: Path
+) -> None:
+    rows = rec_rows(tmp_path)
+    train, val = prepare_data(tmp_path / "rec.jsonl", tmp_path / "data", "skyrl_rewards")
+    (tmp_path / rows[3]["image_path"]).unlink()  # the image is gone by training time
+    batch = dataset_batch([train, val], tokenizer, "skyrl_rewards")
+    assert len(batch["prompts"]) == 4
+    gold = '<think>I see it.</think> <answer>{{"bbox_2d": {}}}</answer>'
+    replies = {
+        "0_0": [rows[0]["completion"]],  # the sample's own answer
+        "1_0": [gold.format(rows[1]["solution"].split("<answer>")[1].split("</answer>")[0])],
+        "2_0": ["I cannot tell."],  # malformed: no box, no format
+        "3_0": [rows[3]["completion"]],  # its image is missing
+    }
+    engine = ScriptedEngine(tokenizer, replies)
+    cfg = TrainConfig.from_cli_overrides(
+        [
+            *COMMON,
+            "generator.vision_language_generator=true",
+            "generator.use_conversation_multi_turn=true",
+            "generator.max_turns=1",
+            "environment.env_class=skyrl_rewards",
+            f"environment.skyrl_gym.skyrl_rewards.pool={rec_pool}",
+        ]
+    )
+    generator = make_generator(cfg, engine, tokenizer)
+    assert isinstance(generator, MaskingVLMGymGenerator)
+    out = asyncio.run(generator.generate(batch, disable_tqdm=True))
+
+    mix = RewardMix.from_config(load_pool_config(ROOT / "configs" / "rec.yaml").rewards)
+    samples = to_samples(rows, SAMPLE)
+    expected = [
+        mix.score({**samples[0], "completion": replies["0_0"][0]}).total,
+        mix.score({**samples[1], "completion": replies["1_0"][0]}).total,
+        0.0,
+    ]
+    rewards = last_token_rewards(out)
+    assert rewards[:3] == pytest.approx(expected)
+    assert expected[1] == pytest.approx(2.0)  # gold box and format: iou 1 + format 1
+    for reward, mask in zip(out["rewards"][:3], out["loss_masks"][:3], strict=True):
+        assert reward[-1] == sum(reward) and any(mask)  # paid on the last token, trained on
+    # the missing image: a fallback, masked all the way to the loss, no exception
+    assert out["loss_masks"][3] == [0] * len(out["loss_masks"][3]) and rewards[3] == 0.0
+    assert out["env_metrics"][3]["should_mask"] == 1.0
+    metrics = out["rollout_metrics"]
+    assert metrics["generate/masked_share"] == pytest.approx(0.25)
+    assert metrics["environment/should_mask"] == pytest.approx(0.25)
+    assert "environment/reward/iou" in metrics
+    # the prompt as rendered: one image placeholder per image, the question as text
+    for messages in engine.rendered:
+        text = json.dumps(messages)
+        assert '"image_url": null' not in text
+        rendered = tokenizer.apply_chat_template(messages, tokenize=False)
+        assert rendered.count(IMAGE_PLACEHOLDER) == 1
+        assert "bounding box coordinate" in rendered
+
+
+def test_parquet_round_trip_adds_null_keys_that_would_render_a_second_image(
+    tokenizer: Any, tmp_path: Path
+) -> None:
+    rec_rows(tmp_path)
+    train, _ = prepare_data(tmp_path / "rec.jsonl", tmp_path / "data", "skyrl_rewards")
+    raw = pq.read_table(train).to_pylist()[0]["prompt"]
+    assert raw[0]["content"][1]["image_url"] is None  # arrow's union of keys
+    assert tokenizer.apply_chat_template(raw, tokenize=False).count(IMAGE_PLACEHOLDER) == 2
+
+
+# ---- tau-bench through the text generator ----------------------------------------------------
+
+
+def tool_call(name: str, kwargs: dict) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': kwargs})}\n</tool_call>"
+
+
+def gold_turns(task: Any) -> list[str]:
+    turns = [
+        str(a.kwargs["content"]) if a.name == RESPOND else tool_call(a.name, dict(a.kwargs))
+        for a in task.actions
+    ]
+    closing = "To confirm: " + ", ".join(task.outputs) + "." if task.outputs else "Anything else?"
+    return [*turns, closing]
+
+
+def tau_parquet(tmp_path: Path, n_tasks: int) -> tuple[Path, list[Any]]:
+    """The dataset script's parquet for the first ``n_tasks`` retail test tasks whose ground truth
+    writes data (a read-only run cannot pass them), with user turns for the replay user."""
+    out = tmp_path / "tau.parquet"
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "tau_bench_dataset.py"), "--domain", "retail"]
+        + ["--split", "test", "--out", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    domain = load_domain("tau2", "retail")
+    writes = [
+        i
+        for i, task in enumerate(domain.tasks("test"))
+        if any(a.name not in domain.read_only_tools and a.name != RESPOND for a in task.actions)
+    ][:n_tasks]
+    rows = [pq.read_table(out).to_pylist()[i] for i in writes]
+    for row in rows:
+        row["user_turns"] = ["Hi, I need help with my order."]
+    pq.write_table(pa.Table.from_pylist(rows), out)
+    return out, [domain.tasks("test")[i] for i in writes]
+
+
+def tau_cfg(*extra: str) -> Any:
+    return TrainConfig.from_cli_overrides(
+        [
+            *COMMON,
+            "generator.use_conversation_multi_turn=true",
+            "generator.max_turns=30",
+            "generator.max_input_length=200000",
+            "environment.env_class=tau_bench",
+            "environment.skyrl_gym.tau_bench.backend=tau2",
+            "environment.skyrl_gym.tau_bench.domain=retail",
+            *extra,
+        ]
+    )
+
+
+def test_tau_gold_actions_earn_the_reward_on_the_last_token(tokenizer: Any, tmp_path: Path) -> None:
+    parquet, tasks = tau_parquet(tmp_path, 3)
+    batch = dataset_batch([parquet], tokenizer, "tau_bench", n_samples=2)
+    # sample 0 of each task plays the ground truth, sample 1 stops at once
+    replies = {f"{i}_0": gold_turns(task) for i, task in enumerate(tasks)}
+    replies |= {f"{i}_1": ["Goodbye."] for i in range(len(tasks))}
+    cfg = tau_cfg("environment.skyrl_gym.tau_bench.user.kind=replay")
+    generator = make_generator(cfg, ScriptedEngine(tokenizer, replies), tokenizer)
+    assert isinstance(generator, MaskingGymGenerator)
+    out = asyncio.run(generator.generate(batch, disable_tqdm=True))
+    rewards = last_token_rewards(out)
+    by_task = {
+        (tid.instance_id, tid.repetition_id): r
+        for tid, r in zip(batch["trajectory_ids"], rewards, strict=True)
+    }
+    for i in range(len(tasks)):
+        assert by_task[(str(i), 0)] == 1.0, tasks[i].task_id
+        assert by_task[(str(i), 1)] == 0.0  # a judgement: trained on, not masked
+    for reward, mask in zip(out["rewards"], out["loss_masks"], strict=True):
+        assert reward[-1] == sum(reward) and any(mask)
+    assert out["rollout_metrics"]["generate/masked_share"] == 0.0
+
+
+def test_unreachable_user_masks_the_trajectories_without_an_exception(
+    tokenizer: Any, tmp_path: Path
+) -> None:
+    parquet, tasks = tau_parquet(tmp_path, 2)
+    batch = dataset_batch([parquet], tokenizer, "tau_bench")
+    replies = {f"{i}_0": ["Hello, how can I help?"] for i in range(len(tasks))}
+    cfg = tau_cfg(
+        "environment.skyrl_gym.tau_bench.user.kind=openai",
+        "environment.skyrl_gym.tau_bench.user.base_url=http://127.0.0.1:9/v1",
+        "environment.skyrl_gym.tau_bench.user.max_retries=0",
+        "environment.skyrl_gym.tau_bench.user.timeout_s=2",
+    )
+    out = asyncio.run(
+        make_generator(cfg, ScriptedEngine(tokenizer, replies), tokenizer).generate(
+            batch, disable_tqdm=True
+        )
+    )
+    assert last_token_rewards(out) == [0.0, 0.0]
+    assert all(not any(mask) for mask in out["loss_masks"])
+    assert out["rollout_metrics"]["generate/masked_share"] == 1.0
+    assert out["rollout_metrics"]["environment/should_mask"] == 1.0
+
+
+def test_an_env_that_raises_ends_one_trajectory_or_the_step_when_asked(
+    tokenizer: Any, tmp_path: Path
+) -> None:
+    parquet, tasks = tau_parquet(tmp_path, 2)
+    batch = dataset_batch([parquet], tokenizer, "tau_bench")
+    batch["env_extras"][1]["task_index"] = 10_000  # a row the env refuses (ValueError in make)
+    replies = {"0_0": ["Goodbye."], "1_0": ["Goodbye."]}
+    cfg = tau_cfg("environment.skyrl_gym.tau_bench.user.kind=replay")
+    out = asyncio.run(
+        make_generator(cfg, ScriptedEngine(tokenizer, replies), tokenizer).generate(
+            batch, disable_tqdm=True
+        )
+    )
+    assert out["loss_masks"][1] == [0] and out["stop_reasons"][1] == "env_error"
+    assert any(out["loss_masks"][0])
+    assert out["rollout_metrics"]["generate/env_errors"] == 1.0
+    raising = tau_cfg(
+        "environment.skyrl_gym.tau_bench.user.kind=replay",
+        "environment.skyrl_gym.on_env_error=raise",
+    )
+    with pytest.raises(ValueError, match="task_index"):
+        asyncio.run(
+            make_generator(raising, ScriptedEngine(tokenizer, dict(replies)), tokenizer).generate(
+                batch, disable_tqdm=True
+            )
+        )
+
+
+@pytest.mark.parametrize(
+    ("rewards", "masked", "groups", "expected"),
+    [
+        # a masked trajectory takes its group's mean judged reward: the baseline does not move
+        ([[0, 1.0], [0, 0.0], [0, 0.0]], [False, False, True], [0, 0, 0], [1.0, 0.0, 0.5]),
+        # a group with nothing judged: 0.0
+        ([[2.0], [3.0]], [True, True], [0, 0], [0.0, 0.0]),
+        # groups are kept apart
+        ([1.0, 0.0, 0.0], [False, True, True], [0, 0, 1], [1.0, 1.0, 0.0]),
+    ],
+)
+def test_masked_rewards_are_imputed_per_group(rewards, masked, groups, expected) -> None:
+    out = _impute_masked_rewards(rewards, masked, groups)
+    assert [sum(r) if isinstance(r, list) else r for r in out] == expected

@@ -1,0 +1,73 @@
+"""Runs tests/skyrl_trainer (the envs inside the real SkyRL 0.4) in a Python 3.12 venv.
+
+SkyRL 0.4 needs Python >= 3.12 and vLLM (its config imports it), which the
+main test venv need not have. ``scripts/make_skyrl_venv.sh`` builds
+``.venv-skyrl`` once (rebuilt when pyproject.toml changes); this test then runs
+pytest on tests/skyrl_trainer inside it and fails with that run's output.
+Without a Python 3.12 the test skips, except in CI (``CI=true``), where it fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv-skyrl"
+STAMP = VENV / "skyrl-rewards-pyproject.sha256"
+
+
+def python312_available() -> bool:
+    """Whether scripts/make_skyrl_venv.sh will find a Python 3.12 (same order as it looks)."""
+    if os.environ.get("PYTHON312"):
+        return True
+    if shutil.which("python3.12"):
+        probe = subprocess.run(["python3.12", "--version"], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return True
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    return any(pyenv_root.glob("versions/3.12*/bin/python3.12"))
+
+
+def ensure_venv() -> Path:
+    """``.venv-skyrl/bin/python``, building the venv when missing or built for another pyproject."""
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    python = VENV / "bin" / "python"
+    if not (python.exists() and STAMP.exists() and STAMP.read_text() == digest):
+        build = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "make_skyrl_venv.sh")],
+            cwd=ROOT,
+            env={**os.environ, "VENV": str(VENV)},
+            capture_output=True,
+            text=True,
+            timeout=3000,
+        )
+        assert build.returncode == 0, f"building {VENV} failed:\n{build.stderr[-5000:]}"
+        STAMP.write_text(digest)
+    return python
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(4800)
+def test_envs_inside_the_real_skyrl_on_python312() -> None:
+    if not python312_available():
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI needs Python 3.12 for the SkyRL tests (set PYTHON312 or install it)")
+        pytest.skip("no Python 3.12 (SkyRL 0.4 needs it): set PYTHON312 to run the SkyRL tests")
+    python = ensure_venv()
+    run = subprocess.run(
+        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/skyrl_trainer"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    sys.stdout.write(run.stdout[-4000:])  # shown with -rA or on failure
+    assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-3000:]
+    assert " passed" in run.stdout.splitlines()[-1]
