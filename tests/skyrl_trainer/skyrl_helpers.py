@@ -4,7 +4,8 @@ The one stand-in is the inference engine (the GPU part): :class:`ScriptedEngine`
 answers each trajectory, by its session id, with the next of the replies
 scripted for it, and renders VLM conversations with the test tokenizer's chat
 template. The tokenizer is real (``transformers``), built here: byte-level
-BPE with ChatML and Qwen2-VL's vision tokens, no download.
+BPE with ChatML and Qwen2-VL's vision tokens, no download, carrying the real
+Qwen2.5-VL chat template (shipped inside the installed ``trl`` package).
 """
 
 from __future__ import annotations
@@ -14,22 +15,9 @@ from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
+from trl.chat_template_utils import qwen2_5_vl_chat_template
 
 IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
-
-# Written for these tests after the rule of Qwen2-VL's chat template: a content part is an
-# image when its type is "image" or it has an "image" or "image_url" key (key present, whatever
-# its value), and renders as the vision placeholder; any other part renders its text.
-QWEN_VL_STYLE_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
-    "{% if m['content'] is string %}{{ m['content'] }}"
-    "{% else %}{% for part in m['content'] %}"
-    "{% if part['type'] == 'image' or 'image' in part or 'image_url' in part %}"
-    + IMAGE_PLACEHOLDER
-    + "{% elif part['text'] is defined %}{{ part['text'] }}{% endif %}"
-    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
@@ -49,7 +37,9 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
             "<|vision_end|>",
         ],
     )
-    tokenizer.chat_template = QWEN_VL_STYLE_TEMPLATE
+    tokenizer.chat_template = (
+        qwen2_5_vl_chat_template  # the real Qwen2.5-VL template, as TRL ships it
+    )
     return tokenizer
 
 

@@ -1,7 +1,8 @@
 """Both envs inside the real SkyRL 0.4: its config parser, its PromptDataset over this project's
 parquet, its generators (through ``make_generator``) and the project's reward pool on Ray.
 
-Only the inference engine is stood in for (``ScriptedEngine``: the GPU part).
+Only the inference engine is stood in for (``ScriptedEngine``: the GPU part); prompts are
+rendered with the real Qwen2.5-VL chat template.
 """
 
 from __future__ import annotations
