@@ -98,12 +98,24 @@ def _hang_sample(answer: str) -> Sample:
     }
 
 
+def _new_pool(pool_class: Any, cfg: dict[str, Any]) -> Any:
+    """A new pool; retried for a minute while the previous pool's CPUs are being released."""
+    deadline = time.monotonic() + 60.0
+    while True:
+        try:
+            return pool_class.from_config(cfg)
+        except (RuntimeError, ValueError) as error:  # NotEnoughCpusError in newer checkouts
+            if "CPUs" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(2.0)
+
+
 def _pool_run(samples: list[Sample], hang_at: set[int], name: str) -> dict[str, Any]:
     from skyrl_rewards.pool.reward_pool import RewardPool
 
     cfg = {"name": name, "rewards": REWARDS, "num_workers": 2, "timeout_s": 10.0}
     started = time.monotonic()
-    with RewardPool.from_config(cfg) as pool:
+    with _new_pool(RewardPool, cfg) as pool:
         pool.score(ordinary_samples(random.Random(99), 64))  # warm-up, not timed
         startup_s = time.monotonic() - started
         load = os.getloadavg()[0]
