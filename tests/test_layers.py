@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -104,8 +105,13 @@ def test_facade_resolves_every_public_name() -> None:
 def test_plain_wheel_carries_the_configs_and_the_sample_data(tmp_path: Path) -> None:
     # `pip install .` (not editable): the wheel alone must find `configs/rec.yaml` from any directory
     root = PACKAGE.parent
+    source = tmp_path / "source"  # a copy: pip builds in the source tree (build/, *.egg-info)
+    for name in ("skyrl_rewards", "tau_bench_env", "configs"):
+        shutil.copytree(root / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, source / name)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(root)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(source)],
         check=True,
         timeout=300,
     )
