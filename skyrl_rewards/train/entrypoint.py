@@ -68,23 +68,43 @@ def parse_config(overrides: Sequence[str]) -> Any:
 
     cfg = TrainConfig.from_cli_overrides(list(overrides))
     validate_cfg(cfg)
+    if cfg.reward_pool.config:
+        reward_pool_config(cfg)  # checked before anything starts
     return cfg
 
 
 def start_reward_pool(cfg: Any) -> Any:
     """Start the pool ``cfg.reward_pool`` names (its mix replaced by ``reward_pool.rewards``'s)."""
+    from skyrl_rewards.pool.reward_pool import RewardPool
+
+    return RewardPool.from_config(reward_pool_config(cfg))
+
+
+def reward_pool_config(cfg: Any) -> Any:
+    """The ``PoolConfig`` that ``cfg.reward_pool`` describes.
+
+    Raises ``ValueError`` when the ``skyrl_rewards`` env would connect to a
+    pool of another name (the run would stall looking for it).
+    """
     from omegaconf import OmegaConf
 
     from skyrl_rewards.bundled import config_file
     from skyrl_rewards.pool.config import load_pool_config
-    from skyrl_rewards.pool.reward_pool import RewardPool
 
     launch = cfg.reward_pool
     source = OmegaConf.to_container(OmegaConf.load(config_file(launch.config)), resolve=True)
     if launch.rewards is not None:
         mix = OmegaConf.load(config_file(launch.rewards))
         source["rewards"] = OmegaConf.to_container(mix.rewards, resolve=True)
-    return RewardPool.from_config(load_pool_config(source, launch.overrides))
+    pool_config = load_pool_config(source, launch.overrides)
+    env = cfg.environment.skyrl_gym.skyrl_rewards
+    if cfg.environment.env_class == "skyrl_rewards" and not env.in_process:
+        if env.pool != pool_config.name:
+            raise ValueError(
+                f"environment.skyrl_gym.skyrl_rewards.pool is {env.pool!r} but reward_pool starts "
+                f"{pool_config.name!r}: set one to the other (reward_pool.overrides=[name={env.pool}])"
+            )
+    return pool_config
 
 
 def run(cfg: Any) -> None:

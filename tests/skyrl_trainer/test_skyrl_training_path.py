@@ -345,3 +345,15 @@ def test_an_env_that_raises_ends_one_trajectory_or_the_step_when_asked(
 def test_masked_rewards_are_imputed_per_group(rewards, masked, groups, expected) -> None:
     out = _impute_masked_rewards(rewards, masked, groups)
     assert [sum(r) if isinstance(r, list) else r for r in out] == expected
+
+
+def test_a_started_pool_must_be_the_one_the_env_connects_to() -> None:
+    from skyrl_rewards.train.entrypoint import parse_config
+
+    base = [*COMMON, "environment.env_class=skyrl_rewards", "reward_pool.config=configs/pool.yaml"]
+    with pytest.raises(ValueError, match="reward_pool.overrides=\\[name=vlm\\]"):
+        parse_config([*base, "environment.skyrl_gym.skyrl_rewards.pool=vlm"])
+    cfg = parse_config(
+        [*base, "environment.skyrl_gym.skyrl_rewards.pool=vlm", "reward_pool.overrides=[name=vlm]"]
+    )
+    assert cfg.reward_pool.overrides == ["name=vlm"]
