@@ -342,11 +342,15 @@ class Scheduler:
         if not item.future.done():
             item.future.set_result(result)
 
-    def _timeout_score(self, name: str, *, remembered: bool) -> ComponentScore:
+    def _timeout_score(
+        self, name: str, *, remembered: bool, deadline_s: float = 0.0
+    ) -> ComponentScore:
         why = (
             "this input timed out before and is not scored again"
             if remembered
-            else f"ran past timeout_s={self._config.timeout_s:g}; the worker was killed and replaced"
+            else f"ran past {deadline_s:g} s of wall time (timeout_s={self._config.timeout_s:g}"
+            f"{'' if deadline_s == self._config.timeout_s else ', x6 in the slow lane'});"
+            " the worker was killed and replaced"
         )
         return ComponentScore(self._config.fallback, Status.TIMEOUT, f"{name}: {why}")
 
@@ -447,7 +451,7 @@ class Scheduler:
             except StopAsyncIteration:
                 break
             except TimeoutError:
-                await self._on_stall(slot, tasks, done, fenced)
+                await self._on_stall(slot, tasks, done, fenced, deadline_s)
                 return
             except WORKER_LOST as exc:
                 await self._on_lost(slot, tasks, done, fenced, exc)
@@ -495,7 +499,12 @@ class Scheduler:
         self._wakeup.set()
 
     async def _on_stall(
-        self, slot: _Slot, tasks: list[_Task], done: int, fenced: tuple[bool, ...] | None
+        self,
+        slot: _Slot,
+        tasks: list[_Task],
+        done: int,
+        fenced: tuple[bool, ...] | None,
+        deadline_s: float,
     ) -> None:
         slot.in_flight = 0
         if fenced is not None and await self._node_lost(slot):
@@ -513,7 +522,7 @@ class Scheduler:
             self._requeue(suspects, isolated=False)
         elif len(suspects) == 1:
             task = suspects[0]
-            score = self._timeout_score(task.name, remembered=False)
+            score = self._timeout_score(task.name, remembered=False, deadline_s=deadline_s)
             logger.warning(
                 "%s timed out on worker %d (pid %d); killed and replaced",
                 task.name,
