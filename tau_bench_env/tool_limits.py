@@ -17,8 +17,8 @@ before or around the real tool (the domain's own code is what runs):
   once the calling thread has used ``cpu_limit_s`` seconds of CPU time. CPU
   time of this thread, not wall time: the limit means the same on an idle
   machine and next to a busy trainer. It cannot stop a single long C call,
-  which is what the first two bounds are for. Tracing costs about 1 ms on a
-  data-heavy tool call (``get_user_details``: 0.06 ms untraced).
+  which is what the first two bounds are for. Tracing costs about 0.2 ms on
+  a data-heavy tool call (``get_user_details``: 0.02 ms untraced).
 
 Every refusal or stop raises a :class:`ToolLimitError` whose message is shown
 to the model as the tool's ``Error: ...`` observation.
