@@ -107,12 +107,7 @@ def main() -> None:
 
             batch = scenarios.dataset_batch([parquet], tokenizer, "tau_bench")
             replies = {f"{i}_0": ["Hello, how can I help?"] for i in range(len(tasks))}
-            cfg = scenarios.tau_cfg(
-                "environment.skyrl_gym.tau_bench.user.kind=openai",
-                "environment.skyrl_gym.tau_bench.user.base_url=http://127.0.0.1:9/v1",
-                "environment.skyrl_gym.tau_bench.user.max_retries=0",
-                "environment.skyrl_gym.tau_bench.user.timeout_s=2",
-            )
+            cfg = scenarios.unreachable_user_cfg()
             out = asyncio.run(
                 make_generator(cfg, ScriptedEngine(tokenizer, replies), tokenizer).generate(
                     batch, disable_tqdm=True

@@ -257,6 +257,16 @@ def tau_cfg(*extra: str) -> Any:
     )
 
 
+def unreachable_user_cfg() -> Any:
+    """tau config whose user simulator is an endpoint nothing listens on (the discard port)."""
+    return tau_cfg(
+        "environment.skyrl_gym.tau_bench.user.kind=openai",
+        "environment.skyrl_gym.tau_bench.user.base_url=http://127.0.0.1:9/v1",
+        "environment.skyrl_gym.tau_bench.user.max_retries=0",
+        "environment.skyrl_gym.tau_bench.user.timeout_s=2",
+    )
+
+
 def test_tau_gold_actions_earn_the_reward_on_the_last_token(tokenizer: Any, tmp_path: Path) -> None:
     parquet, tasks = tau_parquet(tmp_path, 3)
     batch = dataset_batch([parquet], tokenizer, "tau_bench", n_samples=2)
@@ -286,12 +296,7 @@ def test_unreachable_user_masks_the_trajectories_without_an_exception(
     parquet, tasks = tau_parquet(tmp_path, 2)
     batch = dataset_batch([parquet], tokenizer, "tau_bench")
     replies = {f"{i}_0": ["Hello, how can I help?"] for i in range(len(tasks))}
-    cfg = tau_cfg(
-        "environment.skyrl_gym.tau_bench.user.kind=openai",
-        "environment.skyrl_gym.tau_bench.user.base_url=http://127.0.0.1:9/v1",
-        "environment.skyrl_gym.tau_bench.user.max_retries=0",
-        "environment.skyrl_gym.tau_bench.user.timeout_s=2",
-    )
+    cfg = unreachable_user_cfg()
     out = asyncio.run(
         make_generator(cfg, ScriptedEngine(tokenizer, replies), tokenizer).generate(
             batch, disable_tqdm=True
