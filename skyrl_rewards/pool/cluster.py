@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -33,6 +34,9 @@ logger = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
 CONNECT_TIMEOUT_S = 10.0
 """Longest to wait for a TCP connection to a cluster's address."""
+CPU_SETTLE_S = 5.0
+"""How long a shortfall of free CPUs is looked at again before it is an error."""
+_SETTLE_POLL_S = 0.25
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 _CLUSTERS_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
@@ -183,16 +187,25 @@ def start_local_ray(namespace: str) -> None:
         )
 
 
-def check_free_cpus(num_workers: int, num_cpus_per_worker: float) -> None:
+def check_free_cpus(
+    num_workers: int, num_cpus_per_worker: float, *, settle_s: float = CPU_SETTLE_S
+) -> None:
     """Raise :class:`NotEnoughCpusError` when the workers cannot all be placed now.
 
     Compares ``num_workers * num_cpus_per_worker`` with the CPUs the cluster
-    has free (Ray's view, updated within about a second).
+    has free. Ray's view of free CPUs lags about a second behind actors that
+    just ended (a pool stopped right before), so a shortfall is looked at
+    again for up to ``settle_s`` seconds before it is an error.
     """
     needed = num_workers * num_cpus_per_worker
-    free = ray.available_resources().get("CPU", 0.0)
-    if needed <= free + 1e-9:
-        return
+    deadline = time.monotonic() + settle_s
+    while True:
+        free = ray.available_resources().get("CPU", 0.0)
+        if needed <= free + 1e-9:
+            return
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(_SETTLE_POLL_S)
     total = ray.cluster_resources().get("CPU", 0.0)
     raise NotEnoughCpusError(
         f"num_workers: the pool asks for {needed:g} CPUs ({num_workers} workers x "

@@ -69,7 +69,7 @@ def start(config: PoolConfig) -> dict[str, Any]:
     try:
         settings = ray.get(directory.config.remote(), timeout=config.start_timeout_s)
         states = ray.get(directory.worker_states.remote(), timeout=config.start_timeout_s)
-        while any(state != "running" for state in states) and time.monotonic() < deadline:
+        while "pending" in states and time.monotonic() < deadline:
             time.sleep(_POLL_S)
             states = ray.get(directory.worker_states.remote(), timeout=config.start_timeout_s)
     except BaseException:
@@ -77,13 +77,19 @@ def start(config: PoolConfig) -> dict[str, Any]:
         raise
     if any(state != "running" for state in states):
         _stop(directory)
+        failed = states.count("failed")
+        cause = (
+            f"{failed} failed to load the rewards (see the Ray worker logs)"
+            if failed
+            else f"not all running within {config.start_timeout_s:g}s"
+        )
         raise PoolStartError(
-            f"start_timeout_s: the workers of pool {config.name!r} did not all start within "
-            f"{config.start_timeout_s:g}s ({states.count('running')} of {len(states)} workers "
-            f"running, {states.count('pending')} pending, {states.count('failed')} failed; the "
-            f"cluster has {ray.available_resources().get('CPU', 0.0):g} CPUs free); the pool was "
-            "stopped. Fix: free CPUs (stop another pool), lower num_workers, or raise "
-            "start_timeout_s if the rewards load slowly"
+            f"start_timeout_s: the workers of pool {config.name!r} did not start: {cause} "
+            f"({states.count('running')} of {len(states)} workers running, "
+            f"{states.count('pending')} pending; the cluster has "
+            f"{ray.available_resources().get('CPU', 0.0):g} CPUs free); the pool was stopped. "
+            "Fix: free CPUs (stop another pool), lower num_workers, or raise start_timeout_s "
+            "if the rewards load slowly"
         )
     return settings
 
