@@ -293,7 +293,7 @@ def test_a_pool_started_ray_listens_on_loopback_only(tmp_path: Path) -> None:
 
 
 CYCLES = """
-    import gc, os
+    import gc, json, os
     from skyrl_rewards.pool.config import PoolConfig
     from skyrl_rewards.pool.reward_pool import RewardPool
     counts = []
@@ -304,14 +304,14 @@ CYCLES = """
         del pool
         gc.collect()
         counts.append((len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd"))))
-    print("COUNTS", counts)
+    print("COUNTS" + json.dumps(counts))
 """
 
 
 @pytest.mark.slow
 def test_own_ray_pool_cycles_leak_no_threads_or_descriptors() -> None:
     out = _run(CYCLES.format(rewards=REWARDS, sample=SAMPLE))
-    counts = eval(out.split("COUNTS", 1)[1].splitlines()[0])  # noqa: S307 - our own output
+    counts = json.loads(out.split("COUNTS", 1)[1].splitlines()[0])
     threads = [t for t, _ in counts]
     fds = [f for _, f in counts]
     # the first cycle starts Ray's own threads and files; later cycles add nothing (a leak
