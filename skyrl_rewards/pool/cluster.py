@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
 CONNECT_TIMEOUT_S = 10.0
 """Longest to wait for a TCP connection to a cluster's address."""
-CPU_SETTLE_S = 5.0
+CPU_SETTLE_S = 15.0
 """How long a shortfall of free CPUs is looked at again before it is an error."""
 _SETTLE_POLL_S = 0.25
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
