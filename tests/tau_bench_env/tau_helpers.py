@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 
+from tau_bench_env.backends import Domain
+from tau_bench_env.hashing import data_hash
+from tau_bench_env.reward import replay_hash
 from tau_bench_env.tasks import RESPOND, Action, Task
 
 HAS_TAU_BENCH = importlib.util.find_spec("tau_bench") is not None
@@ -59,3 +62,48 @@ def run_episode(env: Any, texts: Sequence[str]) -> list[dict[str, Any]]:
         if out["done"]:
             break
     return outputs
+
+
+# Perturbed ground truths shared by the backends' exactness tests.
+
+
+def first_task(domain: Domain, predicate: Callable[[Task], bool]) -> Task:
+    """The first base task of ``domain`` that ``predicate`` accepts."""
+    return next(task for task in domain.tasks("base") if predicate(task))
+
+
+def writes_data(domain: Domain) -> Callable[[Task], bool]:
+    """A predicate: the task's ground truth changes the domain's data."""
+    base_hash = data_hash(domain.base_data)
+    return lambda task: replay_hash(domain, task) != base_hash
+
+
+def changed_argument(domain: Domain) -> tuple[Task, list[Action]]:
+    """A task and its ground truth with one write's argument changed (retail or airline)."""
+    if domain.name == "retail":
+        task = first_task(
+            domain, lambda t: any(a.name == "cancel_pending_order" for a in t.actions)
+        )
+        swap = {"no longer needed": "ordered by mistake", "ordered by mistake": "no longer needed"}
+        actions = [
+            Action(a.name, {**a.kwargs, "reason": swap[a.kwargs["reason"]]})
+            if a.name == "cancel_pending_order"
+            else a
+            for a in task.actions
+        ]
+        return task, actions
+    task = first_task(domain, lambda t: any(a.name == "cancel_reservation" for a in t.actions))
+    reservations = domain.base_data["reservations"]
+    cancelled = {a.kwargs["reservation_id"] for a in task.actions if a.name == "cancel_reservation"}
+    other = next(r for r in sorted(reservations) if r not in cancelled)
+    actions = [
+        Action(a.name, {"reservation_id": other}) if a.name == "cancel_reservation" else a
+        for a in task.actions
+    ]
+    return task, actions
+
+
+def missing_write(domain: Domain) -> tuple[Task, list[Action]]:
+    """A task that writes data and only the read-only actions of its ground truth."""
+    task = first_task(domain, writes_data(domain))
+    return task, [a for a in task.actions if a.name in domain.read_only_tools]

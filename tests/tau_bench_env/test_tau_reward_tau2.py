@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
-from tau_helpers import action_texts, closing_reply, replay_env_config, run_episode
+from tau_helpers import (
+    action_texts,
+    changed_argument,
+    closing_reply,
+    first_task,
+    missing_write,
+    replay_env_config,
+    run_episode,
+    writes_data,
+)
 
 from tau_bench_env.backends import Domain, load_domain
 from tau_bench_env.env import TauBenchEnv
@@ -38,44 +45,8 @@ def test_every_ground_truth_trajectory_scores_one(domain_name: str) -> None:
         assert all(not out["done"] for out in outputs[:-1])
 
 
-def _first(domain: Domain, predicate: Callable[[Task], bool]) -> Task:
-    return next(task for task in domain.tasks("base") if predicate(task))
-
-
-def _writes_data(domain: Domain) -> Callable[[Task], bool]:
-    base_hash = data_hash(domain.base_data)
-    return lambda task: replay_hash(domain, task) != base_hash
-
-
-def _changed_argument(domain: Domain) -> tuple[Task, list[Action]]:
-    if domain.name == "retail":
-        task = _first(domain, lambda t: any(a.name == "cancel_pending_order" for a in t.actions))
-        swap = {"no longer needed": "ordered by mistake", "ordered by mistake": "no longer needed"}
-        actions = [
-            Action(a.name, {**a.kwargs, "reason": swap[a.kwargs["reason"]]})
-            if a.name == "cancel_pending_order"
-            else a
-            for a in task.actions
-        ]
-        return task, actions
-    task = _first(domain, lambda t: any(a.name == "cancel_reservation" for a in t.actions))
-    reservations = domain.base_data["reservations"]
-    cancelled = {a.kwargs["reservation_id"] for a in task.actions if a.name == "cancel_reservation"}
-    other = next(r for r in sorted(reservations) if r not in cancelled)
-    actions = [
-        Action(a.name, {"reservation_id": other}) if a.name == "cancel_reservation" else a
-        for a in task.actions
-    ]
-    return task, actions
-
-
-def _missing_write(domain: Domain) -> tuple[Task, list[Action]]:
-    task = _first(domain, _writes_data(domain))
-    return task, [a for a in task.actions if a.name in domain.read_only_tools]
-
-
 def _extra_write(domain: Domain) -> tuple[Task, list[Action]]:
-    task = _first(domain, lambda t: bool(t.actions))
+    task = first_task(domain, lambda t: bool(t.actions))
     if domain.name == "retail":
         user = sorted(domain.base_data["users"])[0]
         extra = Action(
@@ -98,8 +69,8 @@ def _extra_write(domain: Domain) -> tuple[Task, list[Action]]:
 
 
 PERTURBATIONS = [
-    ("changed argument", _changed_argument),  # a write with a different argument
-    ("missing write", _missing_write),  # only the read-only actions
+    ("changed argument", changed_argument),  # a write with a different argument
+    ("missing write", missing_write),  # only the read-only actions
     ("extra write", _extra_write),  # ground truth plus one more successful write
 ]
 
@@ -119,7 +90,7 @@ def test_perturbed_trajectories_score_zero(domain_name: str, label: str, perturb
 @pytest.mark.parametrize("domain_name", DOMAINS)
 def test_missing_output_scores_zero(domain_name: str) -> None:
     domain = load_domain("tau2", domain_name)
-    task = _first(domain, lambda t: bool(t.outputs))
+    task = first_task(domain, lambda t: bool(t.outputs))
     outputs = _play(domain_name, task, list(task.actions), reply="All done, goodbye.")
     info = outputs[-1]["metadata"]["reward_info"]
     assert outputs[-1]["reward"] == 0.0
@@ -144,8 +115,8 @@ def test_outputs_check_is_tau_benchs(outputs: list[str], response: str, found: b
 
 def test_ground_truth_hash_computed_once_per_task() -> None:
     domain = load_domain("tau2", "airline")
-    writes = _writes_data(domain)
-    task = _first(domain, lambda t: not t.outputs and writes(t))
+    writes = writes_data(domain)
+    task = first_task(domain, lambda t: not t.outputs and writes(t))
     cache = GroundTruthCache()
     for _ in range(8):
         episode = Episode(domain, task)
@@ -157,7 +128,7 @@ def test_ground_truth_hash_computed_once_per_task() -> None:
 
 def test_replay_does_not_touch_the_episode() -> None:
     domain = load_domain("tau2", "retail")
-    task = _first(domain, _writes_data(domain))
+    task = first_task(domain, writes_data(domain))
     episode = Episode(domain, task)
     episode.respond("Hello")
     before = (list(episode.actions), episode.data_hash(), episode.data.own_records())
@@ -199,7 +170,7 @@ def test_strict_outputs_check(output: str, response: str, found: bool) -> None:
 @pytest.mark.parametrize(("strict", "reward"), [(False, 1.0), (True, 0.0)])
 def test_strict_outputs_flag_decides_and_both_are_reported(strict: bool, reward: float) -> None:
     domain = load_domain("tau2", "retail")
-    task = _first(domain, lambda t: t.outputs == ("10",))
+    task = first_task(domain, lambda t: t.outputs == ("10",))
     reply = "Your orders are #W2100 and #W9999."  # passes tau-bench's substring test only
     env = _env("retail", task, strict_outputs=strict)
     outputs = run_episode(env, action_texts(task.actions) + [reply])
@@ -214,7 +185,7 @@ def test_concurrent_episodes_share_one_ground_truth_replay() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     domain = load_domain("tau2", "retail")
-    writes = _writes_data(domain)
+    writes = writes_data(domain)
     tasks = [t for t in domain.tasks("test") if not t.outputs and writes(t)][:4]
     cache = GroundTruthCache()
 
