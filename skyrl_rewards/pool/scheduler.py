@@ -14,9 +14,11 @@ so the state needs no locks. The life of a submitted item:
 3. Workers score a chunk in a *first pass*: every math check is capped at
    :data:`FIRST_PASS_S` CPU seconds. A task whose check needs more comes back
    *deferred* and waits in the slow lane, which a worker serves (one task at a
-   time, with the task's full limit) only when nothing else is queued. So
-   ordinary items never wait behind a slow or hanging one, and a math hang costs
-   its math limit of CPU in a math child, not a worker (the child is killed).
+   time, with the task's full limit) only when nothing else is queued, and on
+   at most all workers but one, so one worker is always free for ordinary work
+   that arrives meanwhile. So ordinary items never wait behind a slow or
+   hanging one, and a math hang costs its math limit of CPU in a math child,
+   not a worker (the child is killed).
 4. A stream that stays quiet for ``timeout_s`` means a stuck task (a hang that
    is not math's: the safety net). The worker is
    killed and replaced. When the stream pins the hang on one task, that task
@@ -205,6 +207,7 @@ class Scheduler:
         self._queue: deque[_Task] = deque()
         self._isolated: deque[_Task] = deque()
         self._slow: deque[_Task] = deque()
+        self._slow_running = 0
         self._wakeup = asyncio.Event()
         self._cache = _LRU(config.cache_size)
         self._timed_out = _LRU(config.cache_size)
@@ -388,9 +391,16 @@ class Scheduler:
                         )
             finally:
                 slot.in_flight = 0
+                if slow:
+                    self._slow_running -= 1
+                    self._wakeup.set()
             if 0 < self._config.max_items_per_worker <= slot.computations:
                 self._metrics.count("workers_recycled")
                 await self._replace(slot, graceful=True)
+
+    def _slow_ready(self) -> bool:
+        """A slow-lane task waits and a worker may take it (all but one may be on the slow lane)."""
+        return bool(self._slow) and self._slow_running < max(1, len(self._slots) - 1)
 
     async def _next_chunk(self) -> tuple[list[_Task], bool, bool]:
         """The next chunk, whether to fence every task, and whether it is from the slow lane.
@@ -398,12 +408,13 @@ class Scheduler:
         Isolated tasks come first, then the queue in chunks, then the slow lane
         one task at a time with no cap. Empty when the scheduler closes.
         """
-        while not (self._queue or self._isolated or self._slow or self._closing):
+        while not (self._queue or self._isolated or self._slow_ready() or self._closing):
             self._wakeup.clear()
             await self._wakeup.wait()
         if self._closing:
             return [], False, False
         if not (self._isolated or self._queue):
+            self._slow_running += 1
             return [self._slow.popleft()], True, True
         if self._isolated:
             source, fence_all = self._isolated, True
