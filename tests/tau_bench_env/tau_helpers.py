@@ -107,3 +107,34 @@ def missing_write(domain: Domain) -> tuple[Task, list[Action]]:
     """A task that writes data and only the read-only actions of its ground truth."""
     task = first_task(domain, writes_data(domain))
     return task, [a for a in task.actions if a.name in domain.read_only_tools]
+
+
+def extra_write(domain: Domain) -> tuple[Task, list[Action]]:
+    """A task's ground truth plus one more successful write (retail or airline)."""
+    task = first_task(domain, lambda t: bool(t.actions))
+    if domain.name == "retail":
+        user = sorted(domain.base_data["users"])[0]
+        extra = Action(
+            "modify_user_address",
+            {
+                "user_id": user,
+                "address1": "1 Main St",
+                "address2": "",
+                "city": "Austin",
+                "state": "TX",
+                "country": "USA",
+                "zip": "78701",
+            },
+        )
+    else:
+        extra = Action(
+            "send_certificate", {"user_id": sorted(domain.base_data["users"])[0], "amount": 100}
+        )
+    return task, [*task.actions, extra]
+
+
+PERTURBATIONS = [
+    ("changed argument", changed_argument),  # a write with a different argument
+    ("missing write", missing_write),  # only the read-only actions
+    ("extra write", extra_write),  # ground truth plus one more successful write
+]

@@ -15,17 +15,16 @@ pytest.importorskip("tau2.domains.airline.environment")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from tau_helpers import (  # noqa: E402
+    PERTURBATIONS,
     action_texts,
-    changed_argument,
     closing_reply,
     first_task,
-    missing_write,
     replay_env_config,
     run_episode,
     writes_data,
 )
 
-from tau_bench_env.backends import Domain, installed_backends, load_domain  # noqa: E402
+from tau_bench_env.backends import installed_backends, load_domain  # noqa: E402
 from tau_bench_env.env import TauBenchEnv  # noqa: E402
 from tau_bench_env.hashing import data_hash  # noqa: E402
 from tau_bench_env.reward import run_action  # noqa: E402
@@ -65,31 +64,6 @@ def test_every_ground_truth_trajectory_scores_one(domain_name: str) -> None:
         assert outputs[-1]["reward"] == 1.0, (task.task_id, outputs[-1]["metadata"]["reward_info"])
         assert all(out["reward"] == 0.0 for out in outputs[:-1])  # nothing is paid before done
         assert all(not out["done"] for out in outputs[:-1])
-
-
-def _extra_write(domain: Domain) -> tuple[Task, list[Action]]:
-    task = first_task(domain, lambda t: bool(t.actions))
-    user = sorted(domain.base_data["users"])[0]
-    if domain.name == "retail":
-        address = {
-            "address1": "1 Main St",
-            "address2": "",
-            "city": "Austin",
-            "state": "TX",
-            "country": "USA",
-            "zip": "78701",
-        }
-        extra = Action("modify_user_address", {"user_id": user, **address})
-    else:
-        extra = Action("send_certificate", {"user_id": user, "amount": 100})
-    return task, [*task.actions, extra]
-
-
-PERTURBATIONS = [
-    ("changed argument", changed_argument),  # a write with a different argument
-    ("missing write", missing_write),  # only the read-only actions
-    ("extra write", _extra_write),  # ground truth plus one more successful write
-]
 
 
 @pytest.mark.parametrize("domain_name", DOMAINS)

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import pytest
 from tau_helpers import (
+    PERTURBATIONS,
     action_texts,
-    changed_argument,
     closing_reply,
     first_task,
-    missing_write,
     replay_env_config,
     run_episode,
     writes_data,
 )
 
-from tau_bench_env.backends import Domain, load_domain
+from tau_bench_env.backends import load_domain
 from tau_bench_env.env import TauBenchEnv
 from tau_bench_env.episode import Episode
 from tau_bench_env.hashing import data_hash
@@ -43,36 +42,6 @@ def test_every_ground_truth_trajectory_scores_one(domain_name: str) -> None:
         assert outputs[-1]["reward"] == 1.0, (task.task_id, outputs[-1]["metadata"]["reward_info"])
         assert all(out["reward"] == 0.0 for out in outputs[:-1])  # nothing is paid before done
         assert all(not out["done"] for out in outputs[:-1])
-
-
-def _extra_write(domain: Domain) -> tuple[Task, list[Action]]:
-    task = first_task(domain, lambda t: bool(t.actions))
-    if domain.name == "retail":
-        user = sorted(domain.base_data["users"])[0]
-        extra = Action(
-            "modify_user_address",
-            {
-                "user_id": user,
-                "address1": "1 Main St",
-                "address2": "",
-                "city": "Austin",
-                "state": "TX",
-                "country": "USA",
-                "zip": "78701",
-            },
-        )
-    else:
-        extra = Action(
-            "send_certificate", {"user_id": sorted(domain.base_data["users"])[0], "amount": 100}
-        )
-    return task, [*task.actions, extra]
-
-
-PERTURBATIONS = [
-    ("changed argument", changed_argument),  # a write with a different argument
-    ("missing write", missing_write),  # only the read-only actions
-    ("extra write", _extra_write),  # ground truth plus one more successful write
-]
 
 
 @pytest.mark.parametrize("domain_name", DOMAINS)
