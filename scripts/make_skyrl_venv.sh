@@ -7,6 +7,7 @@
 #
 #   bash scripts/make_skyrl_venv.sh            # -> .venv-skyrl
 #   VENV=/path/to/venv bash scripts/make_skyrl_venv.sh
+#   bash scripts/make_skyrl_venv.sh --which-python   # print the Python 3.12 it would use, or fail
 #
 # The Python 3.12 interpreter: $PYTHON312, else `python3.12` if it runs, else pyenv's newest 3.12.
 set -euo pipefail
@@ -26,6 +27,7 @@ find_python312() {
 }
 
 PY=$(find_python312)
+if [[ "${1:-}" == "--which-python" ]]; then echo "$PY"; exit 0; fi
 "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q -e ".[skyrl,dev]"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,15 +23,14 @@ STAMP = VENV / "skyrl-rewards-pyproject.sha256"
 
 
 def python312_available() -> bool:
-    """Whether scripts/make_skyrl_venv.sh will find a Python 3.12 (same order as it looks)."""
-    if os.environ.get("PYTHON312"):
-        return True
-    if shutil.which("python3.12"):
-        probe = subprocess.run(["python3.12", "--version"], capture_output=True, check=False)
-        if probe.returncode == 0:
-            return True
-    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
-    return any(pyenv_root.glob("versions/3.12*/bin/python3.12"))
+    """Whether scripts/make_skyrl_venv.sh finds a Python 3.12 (it says which, or fails)."""
+    probe = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "make_skyrl_venv.sh"), "--which-python"],
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    return probe.returncode == 0
 
 
 def ensure_venv() -> Path:
