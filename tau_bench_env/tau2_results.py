@@ -23,7 +23,7 @@ Errors in the file raise ``ValueError`` naming the simulation and the field.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,8 +219,3 @@ def agent_tool_names(simulation: Tau2Simulation) -> list[str]:
     return [
         t.action.name for t in simulation.turns if t.requestor == "assistant" and not t.is_reply
     ]
-
-
-def user_tool_calls(simulations: Sequence[Tau2Simulation]) -> list[tuple[Tau2Simulation, Turn]]:
-    """Every tool call made by the user (telecom's device tools), with its simulation."""
-    return [(s, t) for s in simulations for t in s.turns if t.requestor == "user"]
