@@ -14,8 +14,9 @@ Three measurements, each a subcommand (``all`` runs them in turn):
   (``1/2 + (x+1)^n (x-1)^n - (x^2-1)^n`` against ``\\frac{1}{2}``), scored by
   ``default_accuracy_score`` once alone, then from 8 threads at once, then from
   8 threads next to CPU-burning processes: the value must not change.
-- ``child``: the math child's start-up time and RSS, and what a timeout costs
-  the next call (replacement of the killed child).
+- ``child``: the start-up time and RSS of the math fork server (of the math
+  child, in older checkouts), and what a timeout costs the next call
+  (replacement of the killed child).
 
 The code measured is whatever ``skyrl_rewards`` imports, so the same script
 measures an older checkout: ``git worktree add /tmp/before_hangs <commit>`` and
@@ -250,29 +251,55 @@ def _borderline_stage(exponent: int, timeout_s: float, count: int, burners: int)
     )
 
 
-def _child_command() -> list[str]:
+def _start_math_process() -> tuple[float, int, Any]:
+    """Start what the math guard starts first: (seconds to 'ready', its RSS in KB, a closer).
+
+    The fork server in current checkouts; in older ones the math child itself.
+    """
+    import socket
+
+    started = time.monotonic()
     try:
-        from skyrl_rewards.rewards.math_check import child_command
-    except ImportError:  # older checkouts: the child ran as a module of the package
-        return [sys.executable, "-m", "skyrl_rewards.rewards.math_child"]
-    return child_command()
+        from skyrl_rewards.rewards.math_check import server_command
+    except ImportError:  # older checkouts: one interpreter per child
+        from skyrl_rewards.rewards.math_check import child_command  # type: ignore[attr-defined]
 
-
-def bench_child(starts_count: int, timeouts: int) -> dict[str, Any]:
-    """Child start-up (time to 'ready', RSS, modules) and the cost of a timeout to the next call."""
-    starts, rss = [], []
-    for _ in range(starts_count):
-        started = time.monotonic()
         child = subprocess.Popen(
-            _child_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            child_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
         assert child.stdout is not None and child.stdin is not None
         child.stdout.readline()
-        starts.append(time.monotonic() - started)
-        status = Path(f"/proc/{child.pid}/status").read_text()
-        rss.append(int(next(x for x in status.splitlines() if x.startswith("VmRSS")).split()[1]))
-        child.stdin.close()
-        child.wait()
+        ready_s, pid = time.monotonic() - started, child.pid
+
+        def close() -> None:
+            assert child.stdin is not None
+            child.stdin.close()
+            child.wait()
+
+    else:
+        ours, theirs = socket.socketpair()
+        server = subprocess.Popen(server_command(theirs.fileno()), pass_fds=(theirs.fileno(),))
+        theirs.close()
+        ours.recv(64)
+        ready_s, pid = time.monotonic() - started, server.pid
+
+        def close() -> None:
+            ours.close()
+            server.wait()
+
+    status = Path(f"/proc/{pid}/status").read_text()
+    rss_kb = int(next(x for x in status.splitlines() if x.startswith("VmRSS")).split()[1])
+    return ready_s, rss_kb, close
+
+
+def bench_child(starts_count: int, timeouts: int) -> dict[str, Any]:
+    """Math process start-up (time to 'ready', RSS) and the cost of a timeout to the next call."""
+    starts, rss = [], []
+    for _ in range(starts_count):
+        ready_s, rss_kb, close = _start_math_process()
+        starts.append(ready_s)
+        rss.append(rss_kb)
+        close()
     from skyrl_rewards.rewards.math_check import check_equal
 
     def timed(student: str, timeout_s: float = 3.0) -> float:

@@ -6,18 +6,21 @@ always runs with its signal timeouts off, so a call gives the same answer on
 the main thread, in a worker thread, in a subprocess and in a Ray actor. Time is
 bounded another way, chosen by ``guard``:
 
-- ``"subprocess"`` (default): the check runs in a long-lived child process
-  (:mod:`skyrl_rewards.rewards.math_child`, isolated from the working
-  directory, math-verify and SymPy only). The limit ``timeout_s`` is on the
-  child's own CPU time for this check (read from ``/proc/<pid>/stat``), not on
-  wall time: waiting for a free child, or for a CPU on a busy machine, does not
-  count, so the same input gives the same outcome on an idle and on a loaded
-  machine. Past it the child is killed and the call returns
-  :attr:`MathStatus.TIMEOUT`; a spare child, started in the background while
-  the check ran, takes the next check at once. Two wall-clock bounds are
-  only safety nets, and a timeout they give is not remembered: a child whose
-  CPU time has not moved for :data:`STARVED_S` (stopped, or starved), and
-  :func:`wall_bound_s` in all (at least five minutes).
+- ``"subprocess"`` (default): the check runs in a long-lived child process,
+  forked from this process's math fork server
+  (:mod:`skyrl_rewards.rewards.math_child`: isolated from the working
+  directory, math-verify and SymPy only, warmed up before it forks). The limit
+  ``timeout_s`` is on the child's own CPU time for this check (read from
+  ``/proc/<pid>/stat``), not on wall time: waiting for a free child, or for a
+  CPU on a busy machine, does not count, so the same input gives the same
+  outcome on an idle and on a loaded machine. Past it the child is killed and
+  the call returns :attr:`MathStatus.TIMEOUT`; the next check forks a new
+  child in milliseconds. Two wall-clock bounds are only safety nets, and a
+  timeout they give is not remembered: a child whose CPU time has not moved
+  for :data:`STARVED_S` (stopped, or starved), and :func:`wall_bound_s` in all
+  (at least five minutes). Inside :func:`low_priority` the children run
+  nicer, so that slow checks take only CPU time that nothing else wants; their
+  outcome does not change, since the limit is on their own CPU time.
 - ``"inline"``: the check runs in this thread with no bound. Only for callers
   that enforce a hard deadline themselves.
 
@@ -42,6 +45,8 @@ import json
 import os
 import re
 import select
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -68,7 +73,9 @@ MAX_CHILDREN = max(2, os.cpu_count() or 2)
 """Children alive at once in one process; more concurrent callers wait for a free one."""
 
 CHILD_START_TIMEOUT_S = 120.0
-"""How long a new child may take to import math-verify (slow on a loaded machine)."""
+"""How long the fork server may take to import math-verify and warm up (slow on a loaded machine)."""
+FORK_TIMEOUT_S = 30.0
+"""How long the fork server may take to fork a child (milliseconds when it is healthy)."""
 
 WALL_SAFETY_FACTOR = 100.0
 WALL_SAFETY_MIN_S = 300.0
@@ -131,12 +138,13 @@ def check_equal(
         return MathStatus.TOO_COMPLEX
     if (guard or default_guard()) == "inline":
         return MathStatus.EQUAL if verify_inline(gold, student) else MathStatus.NOT_EQUAL
-    cap = getattr(_FIRST_PASS, "cap", None)
+    cap = getattr(_THREAD, "first_pass", None)
     limit = timeout_s if cap is None else min(cap.limit_s, timeout_s)
     key = _pair_key(gold, student)
     outcome = MathStatus.TIMEOUT
     if not _TIMED_OUT.timed_out(key, limit):
-        outcome, remember = _CHILDREN.check(gold, student, limit)
+        niceness = getattr(_THREAD, "niceness", 0)
+        outcome, remember = _CHILDREN.check(gold, student, limit, niceness)
         if outcome is MathStatus.TIMEOUT and remember:
             _TIMED_OUT.add(key, limit)
     if outcome is MathStatus.TIMEOUT and limit < timeout_s:
@@ -170,12 +178,35 @@ def first_pass(limit_s: float) -> Iterator[FirstPass]:
     False
     """
     state = FirstPass(limit_s)
-    previous = getattr(_FIRST_PASS, "cap", None)
-    _FIRST_PASS.cap = state
+    previous = getattr(_THREAD, "first_pass", None)
+    _THREAD.first_pass = state
     try:
         yield state
     finally:
-        _FIRST_PASS.cap = previous
+        _THREAD.first_pass = previous
+
+
+@contextlib.contextmanager
+def low_priority(niceness: int) -> Iterator[None]:
+    """Run every guarded check in this thread in children ``niceness`` steps nicer (0 to 19).
+
+    The limit stays on the check's own CPU time, so the outcome is the same;
+    only when the CPU is contended does the check yield to other work (it is
+    slower in wall time). The reward pool's slow lane uses this, so that
+    checks deferred from a first pass never slow ordinary items down.
+
+    >>> with low_priority(10):
+    ...     check_equal("$1$", "1")
+    <MathStatus.EQUAL: 'equal'>
+    """
+    if not 0 <= niceness <= 19:
+        raise ValueError(f"niceness must be between 0 and 19, got {niceness!r}")
+    previous = getattr(_THREAD, "niceness", 0)
+    _THREAD.niceness = niceness
+    try:
+        yield
+    finally:
+        _THREAD.niceness = previous
 
 
 def _pair_key(gold: str, student: str) -> bytes:
@@ -307,20 +338,20 @@ class _TimedOutPairs:
 
 
 class _ChildFailed(Exception):
-    """The child process could not start, died, or stopped answering."""
+    """The fork server or a child could not start, died, or stopped answering."""
 
 
-def child_command() -> list[str]:
-    """The command that starts a math child: isolated, with this process's ``sys.path``.
+def server_command(socket_fd: int) -> list[str]:
+    """The command that starts the math fork server on socket ``socket_fd``: isolated, with this ``sys.path``.
 
     Isolated mode (``-I``) keeps the working directory, the script's directory,
-    ``PYTHONPATH`` and user site off the child's ``sys.path``; the child then
+    ``PYTHONPATH`` and user site off the server's ``sys.path``; the server then
     takes this process's ``sys.path`` minus ``""`` and the working directory
     (which keeps user-site and ``PYTHONPATH`` installs working).
     """
     cwd = os.path.realpath(os.getcwd())
     paths = [p for p in sys.path if p and os.path.realpath(p) != cwd]
-    return [sys.executable, "-I", str(Path(math_child.__file__)), json.dumps(paths)]
+    return [sys.executable, "-I", str(Path(math_child.__file__)), json.dumps(paths), str(socket_fd)]
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -333,30 +364,45 @@ def _cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
 
-class _Child:
-    """One long-lived math child process (see :mod:`skyrl_rewards.rewards.math_child`)."""
+def _read_line(sock: socket.socket, timeout_s: float) -> bytes:
+    """One line from ``sock`` (without the newline); ``b""`` when it closed or stayed quiet."""
+    sock.settimeout(timeout_s)
+    data = b""
+    try:
+        while not data.endswith(b"\n"):
+            part = sock.recv(64)
+            if not part:
+                return b""
+            data += part
+    except OSError:  # socket.timeout is an OSError
+        return b""
+    return data.strip()
 
-    def __init__(self) -> None:
-        try:
-            self._proc = subprocess.Popen(
-                child_command(),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-                encoding="utf-8",
-                errors="surrogatepass",
-            )
-        except OSError as error:
-            raise _ChildFailed(f"cannot start: {error}") from error
-        assert self._proc.stdout is not None
-        ready, _, _ = select.select([self._proc.stdout], [], [], CHILD_START_TIMEOUT_S)
-        if not ready or self._proc.stdout.readline().strip() != "ready":
-            self.kill()
-            raise _ChildFailed("did not start; is math-verify installed?")
+
+class _Child:
+    """One forked math child: its pid and the two ends of its pipes (see :mod:`math_child`)."""
+
+    def __init__(self, pid: int, request_fd: int, answer_fd: int) -> None:
+        self.pid = pid
+        self._requests = open(request_fd, "w", encoding="utf-8", errors="surrogatepass")
+        self._answers = open(answer_fd, encoding="utf-8")
+        self._pidfd: int | None = None
+        if hasattr(os, "pidfd_open"):  # Linux: signals reach this process, never a reused pid
+            try:
+                self._pidfd = os.pidfd_open(pid)
+            except OSError as error:
+                self.kill()
+                raise _ChildFailed(f"died at start: {error}") from error
 
     def alive(self) -> bool:
-        return self._proc.poll() is None
+        if self._pidfd is not None:
+            exited, _, _ = select.select([self._pidfd], [], [], 0)
+            return not exited
+        try:
+            os.kill(self.pid, 0)
+        except OSError:
+            return False
+        return True
 
     def check(self, gold: str, student: str, timeout_s: float) -> tuple[MathStatus, bool]:
         """The child's answer, and whether a TIMEOUT was decided on CPU time (not the safety net).
@@ -364,21 +410,19 @@ class _Child:
         The child is killed on a timeout. Raises :class:`_ChildFailed` when the
         child died without answering.
         """
-        assert self._proc.stdin is not None and self._proc.stdout is not None
-        pid = self._proc.pid
-        start_cpu = _cpu_seconds(pid)
+        start_cpu = _cpu_seconds(self.pid)
         start_wall = last_move = time.monotonic()
         last_cpu = start_cpu
         wall_limit = timeout_s if start_cpu is None else wall_bound_s(timeout_s)
         try:
-            self._proc.stdin.write(json.dumps([gold, student]) + "\n")
-            self._proc.stdin.flush()
+            self._requests.write(json.dumps([gold, student]) + "\n")
+            self._requests.flush()
             while True:
-                ready, _, _ = select.select([self._proc.stdout], [], [], _POLL_S)
+                ready, _, _ = select.select([self._answers], [], [], _POLL_S)
                 if ready:
                     break
                 now = time.monotonic()
-                used = None if start_cpu is None else _cpu_seconds(pid)
+                used = None if start_cpu is None else _cpu_seconds(self.pid)
                 if start_cpu is not None and used is not None:
                     if used - start_cpu > timeout_s:
                         self.kill()
@@ -391,7 +435,7 @@ class _Child:
                 if now - start_wall > wall_limit:
                     self.kill()
                     return MathStatus.TIMEOUT, start_cpu is None
-            line = self._proc.stdout.readline()
+            line = self._answers.readline()
         except (OSError, ValueError) as error:
             self.kill()
             raise _ChildFailed(str(error)) from error
@@ -401,27 +445,115 @@ class _Child:
         return (MathStatus.EQUAL if line.strip() == "1" else MathStatus.NOT_EQUAL), False
 
     def kill(self) -> None:
-        self._proc.kill()
-        self._proc.wait()
+        """Kill the child (the fork server's kernel-side reaping collects it) and close its pipes."""
+        try:
+            if self._pidfd is not None:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            else:
+                os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass  # already gone
+        for stream in (self._requests, self._answers):
+            with contextlib.suppress(OSError):
+                stream.close()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+class _ForkServer:
+    """This process's math fork server (:mod:`math_child`): started on first use, again if it died."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+
+    def fork(self, niceness: int) -> _Child:
+        """A new child, ``niceness`` steps nicer than the server. Raises :class:`_ChildFailed`."""
+        with self._lock:
+            if self._sock is not None:
+                try:
+                    return self._fork(self._sock, niceness)
+                except _ChildFailed:
+                    self._stop()  # the server died: start another once
+            self._sock = self._start()
+            try:
+                return self._fork(self._sock, niceness)
+            except _ChildFailed:
+                self._stop()
+                raise
+
+    def stop(self) -> None:
+        """Stop the server; its idle children see the end of their input, busy ones are killed."""
+        with self._lock:
+            self._stop()
+
+    def _start(self) -> socket.socket:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._proc = subprocess.Popen(
+                server_command(theirs.fileno()),
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError as error:
+            ours.close()
+            raise _ChildFailed(f"cannot start the math fork server: {error}") from error
+        finally:
+            theirs.close()
+        if _read_line(ours, CHILD_START_TIMEOUT_S) != b"ready":
+            ours.close()
+            self._stop()
+            raise _ChildFailed("the math fork server did not start; is math-verify installed?")
+        return ours
+
+    def _fork(self, sock: socket.socket, niceness: int) -> _Child:
+        request_read, request_write = os.pipe()
+        answer_read, answer_write = os.pipe()
+        try:
+            socket.send_fds(sock, [f"{niceness}\n".encode()], [request_read, answer_write])
+            reply = _read_line(sock, FORK_TIMEOUT_S)
+        except OSError:
+            reply = b""
+        finally:
+            os.close(request_read)
+            os.close(answer_write)
+        if not reply.isdigit() or int(reply) <= 0:
+            os.close(request_write)
+            os.close(answer_read)
+            raise _ChildFailed("the math fork server did not fork a child")
+        return _Child(int(reply), request_write, answer_read)
+
+    def _stop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
 
 
 class _ChildPool:
     """Children shared by the threads of this process: one call per child, at most ``size`` busy.
 
-    A spare child is kept started in the background (one beyond those in
-    use), so a child killed on a timeout is replaced at once and the next call
-    does not pay for a start (about 0.45 s of CPU).
+    Idle children are kept per niceness; a child killed on a timeout is
+    replaced by a fork of the server, which takes milliseconds.
     """
 
     def __init__(self, size: int) -> None:
-        self._idle: list[_Child] = []
+        self._idle: dict[int, list[_Child]] = {}
         self._lock = threading.Lock()
-        self._spare_ready = threading.Condition(self._lock)
-        self._starting = 0
         self._size = size
         self._slots = threading.BoundedSemaphore(size)
+        self._server = _ForkServer()
 
-    def check(self, gold: str, student: str, timeout_s: float) -> tuple[MathStatus, bool]:
+    def check(
+        self, gold: str, student: str, timeout_s: float, niceness: int
+    ) -> tuple[MathStatus, bool]:
         """Check on an idle (or new) child; a child that dies is replaced once, then CRASHED.
 
         The second value says whether a TIMEOUT may be remembered (it was
@@ -433,75 +565,47 @@ class _ChildPool:
         try:
             for _ in range(2):
                 try:
-                    child = self._take()
+                    child = self._take(niceness)
                     outcome, by_cpu = child.check(gold, student, timeout_s)
                 except _ChildFailed:
                     continue
                 if outcome is not MathStatus.TIMEOUT:  # a timed-out child is dead
-                    self._put(child)
+                    self._put(child, niceness)
                 return outcome, by_cpu
             return MathStatus.CRASHED, False
         finally:
             self._slots.release()
 
-    def _take(self) -> _Child:
-        """An idle child, else one a spare start is about to deliver, else a new one.
-
-        When no idle child is left behind, a spare starts in the background, so
-        that a child killed on a timeout is replaced at once.
-        """
-        child = None
+    def _take(self, niceness: int) -> _Child:
         with self._lock:
-            while child is None:
-                while self._idle and child is None:
-                    candidate = self._idle.pop()
-                    if candidate.alive():
-                        child = candidate
-                if child is not None or not self._starting:
-                    break
-                self._spare_ready.wait(CHILD_START_TIMEOUT_S)
-            spare_needed = not self._idle and not self._starting
-        if spare_needed:
-            self._start_spare()
-        return child if child is not None else _Child()
+            idle = self._idle.setdefault(niceness, [])
+            while idle:
+                child = idle.pop()
+                if child.alive():
+                    return child
+                child.kill()
+        return self._server.fork(niceness)
 
-    def _put(self, child: _Child) -> None:
+    def _put(self, child: _Child, niceness: int) -> None:
         with self._lock:
-            if len(self._idle) < self._size:
-                self._idle.append(child)
-                self._spare_ready.notify()
+            idle = self._idle.setdefault(niceness, [])
+            if len(idle) < self._size:
+                idle.append(child)
                 return
         child.kill()
 
-    def _start_spare(self) -> None:
-        with self._lock:
-            self._starting += 1
-
-        def start() -> None:
-            try:
-                child = _Child()
-            except _ChildFailed:
-                child = None  # the next call starts one itself and reports the failure
-            with self._lock:
-                self._starting -= 1
-                if child is not None and len(self._idle) < self._size:
-                    self._idle.append(child)
-                    child = None
-                self._spare_ready.notify_all()
-            if child is not None:
-                child.kill()
-
-        threading.Thread(target=start, name="math-child-spare", daemon=True).start()
-
     def close(self) -> None:
-        """Stop every idle child (children in use stop when their call ends)."""
+        """Stop every idle child and the fork server (children in use are killed with it)."""
         with self._lock:
-            children, self._idle = self._idle, []
+            children = [child for idle in self._idle.values() for child in idle]
+            self._idle = {}
         for child in children:
             child.kill()
+        self._server.stop()
 
 
 _CHILDREN = _ChildPool(MAX_CHILDREN)
 atexit.register(_CHILDREN.close)
 _TIMED_OUT = _TimedOutPairs(max_size=10_000)
-_FIRST_PASS = threading.local()
+_THREAD = threading.local()
+"""Per thread: ``first_pass`` (a :class:`FirstPass` or None) and ``niceness`` of its checks."""

@@ -21,8 +21,9 @@ from skyrl_rewards.rewards.math_check import (
     MAX_MATH_CHARS,
     MathStatus,
     check_equal,
-    child_command,
     first_pass,
+    low_priority,
+    server_command,
     too_complex,
 )
 from skyrl_rewards.rewards.result import Status
@@ -241,8 +242,8 @@ def test_the_child_keeps_pythonpath_entries_but_not_the_working_directory(
     extra.mkdir()
     script = (
         "import json, os, sys\n"
-        "from skyrl_rewards.rewards.math_check import child_command\n"
-        "print(json.dumps(child_command()))\n"
+        "from skyrl_rewards.rewards.math_check import server_command\n"
+        "print(json.dumps(server_command(7)))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script],
@@ -258,7 +259,8 @@ def test_the_child_keeps_pythonpath_entries_but_not_the_working_directory(
     paths = json.loads(command[3])
     assert str(extra) in paths
     assert "" not in paths and str(tmp_path) not in paths
-    assert child_command()[0] == sys.executable
+    assert command[4] == "7"
+    assert server_command(7)[0] == sys.executable
 
 
 def _long_answers() -> dict[str, tuple[str, str]]:
@@ -311,3 +313,91 @@ def test_first_pass_defers_a_slow_check_and_the_full_limit_then_judges_it() -> N
     with first_pass(0.05) as fast:
         assert check_equal("$\\frac{1}{2}$", "0.5") is MathStatus.EQUAL
     assert not fast.deferred
+
+
+def _process_table() -> dict[int, tuple[int, int, str]]:
+    """``pid -> (parent pid, niceness, command line)`` of every process we can read."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        table[int(entry.name)] = (int(fields[1]), int(fields[16]), command)
+    return table
+
+
+def _math_processes(root: int) -> tuple[list[int], dict[int, int]]:
+    """The fork servers started by ``root``, and their children with each child's niceness."""
+    table = _process_table()
+    servers = [pid for pid, (ppid, _, cmd) in table.items() if ppid == root and "math_child" in cmd]
+    children = {pid: nice for pid, (ppid, nice, _) in table.items() if ppid in servers}
+    return servers, children
+
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+@linux_only
+def test_a_timeout_forks_a_new_child_from_the_same_server() -> None:
+    assert check_equal("$2$", "2") is MathStatus.EQUAL
+    servers, _ = _math_processes(os.getpid())
+    assert len(servers) == 1
+    assert check_equal("$3$", SLOW, timeout_s=0.5) is MathStatus.TIMEOUT
+    assert check_equal("$\\frac{1}{4}$", "0.25") is MathStatus.EQUAL
+    assert _math_processes(os.getpid())[0] == servers  # no new interpreter: a fork
+
+
+@linux_only
+def test_low_priority_checks_run_in_nicer_children_with_the_same_outcome() -> None:
+    gold, student = borderline(60)
+    assert check_equal(gold, student, timeout_s=30) is MathStatus.EQUAL
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    seen: list[int] = []
+    with ThreadPoolExecutor(max_workers=1) as executor:
+
+        def slow_check() -> MathStatus:
+            with low_priority(7):
+                return check_equal("$5$", SLOW, timeout_s=3)
+
+        running = executor.submit(slow_check)
+        deadline = time.monotonic() + 30
+        while not seen and time.monotonic() < deadline:
+            seen = [nice for nice in _math_processes(os.getpid())[1].values() if nice > base]
+            time.sleep(0.05)
+        assert running.result() is MathStatus.TIMEOUT
+    assert seen == [min(19, base + 7)]
+    with low_priority(7):
+        assert check_equal(gold, student, timeout_s=30) is MathStatus.EQUAL
+    with pytest.raises(ValueError, match="niceness"):
+        with low_priority(20):
+            pass
+
+
+@linux_only
+def test_a_killed_caller_leaves_no_check_running() -> None:
+    script = (
+        "import os, sys, threading, time\n"
+        "from skyrl_rewards.rewards.math_check import check_equal\n"
+        f"threading.Thread(target=check_equal, args=('$3$', {SLOW!r}), kwargs={{'timeout_s': 600}},"
+        " daemon=True).start()\n"
+        "time.sleep(30)\n"
+    )
+    caller = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 60
+        children: dict[int, int] = {}
+        while not children and time.monotonic() < deadline:
+            children = _math_processes(caller.pid)[1]
+            time.sleep(0.1)
+        assert children, "the caller's check never started"
+    finally:
+        caller.kill()
+        caller.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in children):
+        time.sleep(0.1)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in children)
