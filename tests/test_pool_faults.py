@@ -7,6 +7,7 @@ order, and what went wrong is recorded on the item and counted.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 import time
@@ -14,9 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
 
 from skyrl_rewards.pool.replay_log import read_replay_log
-from skyrl_rewards.pool.reward_pool import RewardPool
+from skyrl_rewards.pool.reward_pool import PoolClosedError, RewardPool
 from skyrl_rewards.rewards.math_check import too_complex
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.rewards.result import RewardResult
@@ -206,6 +209,91 @@ def test_math_hang_costs_one_math_limit_in_a_child_and_holds_nothing(ray_local: 
         started = time.monotonic()  # seen again: answered from the work cache
         again = pool.score([HANG])
         assert time.monotonic() - started < 1.0 and again[0].status["accuracy"] == "timeout"
+
+
+@needs_hang
+def test_the_slow_lane_runs_beside_ordinary_work_on_a_single_worker(ray_local: None) -> None:
+    rewards = {"accuracy": {"weight": 1.0, "math_timeout_s": 4}}
+    cfg = {"name": "test_pool_slow_lane", "rewards": rewards, "num_workers": 1}
+    with RewardPool.from_config(cfg) as pool:
+        pool.score(fractions(10, start=1000))  # warm up
+        hang_thread, hang_out = score_in_background(pool, [HANG])
+        wait_until(lambda: pool.metrics()["deferred"] == 1, timeout_s=60)
+        ordinary = fractions(40)
+        started = time.monotonic()
+        results = pool.score(ordinary)  # the only worker's slow lane is busy with the hang
+        ordinary_s = time.monotonic() - started
+        assert hang_thread.is_alive(), "the ordinary batch waited for the slow check"
+        assert [r.components for r in results] == [
+            r["components"] for r in in_process({"accuracy": INLINE}, ordinary)
+        ]
+        hang_thread.join(timeout=120)
+        (hung,) = hang_out[0]
+        assert hung.status == {"accuracy": "timeout"} and "CPU time" in hung.errors["accuracy"]
+        assert hung.latency_s > ordinary_s
+        metrics = pool.metrics()
+        assert (metrics["timeouts"], metrics["worker_restarts"]) == (0, 0)
+
+
+@needs_hang
+def test_a_slow_lane_stall_kills_the_worker_without_charging_the_ordinary_lane(
+    ray_local: None,
+) -> None:
+    # the slow lane's wall deadline (6 x timeout_s = 6 s) falls before the math limit (60 s of CPU)
+    rewards = {"accuracy": {"weight": 1.0, "math_timeout_s": 60}}
+    cfg = {"name": "test_pool_slow_stall", "rewards": rewards, "num_workers": 1, "timeout_s": 1.0}
+    with RewardPool.from_config(cfg) as pool:
+        first_pid = pool.metrics()["workers"][0]["pid"]
+        hang_thread, hang_out = score_in_background(pool, [HANG])
+        wait_until(lambda: pool.metrics()["deferred"] == 1, timeout_s=60)
+        ordinary = fractions(3000)  # about 15 s of work: still running when the slow lane stalls
+        ordinary_thread, ordinary_out = score_in_background(pool, ordinary)
+        hang_thread.join(timeout=120)
+        (hung,) = hang_out[0]
+        assert hung.status == {"accuracy": "timeout"} and "slow lane" in hung.errors["accuracy"]
+        assert ordinary_thread.is_alive()
+        ordinary_thread.join(timeout=300)
+        results = ordinary_out[0]
+        assert [r.components for r in results] == [
+            r["components"] for r in in_process({"accuracy": INLINE}, ordinary)
+        ]
+        assert all(r.ok for r in results)
+        metrics = pool.metrics()
+        assert (metrics["timeouts"], metrics["worker_restarts"], metrics["retries"]) == (1, 1, 0)
+        assert metrics["workers"][0]["pid"] != first_pid
+
+
+@needs_hang
+def test_a_worker_that_cannot_be_replaced_ends_the_pool_with_the_cause(
+    ray_local: None, tmp_path: Path
+) -> None:
+    bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
+    bpe.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=60, special_tokens=["[UNK]"])
+    bpe.train_from_iterator(["an answer of a few words", "<think> t </think> 0 1 2"] * 20, trainer)
+    folder = tmp_path / "tokenizer"
+    PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="[UNK]").save_pretrained(folder)
+    rewards = {"accuracy": {"weight": 1.0, **INLINE}, "length": {"tokenizer": str(folder)}}
+    cfg = {
+        "name": "test_pool_no_replacement",
+        "rewards": rewards,
+        "num_workers": 1,
+        "timeout_s": 2.0,
+        "start_timeout_s": 5.0,
+    }
+    with RewardPool.from_config(cfg) as pool:
+        assert pool.score(numbers(2))[0].ok
+        shutil.rmtree(folder)  # a replacement worker can no longer load its rewards
+        (hung,) = pool.score([HANG])  # the worker hangs, is killed, and is not replaced
+        assert hung.status["accuracy"] == "timeout"
+        deadline = time.monotonic() + 120
+        with pytest.raises(PoolClosedError) as lost:
+            while time.monotonic() < deadline:
+                pool.score(numbers(1))
+                time.sleep(0.2)
+        message = str(lost.value)
+        assert "no reward worker is left" in message and "did not start in 3 attempts" in message
+        assert "ValueError: tokenizer:" in message and len(message) < 1000  # the cause, not a trace
 
 
 def test_killed_worker_is_replaced_and_its_items_scored_again(ray_local: None) -> None:

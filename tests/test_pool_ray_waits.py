@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
@@ -141,10 +142,11 @@ def test_status_reports_running_and_pending_workers(ray_local: None) -> None:
     )
     try:
         ray.get(directory.workers.remote())
-        for _ in range(300):
+        deadline = time.monotonic() + 120  # one worker loads its rewards; the other waits for CPUs
+        info = service.status(config.name)
+        while not info["workers_running"] and time.monotonic() < deadline:
+            time.sleep(0.2)
             info = service.status(config.name)
-            if info["workers_running"]:
-                break
         assert (info["workers"], info["workers_running"], info["workers_pending"]) == (2, 1, 1)
     finally:
         service.stop(config.name)

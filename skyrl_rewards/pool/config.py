@@ -50,6 +50,10 @@ class PoolConfig:
     """Niceness of the worker processes. Ray starts workers at 15, so next to a busy trainer
     the rewards starve; 0 competes evenly. Lowering it needs privileges (CAP_SYS_NICE): when
     refused, a worker logs a warning and keeps Ray's value. ``None`` keeps Ray's value."""
+    slow_lane_niceness: int = 10
+    """Niceness added to the math children of the slow lane (0 to 19): math checks deferred
+    from a first pass then take only CPU time that ordinary items do not want. Their outcome
+    does not change (the limit is on their own CPU time); 0 lets them compete evenly."""
     batch_size: int = 64
     """Most items gathered into one batch and sent to one worker in one call."""
     batch_wait_s: float = 0.005
@@ -119,6 +123,10 @@ class PoolConfig:
         ):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key}: must be >= 0, got {getattr(self, key)!r}")
+        if not 0 <= self.slow_lane_niceness <= 19:
+            raise ValueError(
+                f"slow_lane_niceness: must be between 0 and 19, got {self.slow_lane_niceness!r}"
+            )
         if not 0.0 < self.alarm_error_rate <= 1.0:
             raise ValueError(f"alarm_error_rate: must be in (0, 1], got {self.alarm_error_rate!r}")
         if self.placement not in PLACEMENTS:

@@ -23,7 +23,7 @@ from ray import ObjectRef
 from ray.actor import ActorHandle
 
 from skyrl_rewards.pool.config import PoolConfig
-from skyrl_rewards.pool.worker import RewardWorker
+from skyrl_rewards.pool.worker import SLOW_LANE, RewardWorker
 
 _STRATEGIES = {"spread": "SPREAD", "default": "DEFAULT"}
 
@@ -33,7 +33,7 @@ class PoolDirectory:
 
     def __init__(self, config: dict[str, Any]) -> None:
         self._config = PoolConfig(**config)
-        self._worker_cls = ray.remote(RewardWorker).options(
+        self._worker_cls = ray.remote(concurrency_groups={SLOW_LANE: 1})(RewardWorker).options(
             num_cpus=self._config.num_cpus_per_worker,
             scheduling_strategy=_STRATEGIES[self._config.placement],
             max_concurrency=1,

@@ -13,12 +13,13 @@ so the state needs no locks. The life of a submitted item:
    :mod:`skyrl_rewards.pool.worker`).
 3. Workers score a chunk in a *first pass*: every math check is capped at
    :data:`FIRST_PASS_S` CPU seconds. A task whose check needs more comes back
-   *deferred* and waits in the slow lane, which a worker serves (one task at a
-   time, with the task's full limit) only when nothing else is queued, and on
-   at most all workers but one, so one worker is always free for ordinary work
-   that arrives meanwhile. So ordinary items never wait behind a slow or
-   hanging one, and a math hang costs its math limit of CPU in a math child,
-   not a worker (the child is killed).
+   *deferred* and goes to the slow lane: each worker has a second lane (its
+   own thread, one task at a time) that scores slow-lane tasks with their full
+   limit, beside the ordinary stream, in math children that yield the CPU to
+   ordinary work (``slow_lane_niceness``). So ordinary items never wait behind
+   a slow or hanging one, neither for a worker nor for a CPU, and a math hang
+   costs its math limit of CPU in a math child, not a worker (the child is
+   killed).
 4. A stream that stays quiet for ``timeout_s`` means a stuck task (a hang that
    is not math's: the safety net). The worker is
    killed and replaced. When the stream pins the hang on one task, that task
@@ -28,7 +29,11 @@ so the state needs no locks. The life of a submitted item:
 5. A worker that dies (its process killed, its node gone) is replaced; its
    unfinished tasks go back to the queue. The task it was on (or the few it
    could have been on) is charged one attempt; past ``max_retries`` it scores
-   ``fallback`` with status ``error``.
+   ``fallback`` with status ``error``. Tasks of the other lane of a worker
+   replaced on purpose (hung, recycled) go back uncharged. A worker that does
+   not start in :data:`START_ATTEMPTS` tries of ``start_timeout_s`` is given
+   up; when no worker is left, every open and later item scores ``error``
+   with the cause.
 6. When all of an item's components have a score, its
    :class:`~skyrl_rewards.rewards.result.RewardResult` resolves the item's future.
 """
@@ -37,12 +42,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import math
+import re
 import sys
 import time
 from collections import OrderedDict, deque
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,7 +67,7 @@ from ray.exceptions import (
 from skyrl_rewards.pool.config import PoolConfig
 from skyrl_rewards.pool.metrics import ErrorRateAlarm, PoolMetrics
 from skyrl_rewards.pool.replay_log import ReplayLog
-from skyrl_rewards.pool.worker import DEFERRED, Progress
+from skyrl_rewards.pool.worker import DEFERRED, SLOW_LANE, Progress
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.rewards.result import ComponentScore, RewardResult, Status
 
@@ -76,20 +83,26 @@ WORKER_LOST = (
 """What Ray raises when a worker's process or node is gone."""
 
 _RESTART_BACKOFF_S = 1.0
+START_ATTEMPTS = 3
+"""Workers started for a slot in a row, each given ``start_timeout_s``, before the slot is given up."""
 FIRST_PASS_S = 0.25
 """CPU seconds a math check may take in a chunk's first pass; past it the task goes to the slow lane."""
 SLOW_LANE_DEADLINE_FACTOR = 6.0
-"""A slow-lane task may keep its worker quiet for this many ``timeout_s`` (wall) before it is killed.
+"""A slow-lane task may keep its lane quiet for this many ``timeout_s`` (wall) before the worker is killed.
 
-Its time goes to math-verify in the worker's math child, bounded on CPU time
-(a few seconds); on a loaded machine that takes longer in wall time, and the
-pool's wall deadline is only the safety net.
+Its time goes to math-verify in a nice math child, bounded on CPU time (a few
+seconds); while ordinary work wants the CPU that takes longer in wall time,
+and the pool's wall deadline is only the safety net.
 """
 _CLOSE_WAIT_S = 2.0
 
 
 class PoolLostError(RuntimeError):
     """The pool's directory actor is gone (stopped, or its node lost), and its workers with it."""
+
+
+class WorkerStartError(RuntimeError):
+    """A worker slot's replacement did not start in :data:`START_ATTEMPTS` tries."""
 
 
 @dataclass(eq=False)
@@ -124,6 +137,12 @@ class _Slot:
     node_id: str = ""
     computations: int = 0
     in_flight: int = 0
+    killed: int = -1
+    """The generation this scheduler had killed on purpose (a hang, recycling)."""
+    gone: str = ""
+    """Why this slot was given up (its workers would not start); empty while it serves."""
+    replacing: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while the slot's worker is replaced, so the two lanes replace a generation once."""
 
 
 def record_results(
@@ -184,6 +203,27 @@ def _approx_bytes(value: Any) -> int:
     return sys.getsizeof(value) + sum(sys.getsizeof(part) for part in parts)
 
 
+_ERROR_LINE = re.compile(r"^\w+(?:Error|Exception)\b[^:]*: .+")
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The first ``SomeError: message`` line of a Ray error's traceback text, else its first line."""
+    text = str(exc)
+    lines = [line.strip() for line in text.splitlines()]
+    found = next((line for line in lines if _ERROR_LINE.match(line)), None)
+    return (found or f"{type(exc).__name__}: {lines[0] if lines else ''}")[:300]
+
+
+@contextlib.contextmanager
+def _off_the_worker(slot: _Slot, tasks: int) -> Iterator[None]:
+    """While a lost or stalled call is recovered, its tasks do not count as in flight on ``slot``."""
+    slot.in_flight -= tasks
+    try:
+        yield
+    finally:
+        slot.in_flight += tasks
+
+
 class Scheduler:
     """Runs items through the workers of one pool. Call every method on the loop thread."""
 
@@ -207,8 +247,8 @@ class Scheduler:
         self._queue: deque[_Task] = deque()
         self._isolated: deque[_Task] = deque()
         self._slow: deque[_Task] = deque()
-        self._slow_running = 0
         self._wakeup = asyncio.Event()
+        self._slow_wakeup = asyncio.Event()
         self._cache = _LRU(config.cache_size)
         self._timed_out = _LRU(config.cache_size)
         self._running: dict[tuple[str, Hashable], _Task] = {}
@@ -224,7 +264,11 @@ class Scheduler:
         workers = await self._directory.workers.remote()
         self._slots = [_Slot(i, gen, actor) for i, (gen, actor) in enumerate(workers)]
         await asyncio.gather(*(self._ensure_ready(slot) for slot in self._slots))
-        self._servers = [asyncio.create_task(self._serve(slot)) for slot in self._slots]
+        self._servers = [
+            asyncio.create_task(self._serve(slot, slow=slow))
+            for slot in self._slots
+            for slow in (False, True)
+        ]
 
     def admit(self, items: list[Item]) -> None:
         """Take a batch of items: score local rewards, answer what is known, queue new work."""
@@ -250,6 +294,7 @@ class Scheduler:
         """
         self._closing = True
         self._wakeup.set()
+        self._slow_wakeup.set()
         for server in self._servers:
             server.cancel()
         if self._servers:
@@ -284,6 +329,7 @@ class Scheduler:
                     "node_id": s.node_id,
                     "computations": s.computations,
                     "in_flight": s.in_flight,
+                    "gone": s.gone,
                 }
                 for s in self._slots
             ],
@@ -359,22 +405,27 @@ class Scheduler:
 
     # -- serving ---------------------------------------------------------
 
-    async def _serve(self, slot: _Slot) -> None:
+    async def _serve(self, slot: _Slot, *, slow: bool) -> None:
+        """Serve one lane of one slot until the scheduler closes or the slot is given up."""
         try:
-            await self._serve_chunks(slot)
+            await self._serve_lane(slot, slow)
         except PoolLostError as exc:
             self._lose(str(exc))
+        except WorkerStartError as exc:
+            self._give_up(slot, str(exc))
 
-    async def _serve_chunks(self, slot: _Slot) -> None:
-        while not self._closing:
-            chunk, fence_all, slow = await self._next_chunk()
+    async def _serve_lane(self, slot: _Slot, slow: bool) -> None:
+        while not (self._closing or slot.gone):
+            chunk, fence_all = await (self._next_slow() if slow else self._next_chunk())
             if not chunk:
                 return
+            if slot.gone:  # given up while this lane waited for work
+                self._requeue(chunk, isolated=fence_all, slow=slow)
+                return
             self._metrics.count("worker_calls")
-            slot.in_flight = len(chunk)
             try:
                 await self._run_chunk(slot, chunk, fence_all, slow)
-            except PoolLostError:
+            except (PoolLostError, WorkerStartError):
                 raise
             except Exception:  # last line of defence: a bug here must not leave items waiting
                 logger.exception("reward pool scheduler failed on a call to worker %d", slot.index)
@@ -389,45 +440,46 @@ class Scheduler:
                             ),
                             cacheable=False,
                         )
-            finally:
-                slot.in_flight = 0
-                if slow:
-                    self._slow_running -= 1
-                    self._wakeup.set()
-            if 0 < self._config.max_items_per_worker <= slot.computations:
+            if not slow and 0 < self._config.max_items_per_worker <= slot.computations:
                 self._metrics.count("workers_recycled")
-                await self._replace(slot, graceful=True)
+                await self._replace(
+                    slot, graceful=True, generation=slot.generation, deliberate=True
+                )
 
-    def _slow_ready(self) -> bool:
-        """A slow-lane task waits and a worker may take it (all but one may be on the slow lane)."""
-        return bool(self._slow) and self._slow_running < max(1, len(self._slots) - 1)
+    async def _next_chunk(self) -> tuple[list[_Task], bool]:
+        """The next ordinary chunk and whether to fence every task; empty when closing.
 
-    async def _next_chunk(self) -> tuple[list[_Task], bool, bool]:
-        """The next chunk, whether to fence every task, and whether it is from the slow lane.
-
-        Isolated tasks come first, then the queue in chunks, then the slow lane
-        one task at a time with no cap. Empty when the scheduler closes.
+        Isolated tasks come first, then the queue in chunks.
         """
-        while not (self._queue or self._isolated or self._slow_ready() or self._closing):
+        while not (self._queue or self._isolated or self._closing):
             self._wakeup.clear()
             await self._wakeup.wait()
         if self._closing:
-            return [], False, False
-        if not (self._isolated or self._queue):
-            self._slow_running += 1
-            return [self._slow.popleft()], True, True
+            return [], False
         if self._isolated:
             source, fence_all = self._isolated, True
         else:
             source, fence_all = self._queue, False
-        share = math.ceil(len(source) / len(self._slots))
+        share = math.ceil(len(source) / max(1, self._serving_slots()))
         size = max(1, min(self._max_chunk_tasks, share))
-        return [source.popleft() for _ in range(min(size, len(source)))], fence_all, False
+        return [source.popleft() for _ in range(min(size, len(source)))], fence_all
+
+    async def _next_slow(self) -> tuple[list[_Task], bool]:
+        """The next slow-lane task (alone, fenced); empty when closing."""
+        while not (self._slow or self._closing):
+            self._slow_wakeup.clear()
+            await self._slow_wakeup.wait()
+        if self._closing:
+            return [], True
+        return [self._slow.popleft()], True
+
+    def _serving_slots(self) -> int:
+        return sum(not slot.gone for slot in self._slots)
 
     async def _run_chunk(
         self, slot: _Slot, tasks: list[_Task], fence_all: bool, slow: bool
     ) -> None:
-        """Stream ``tasks`` through the slot's worker (a first pass unless ``slow``)."""
+        """Stream ``tasks`` through the slot's worker: a first pass, or the slow lane."""
         samples: list[Mapping[str, Any]] = []
         index_of: dict[int, int] = {}
         calls = []
@@ -437,21 +489,43 @@ class Scheduler:
                 samples.append(task.sample)
             calls.append((index_of[id(task.sample)], task.name))
         logger.debug(
-            "worker %d gen %d: call with %d tasks (fence_all=%s)",
+            "worker %d gen %d: call with %d tasks (fence_all=%s, slow=%s)",
             slot.index,
             slot.generation,
             len(tasks),
             fence_all,
+            slow,
         )
-        stream = slot.actor.score_tasks.options(num_returns="streaming").remote(
+        generation = slot.generation
+        options: dict[str, Any] = {"num_returns": "streaming"}
+        if slow:
+            options["concurrency_group"] = SLOW_LANE
+        stream = slot.actor.score_tasks.options(**options).remote(
             samples,
             calls,
             self._config.progress_interval_s,
             self._config.fence_min_s,
             fence_all,
             0.0 if slow else FIRST_PASS_S,
+            self._config.slow_lane_niceness if slow else 0,
         )
         deadline_s = self._config.timeout_s * (SLOW_LANE_DEADLINE_FACTOR if slow else 1.0)
+        slot.in_flight += len(tasks)
+        try:
+            await self._read_stream(slot, generation, stream, tasks, deadline_s, slow)
+        finally:
+            slot.in_flight -= len(tasks)
+
+    async def _read_stream(
+        self,
+        slot: _Slot,
+        generation: int,
+        stream: Any,
+        tasks: list[_Task],
+        deadline_s: float,
+        slow: bool,
+    ) -> None:
+        """Hand out the scores of a worker's stream as they come; on a stall or loss, recover."""
         done = 0
         fenced: tuple[bool, ...] | None = None
         while True:
@@ -462,10 +536,12 @@ class Scheduler:
             except StopAsyncIteration:
                 break
             except TimeoutError:
-                await self._on_stall(slot, tasks, done, fenced, deadline_s)
+                with _off_the_worker(slot, len(tasks)):
+                    await self._on_stall(slot, generation, tasks, done, fenced, deadline_s, slow)
                 return
             except WORKER_LOST as exc:
-                await self._on_lost(slot, tasks, done, fenced, exc)
+                with _off_the_worker(slot, len(tasks)):
+                    await self._on_lost(slot, generation, tasks, done, fenced, exc, slow)
                 return
             except RayTaskError as exc:  # our worker code raised: a bug, not the item's fault
                 logger.error("worker %d raised while scoring: %s", slot.index, exc)
@@ -484,7 +560,7 @@ class Scheduler:
                 if status == DEFERRED:
                     self._metrics.count("deferred")
                     self._slow.append(tasks[done])
-                    self._wakeup.set()
+                    self._slow_wakeup.set()
                 else:
                     self._finish(
                         tasks[done], ComponentScore(value, Status(status), error), cacheable=True
@@ -504,7 +580,12 @@ class Scheduler:
         end = next((i for i in range(done + 1, len(tasks)) if fenced[i]), len(tasks))
         return tasks[done:end], tasks[end:]
 
-    def _requeue(self, tasks: list[_Task], *, isolated: bool) -> None:
+    def _requeue(self, tasks: list[_Task], *, isolated: bool, slow: bool = False) -> None:
+        """Put ``tasks`` back at the front of the slow lane, the isolated queue or the queue."""
+        if slow:
+            self._slow.extendleft(reversed(tasks))
+            self._slow_wakeup.set()
+            return
         target = self._isolated if isolated else self._queue
         target.extendleft(reversed(tasks))
         self._wakeup.set()
@@ -512,25 +593,34 @@ class Scheduler:
     async def _on_stall(
         self,
         slot: _Slot,
+        generation: int,
         tasks: list[_Task],
         done: int,
         fenced: tuple[bool, ...] | None,
         deadline_s: float,
+        slow: bool,
     ) -> None:
-        slot.in_flight = 0
+        if slot.killed == generation:  # the other lane had this worker killed: not our tasks' fault
+            self._requeue(tasks[done:], isolated=False, slow=slow)
+            await self._replace(slot, graceful=False, generation=generation, deliberate=True)
+            return
         if fenced is not None and await self._node_lost(slot):
-            await self._on_lost(slot, tasks, done, fenced, NodeDiedError("node lost"))
+            await self._on_lost(
+                slot, generation, tasks, done, fenced, NodeDiedError("node lost"), slow
+            )
             return
         suspects, rest = self._suspects(tasks, done, fenced)
         self._metrics.count("worker_restarts")
-        replaced = asyncio.create_task(self._replace(slot, graceful=False))
+        replaced = asyncio.create_task(
+            self._replace(slot, graceful=False, generation=generation, deliberate=True)
+        )
         if fenced is None:  # never started: stuck behind another client's call
             logger.warning(
                 "worker %d did not start a call within queue_timeout_s=%g; replacing it",
                 slot.index,
                 self._config.queue_timeout_s,
             )
-            self._requeue(suspects, isolated=False)
+            self._requeue(suspects, isolated=False, slow=slow)
         elif len(suspects) == 1:
             task = suspects[0]
             score = self._timeout_score(task.name, remembered=False, deadline_s=deadline_s)
@@ -549,21 +639,28 @@ class Scheduler:
         else:
             self._metrics.count("isolations", len(suspects))
             self._requeue(suspects, isolated=True)
-        self._requeue(rest, isolated=False)
+        self._requeue(rest, isolated=False, slow=slow)
         await replaced
 
     async def _on_lost(
         self,
         slot: _Slot,
+        generation: int,
         tasks: list[_Task],
         done: int,
         fenced: tuple[bool, ...] | None,
         exc: BaseException,
+        slow: bool,
     ) -> None:
-        slot.in_flight = 0
+        if slot.killed == generation:  # killed on purpose (a hang in the other lane, recycling)
+            self._requeue(tasks[done:], isolated=False, slow=slow)
+            await self._replace(slot, graceful=False, generation=generation, deliberate=True)
+            return
         logger.warning("worker %d (pid %d) was lost: %s", slot.index, slot.pid, type(exc).__name__)
         self._metrics.count("worker_restarts")
-        replaced = asyncio.create_task(self._replace(slot, graceful=False))
+        replaced = asyncio.create_task(
+            self._replace(slot, graceful=False, generation=generation, deliberate=False)
+        )
         suspects, rest = self._suspects(tasks, done, fenced)
         again = []
         for task in suspects:
@@ -588,33 +685,79 @@ class Scheduler:
                 f"worker died while scoring this ({type(exc).__name__}); retried",
             )
         self._metrics.count("retries", len(again) + len(rest))
-        self._requeue(again, isolated=len(again) > 1)
-        self._requeue(rest, isolated=False)
+        self._requeue(again, isolated=len(again) > 1 and not slow, slow=slow)
+        self._requeue(rest, isolated=False, slow=slow)
         await replaced
 
     # -- workers ---------------------------------------------------------
 
-    async def _replace(self, slot: _Slot, *, graceful: bool) -> None:
-        logger.debug(
-            "worker %d gen %d: replacing (graceful=%s)", slot.index, slot.generation, graceful
-        )
-        slot.generation, slot.actor = await self._ask_directory_to_replace(slot, graceful)
-        slot.computations = 0
-        await self._ensure_ready(slot)
-        logger.debug("worker %d gen %d: ready (pid %d)", slot.index, slot.generation, slot.pid)
+    async def _replace(
+        self, slot: _Slot, *, graceful: bool, generation: int, deliberate: bool
+    ) -> None:
+        """Replace the slot's worker if it still is ``generation``, and wait until the new one runs.
+
+        The two lanes of a slot may both ask; the second waits for the first's
+        replacement. ``deliberate``: this scheduler kills a working worker (a
+        hang, recycling), so the other lane's tasks are not charged for it.
+        """
+        async with slot.replacing:
+            if slot.generation != generation or slot.gone:
+                return
+            if deliberate:
+                slot.killed = generation
+            logger.debug(
+                "worker %d gen %d: replacing (graceful=%s)", slot.index, slot.generation, graceful
+            )
+            slot.generation, slot.actor = await self._ask_directory_to_replace(slot, graceful)
+            slot.computations = 0
+            await self._ensure_ready(slot)
+            logger.debug("worker %d gen %d: ready (pid %d)", slot.index, slot.generation, slot.pid)
 
     async def _ensure_ready(self, slot: _Slot) -> None:
-        """Wait for the slot's worker; replace it until one starts."""
-        while True:
+        """Wait for the slot's worker; start another up to :data:`START_ATTEMPTS` times in all.
+
+        Raises :class:`WorkerStartError` naming the cause when none starts.
+        """
+        for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 slot.pid, slot.node_id = await asyncio.wait_for(
                     slot.actor.ready.remote(), timeout=self._config.start_timeout_s
                 )
                 return
             except (TimeoutError, *WORKER_LOST, RayTaskError) as exc:
-                logger.error("worker %d did not start (%s); starting another", slot.index, exc)
+                cause = (
+                    f"not running within start_timeout_s={self._config.start_timeout_s:g}s"
+                    if isinstance(exc, TimeoutError)
+                    else _root_cause(exc)
+                )
+                logger.error(
+                    "worker %d did not start (attempt %d of %d): %s",
+                    slot.index,
+                    attempt,
+                    START_ATTEMPTS,
+                    cause,
+                )
+                if attempt == START_ATTEMPTS:
+                    raise WorkerStartError(
+                        f"worker {slot.index} of pool {self._config.name!r} did not start in "
+                        f"{START_ATTEMPTS} attempts (last: {cause}). Either the cluster has no "
+                        f"CPU for it (num_cpus_per_worker={self._config.num_cpus_per_worker:g}; "
+                        "see `ray status` and `skyrl-rewards pool status`) or its rewards fail "
+                        "to load (see the worker's log); raise start_timeout_s if they load "
+                        "slowly"
+                    ) from exc
                 await asyncio.sleep(_RESTART_BACKOFF_S)
                 slot.generation, slot.actor = await self._ask_directory_to_replace(slot, False)
+
+    def _give_up(self, slot: _Slot, message: str) -> None:
+        """Stop using ``slot``; when no slot is left, the pool is lost."""
+        logger.error("reward pool: giving up worker slot %d: %s", slot.index, message)
+        slot.gone = message
+        if not self._serving_slots():
+            self._lose(f"no reward worker is left: {message}")
+            return
+        self._wakeup.set()
+        self._slow_wakeup.set()
 
     async def _ask_directory_to_replace(
         self, slot: _Slot, graceful: bool
@@ -635,6 +778,7 @@ class Scheduler:
         self.lost = message
         self._closing = True
         self._wakeup.set()
+        self._slow_wakeup.set()
         self._queue.clear()
         self._isolated.clear()
         self._slow.clear()

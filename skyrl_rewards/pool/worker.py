@@ -1,9 +1,13 @@
 """The body of one pool worker: a Ray actor that holds a reward mix and streams scores.
 
-A worker is a plain synchronous actor with ``max_concurrency=1``, so reward
-code runs on the actor's main thread, one task at a time. It builds its
-:class:`~skyrl_rewards.rewards.mix.RewardMix` (and any heavy state, such as a
-tokenizer) once, when it starts.
+A worker is a synchronous actor with two lanes, each one call at a time: the
+default concurrency group (``max_concurrency=1``) for ordinary calls, and
+:data:`SLOW_LANE` for tasks deferred from a first pass, so that a slow math
+check never holds up the ordinary stream. The two lanes run in two threads and
+share the worker's :class:`~skyrl_rewards.rewards.mix.RewardMix` (and any heavy
+state, such as a tokenizer), built once, when the worker starts; the reward
+components are thread-safe (math runs in child processes; tokenizers encode with
+fixed settings).
 
 :meth:`RewardWorker.score_tasks` is a streaming generator. It yields a
 :class:`Progress` marker before the first task, then finished scores in order,
@@ -21,7 +25,8 @@ Math-verify runs in a math child process with a CPU-time limit
 worker. With ``first_pass_s`` set, every math check of the call is capped at
 that many CPU seconds; a task that needs more is reported with status
 :data:`DEFERRED` (its value meaningless) for the pool to score again later,
-alone and with its full limit. A reward component whose mean time on this
+alone and with its full limit (in the slow lane, with math children
+``niceness`` steps nicer). A reward component whose mean time on this
 worker is at least ``fence_min_s`` (or not yet measured) is fenced; cheap
 components are reported in groups at most ``progress_interval_s`` apart.
 """
@@ -35,7 +40,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.rewards.math_check import first_pass
+from skyrl_rewards.rewards.math_check import first_pass, low_priority
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.rewards.result import ComponentScore
 
@@ -44,6 +49,9 @@ WARMUP_SAMPLE = {
     "solution": "<answer>1</answer>",
 }
 """Scored once per component when a worker starts, so lazy imports are not billed to real items."""
+
+SLOW_LANE = "slow_lane"
+"""The concurrency group of slow-lane calls (one at a time, beside the ordinary lane)."""
 
 DEFERRED = "deferred"
 """Status of a task whose math check needed more than the call's first-pass cap."""
@@ -66,7 +74,7 @@ class Progress:
 
 
 class RewardWorker:
-    """Ray actor body. Build it with ``ray.remote(RewardWorker).options(...)``."""
+    """Ray actor body. Build it with ``ray.remote(concurrency_groups={SLOW_LANE: 1})(RewardWorker)``."""
 
     def __init__(
         self, rewards: Mapping[str, Mapping[str, Any]], niceness: int | None = None
@@ -100,13 +108,15 @@ class RewardWorker:
         fence_min_s: float,
         fence_all: bool,
         first_pass_s: float = 0.0,
+        niceness: int = 0,
     ) -> Iterator[Progress]:
         """Score each ``(sample_index, component_name)`` task, streaming :class:`Progress`.
 
         Scores never raise (the mix turns every failure into a status). With
         ``fence_all`` every task is fenced, so a hang is pinned exactly. With
         ``first_pass_s > 0`` a task whose math check needs more CPU seconds
-        than that has status :data:`DEFERRED`.
+        than that has status :data:`DEFERRED`. Math checks run in children
+        ``niceness`` steps nicer than usual.
         """
         fenced = tuple(
             fence_all or self._mean_s.get(name, fence_min_s) >= fence_min_s for _, name in tasks
@@ -126,7 +136,8 @@ class RewardWorker:
                     score = self._timed_score(name, samples[sample_index])
                 status = DEFERRED if state.deferred else score.status.value
             else:
-                score = self._timed_score(name, samples[sample_index])
+                with low_priority(niceness):
+                    score = self._timed_score(name, samples[sample_index])
                 status = score.status.value
             pending.append((float(score.value), status, score.error))
         yield Progress(scores=tuple(pending))
