@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from tau_bench_env.actions import DEFAULT_MAX_CHARS
 from tau_bench_env.backends import BACKENDS
 from tau_bench_env.tool_limits import DEFAULT_TOOL_TIMEOUT_S
+from tau_bench_env.users import DEFAULT_MAX_TOOL_CALLS
 
 USER_KINDS = ("openai", "replay", "tau_bench")
 OBSERVATION_ROLES = ("tool", "user")
@@ -42,6 +43,8 @@ class UserConfig:
     """Retries after a connection error or a 5xx/429 answer."""
     backoff_s: float = 1.0
     """Wait before the first retry, doubled for each further one."""
+    max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS
+    """User tool calls per user turn (dual-control domains, ``openai`` only); then text is asked for."""
     strategy: str = "llm"
     """tau-bench user strategy (``llm``, ``react``, ``verify``, ``reflection``)."""
     provider: str | None = None
@@ -109,6 +112,10 @@ class TauBenchEnvConfig:
             raise ValueError(f"user.timeout_s must be > 0, got {self.user.timeout_s!r}")
         if self.user.backoff_s < 0:
             raise ValueError(f"user.backoff_s must be >= 0, got {self.user.backoff_s!r}")
+        if not isinstance(self.user.max_tool_calls, int) or self.user.max_tool_calls < 0:
+            raise ValueError(
+                f"user.max_tool_calls must be an integer >= 0, got {self.user.max_tool_calls!r}"
+            )
         if self.user.max_retries < 0:
             raise ValueError(f"user.max_retries must be >= 0, got {self.user.max_retries!r}")
 

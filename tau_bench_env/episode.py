@@ -1,11 +1,15 @@
 """One episode's state: its copy-on-write data and its action log.
 
 Shared by the SkyRL env (live episodes) and by ``rescore`` (recorded ones).
+The data starts in the task's initial state (``domain.initial_data``). In a
+domain with user tools (dual control) the user's tool calls run on the same
+data and are logged apart from the agent's (:attr:`Episode.user_calls`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from tau_bench_env.backends.protocol import Domain
@@ -19,6 +23,15 @@ from tau_bench_env.reward import (
 )
 from tau_bench_env.tasks import RESPOND, Action, Task
 from tau_bench_env.tool_limits import DEFAULT_TOOL_TIMEOUT_S
+
+
+@dataclass(frozen=True)
+class UserCall:
+    """A tool call the user made: after ``after`` agent actions, with its observation."""
+
+    after: int
+    action: Action
+    observation: str
 
 
 class Episode:
@@ -38,14 +51,48 @@ class Episode:
         self.task = task
         self.tool_timeout_s = tool_timeout_s
         """CPU-time budget of one tool call (see :mod:`tau_bench_env.tool_limits`)."""
-        self.data = domain.fresh_data()
+        self.data = domain.initial_data(task)
         self.actions: list[Action] = []
+        self.user_calls: list[UserCall] = []
+        self._log_history()
+
+    def _log_history(self) -> None:
+        """Log the task's message history as the episode's first actions (not run again).
+
+        The agent's calls and replies there count for the checks that read the
+        action log (outputs, tau2's ACTION and COMMUNICATE), as in tau2's
+        evaluator, which reads the whole trajectory, history included.
+        """
+        for message in self.task.history:
+            calls = [
+                Action(c["name"], dict(c.get("arguments") or {}))
+                for c in message.get("tool_calls") or []
+            ]
+            if message.get("role") == "assistant":
+                self.actions.extend(calls)
+                if message.get("content"):
+                    self.actions.append(Action(RESPOND, {"content": str(message["content"])}))
+            elif message.get("role") == "user":
+                self.user_calls.extend(UserCall(len(self.actions), call, "") for call in calls)
 
     def call_tool(self, name: str, kwargs: Mapping[str, Any]) -> str:
         """Log and run a tool call; returns the observation (errors and refusals included)."""
         action = Action(name, dict(kwargs))
         self.actions.append(action)
         return run_action(self.domain, self.data, action, tool_timeout_s=self.tool_timeout_s)
+
+    def call_user_tool(self, name: str, kwargs: Mapping[str, Any]) -> str:
+        """Log and run a user-side tool call (same bounds); returns the observation."""
+        action = Action(name, dict(kwargs))
+        observation = run_action(
+            self.domain, self.data, action, tool_timeout_s=self.tool_timeout_s, requestor="user"
+        )
+        self.user_calls.append(UserCall(len(self.actions), action, observation))
+        return observation
+
+    def tool_calls(self) -> list[Action]:
+        """Every tool call of the episode, the agent's then the user's (no replies)."""
+        return [a for a in self.actions if a.name != RESPOND] + [c.action for c in self.user_calls]
 
     def respond(self, content: str) -> None:
         """Log a reply to the user (scanned by the outputs check)."""
@@ -62,7 +109,7 @@ class Episode:
         is not a hex digest, so the data check fails instead of raising.
         """
         try:
-            return self.domain.hash_index.digest(self.data)
+            return self.domain.data_digest(self.data)
         except UnhashableDataError as error:
             return f"unhashable: {error}"
 

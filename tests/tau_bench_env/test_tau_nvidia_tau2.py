@@ -162,7 +162,7 @@ def test_read_only_tools_change_nothing(domain_name: str) -> None:
 
 def test_unknown_domain_names_the_choices() -> None:
     with pytest.raises(ValueError, match="choose one of"):
-        load_domain(BACKEND, "telecom")
+        load_domain(BACKEND, "no_such_domain")
 
 
 def test_concurrent_episodes_share_the_base_and_one_ground_truth_replay() -> None:

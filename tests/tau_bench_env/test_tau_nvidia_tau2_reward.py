@@ -48,11 +48,19 @@ def _play(
     return outputs, texts
 
 
+SOLUTIONS = {
+    # a mock task with env assertions and no gold actions: the call its assertion asks for
+    "update_task_with_history_and_env_assertions": (
+        Action("update_task_status", {"task_id": "task_2", "status": "completed"}),
+    ),
+}
+
+
 @pytest.mark.parametrize("domain_name", DOMAINS)
 def test_every_ground_truth_scores_one(domain_name: str) -> None:
     domain = load_domain(BACKEND, domain_name)
     for task in domain.tasks("base"):
-        outputs, _ = _play(domain_name, task, task.actions)
+        outputs, _ = _play(domain_name, task, SOLUTIONS.get(task.task_id, task.actions))
         info = outputs[-1]["metadata"]["reward_info"]
         assert outputs[-1]["done"] and outputs[-1]["reward"] == 1.0, (task.task_id, info)
         assert info["reward_kind"] == "tau2" and info["failed"] == []

