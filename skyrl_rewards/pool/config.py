@@ -50,10 +50,14 @@ class PoolConfig:
     """Niceness of the worker processes. Ray starts workers at 15, so next to a busy trainer
     the rewards starve; 0 competes evenly. Lowering it needs privileges (CAP_SYS_NICE): when
     refused, a worker logs a warning and keeps Ray's value. ``None`` keeps Ray's value."""
-    slow_lane_niceness: int = 10
+    slow_lane_niceness: int = 19
     """Niceness added to the math children of the slow lane (0 to 19): math checks deferred
     from a first pass then take only CPU time that ordinary items do not want. Their outcome
     does not change (the limit is on their own CPU time); 0 lets them compete evenly."""
+    slow_lane_timeout_s: float = 300.0
+    """Wall-clock safety net of one slow-lane task; past it the worker is killed and replaced.
+    Its math is bounded on CPU time by the reward's ``math_timeout_s``, which a busy machine
+    stretches in wall time (the slow lane yields the CPU); this catches any other hang."""
     batch_size: int = 64
     """Most items gathered into one batch and sent to one worker in one call."""
     batch_wait_s: float = 0.005
@@ -104,6 +108,7 @@ class PoolConfig:
             "num_workers",
             "batch_size",
             "timeout_s",
+            "slow_lane_timeout_s",
             "start_timeout_s",
             "queue_timeout_s",
             "alarm_window_items",

@@ -87,13 +87,6 @@ START_ATTEMPTS = 3
 """Workers started for a slot in a row, each given ``start_timeout_s``, before the slot is given up."""
 FIRST_PASS_S = 0.25
 """CPU seconds a math check may take in a chunk's first pass; past it the task goes to the slow lane."""
-SLOW_LANE_DEADLINE_FACTOR = 6.0
-"""A slow-lane task may keep its lane quiet for this many ``timeout_s`` (wall) before the worker is killed.
-
-Its time goes to math-verify in a nice math child, bounded on CPU time (a few
-seconds); while ordinary work wants the CPU that takes longer in wall time,
-and the pool's wall deadline is only the safety net.
-"""
 _CLOSE_WAIT_S = 2.0
 
 
@@ -397,9 +390,13 @@ class Scheduler:
         why = (
             "this input timed out before and is not scored again"
             if remembered
-            else f"ran past {deadline_s:g} s of wall time (timeout_s={self._config.timeout_s:g}"
-            f"{'' if deadline_s == self._config.timeout_s else ', x6 in the slow lane'});"
-            " the worker was killed and replaced"
+            else f"ran past {deadline_s:g} s of wall time ("
+            + (
+                f"timeout_s={deadline_s:g}"
+                if deadline_s == self._config.timeout_s
+                else f"slow_lane_timeout_s={deadline_s:g}, in the slow lane"
+            )
+            + "); the worker was killed and replaced"
         )
         return ComponentScore(self._config.fallback, Status.TIMEOUT, f"{name}: {why}")
 
@@ -509,7 +506,7 @@ class Scheduler:
             0.0 if slow else FIRST_PASS_S,
             self._config.slow_lane_niceness if slow else 0,
         )
-        deadline_s = self._config.timeout_s * (SLOW_LANE_DEADLINE_FACTOR if slow else 1.0)
+        deadline_s = self._config.slow_lane_timeout_s if slow else self._config.timeout_s
         slot.in_flight += len(tasks)
         try:
             await self._read_stream(slot, generation, stream, tasks, deadline_s, slow)
