@@ -93,6 +93,16 @@ PLANS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("no action", "user_stop"),
             ("ground truth", "max_steps"),
         ],
+        "update_task_with_message_history": [
+            ("ground truth", "user_stop"),
+            ("no action", "user_stop"),
+            ("ground truth", "agent_stop"),
+        ],
+        "update_task_with_initialization_actions": [
+            ("ground truth", "user_stop"),
+            ("changed argument", "user_stop"),
+            ("ground truth", "max_steps"),
+        ],
     },
     "telecom": {
         "[mobile_data_issue]airplane_mode_on|user_abroad_roaming_enabled_off[PERSONA:None]": [
@@ -112,6 +122,10 @@ CHANGES: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("airline", "19"): ("cancel_reservation", {"reservation_id": "K67C4W"}),
     ("retail", "38"): ("cancel_pending_order", {"reason": "ordered by mistake"}),
     ("mock", "create_task_1_with_env_assertions"): ("create_task", {"title": "Meeting"}),
+    ("mock", "update_task_with_initialization_actions"): (
+        "update_task_status",
+        {"status": "pending"},
+    ),
     (
         "telecom",
         "[mobile_data_issue]data_usage_exceeded|user_abroad_roaming_enabled_off[PERSONA:Easy]",
@@ -164,17 +178,20 @@ def simulate(name: str, task: Any, label: str, ending: str, trial: int) -> Any:
 
     environment = importlib.import_module(f"tau2.domains.{name}.environment").get_environment()
     start = task.initial_state
+    history = list(start.message_history or []) if start is not None else []
     if start is not None:
-        if start.message_history:
-            raise ValueError(f"task {task.id!r}: a message history is not scripted here")
         environment.set_state(
             initialization_data=start.initialization_data,
             initialization_actions=start.initialization_actions,
-            message_history=[],
+            message_history=history,
         )
     groups, reply = planned_calls(name, environment, task, label)
+    # tau2's orchestrator starts the trajectory with the task's history, else with its greeting
+    opening = history or [
+        AssistantMessage(role="assistant", content="Hi! How can I help you today?")
+    ]
     messages: list[Any] = [
-        AssistantMessage(role="assistant", content="Hi! How can I help you today?"),
+        *(message.model_copy(deep=True) for message in opening),
         UserMessage(role="user", content="Hi, I need some help with my account."),
     ]
     for calls in groups:
@@ -222,6 +239,10 @@ def results(name: str) -> Any:
     environment = importlib.import_module(f"tau2.domains.{name}.environment")
     tasks = {t.id: t for t in environment.get_tasks("base")}
     plan = PLANS[name]
+    for task_id in plan:  # a history's messages are stamped when the tasks load
+        start = tasks[task_id].initial_state
+        for message in (start.message_history or []) if start is not None else []:
+            message.timestamp = TIMESTAMP
     simulations = [
         simulate(name, tasks[task_id], label, ending, trial)
         for trial in range(3)

