@@ -111,10 +111,12 @@ def _new_pool(pool_class: Any, cfg: dict[str, Any]) -> Any:
             time.sleep(2.0)
 
 
-def _pool_run(samples: list[Sample], hang_at: set[int], name: str) -> dict[str, Any]:
+def _pool_run(
+    samples: list[Sample], hang_at: set[int], name: str, settings: dict[str, Any]
+) -> dict[str, Any]:
     from skyrl_rewards.pool.reward_pool import RewardPool
 
-    cfg = {"name": name, "rewards": REWARDS, "num_workers": 2, "timeout_s": 10.0}
+    cfg = {"name": name, "rewards": REWARDS, "num_workers": 2, "timeout_s": 10.0, **settings}
     started = time.monotonic()
     with _new_pool(RewardPool, cfg) as pool:
         pool.score(ordinary_samples(random.Random(99), 64))  # warm-up, not timed
@@ -150,8 +152,11 @@ def _pool_run(samples: list[Sample], hang_at: set[int], name: str) -> dict[str, 
     }
 
 
-def bench_hangs(items: int, hangs: int, repeats: int) -> dict[str, Any]:
-    """Hang-free and hang runs, ``repeats`` times each, alternating."""
+def bench_hangs(
+    items: int, hangs: int, repeats: int, settings: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Hang-free and hang runs, ``repeats`` times each, alternating; ``settings``: pool overrides."""
+    settings = settings or {}
     runs: list[dict[str, Any]] = []
     for repeat in range(repeats):
         rng = random.Random(repeat)
@@ -160,12 +165,13 @@ def bench_hangs(items: int, hangs: int, repeats: int) -> dict[str, Any]:
         positions = {int((k + 0.5) * items / hangs) for k in range(hangs)} if hangs else set()
         for position, answer in zip(sorted(positions), hang_answers(hangs), strict=True):
             with_hangs[position] = _hang_sample(answer)
-        free_run = _pool_run(free, set(), f"bench_hangs_free_{repeat}")
-        hang_run = _pool_run(with_hangs, positions, f"bench_hangs_{repeat}")
+        free_run = _pool_run(free, set(), f"bench_hangs_free_{repeat}", settings)
+        hang_run = _pool_run(with_hangs, positions, f"bench_hangs_{repeat}", settings)
         bound_pool = free_run["wall_s"] + hangs * 10.0 / 2
         bound_math = free_run["wall_s"] + hangs * 3.0 / 2
         runs.append(
             {
+                "settings": settings,
                 "free": free_run,
                 "hangs": hang_run,
                 "targets": {
@@ -342,6 +348,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--burners", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="pool setting for the hangs runs (repeatable), e.g. --set first_pass_s=0.1",
+    )
     options = parser.parse_args(args)
     import skyrl_rewards
 
@@ -359,7 +372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             options.exponent, options.math_timeout, options.threads, options.burners
         )
     if options.what in ("hangs", "all"):
-        report["hangs"] = bench_hangs(options.items, options.hangs, options.repeats)
+        settings = {k: json.loads(v) for k, v in (item.split("=", 1) for item in options.set)}
+        report["hangs"] = bench_hangs(options.items, options.hangs, options.repeats, settings)
     if options.json is not None:
         options.json.parent.mkdir(parents=True, exist_ok=True)
         options.json.write_text(json.dumps(report, indent=2))

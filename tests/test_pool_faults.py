@@ -236,6 +236,17 @@ def test_the_slow_lane_runs_beside_ordinary_work_on_a_single_worker(ray_local: N
 
 
 @needs_hang
+def test_without_a_first_pass_a_slow_check_runs_in_the_ordinary_stream(ray_local: None) -> None:
+    rewards = {"accuracy": {"weight": 1.0, "math_timeout_s": 1}}
+    cfg = {"name": "test_pool_no_first_pass", "rewards": rewards, "first_pass_s": 0}
+    with RewardPool.from_config(cfg) as pool:
+        (hung,) = pool.score([HANG])
+        assert hung.status == {"accuracy": "timeout"} and "CPU time" in hung.errors["accuracy"]
+        metrics = pool.metrics()
+        assert (metrics["deferred"], metrics["timeouts"], metrics["worker_restarts"]) == (0, 0, 0)
+
+
+@needs_hang
 def test_a_slow_lane_stall_kills_the_worker_without_charging_the_ordinary_lane(
     ray_local: None,
 ) -> None:

@@ -12,7 +12,7 @@ so the state needs no locks. The life of a submitted item:
    gets a share) and streams it through the worker (see
    :mod:`skyrl_rewards.pool.worker`).
 3. Workers score a chunk in a *first pass*: every math check is capped at
-   :data:`FIRST_PASS_S` CPU seconds. A task whose check needs more comes back
+   ``first_pass_s`` CPU seconds. A task whose check needs more comes back
    *deferred* and goes to the slow lane: each worker has a second lane (its
    own thread, one task at a time) that scores slow-lane tasks with their full
    limit, beside the ordinary stream, in math children that yield the CPU to
@@ -85,8 +85,6 @@ WORKER_LOST = (
 _RESTART_BACKOFF_S = 1.0
 START_ATTEMPTS = 3
 """Workers started for a slot in a row, each given ``start_timeout_s``, before the slot is given up."""
-FIRST_PASS_S = 0.25
-"""CPU seconds a math check may take in a chunk's first pass; past it the task goes to the slow lane."""
 _CLOSE_WAIT_S = 2.0
 
 
@@ -503,7 +501,7 @@ class Scheduler:
             self._config.progress_interval_s,
             self._config.fence_min_s,
             fence_all,
-            0.0 if slow else FIRST_PASS_S,
+            0.0 if slow else self._config.first_pass_s,
             self._config.slow_lane_niceness if slow else 0,
         )
         deadline_s = self._config.slow_lane_timeout_s if slow else self._config.timeout_s
