@@ -444,6 +444,15 @@ class _Child:
             raise _ChildFailed("died mid-check")
         return (MathStatus.EQUAL if line.strip() == "1" else MathStatus.NOT_EQUAL), False
 
+    def close_inherited(self) -> None:
+        """Close this process's copies of the pipes and pidfd (after a fork); signal nothing."""
+        for stream in (self._requests, self._answers):
+            with contextlib.suppress(OSError):
+                stream.close()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
     def kill(self) -> None:
         """Kill the child (the fork server's kernel-side reaping collects it) and close its pipes."""
         try:
@@ -483,6 +492,13 @@ class _ForkServer:
             except _ChildFailed:
                 self._stop()
                 raise
+
+    def close_inherited(self) -> None:
+        """Close this process's copy of the socket (after a fork); the server keeps running."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        self._proc = None
 
     def stop(self) -> None:
         """Stop the server; its idle children see the end of their input, busy ones are killed."""
@@ -594,6 +610,16 @@ class _ChildPool:
                 return
         child.kill()
 
+    def abandon(self) -> None:
+        """In a process forked from the owner: close the inherited ends, signal nothing.
+
+        The server and children belong to the parent; a forked copy that used
+        the same socket would read the parent's replies.
+        """
+        for child in (child for idle in self._idle.values() for child in idle):
+            child.close_inherited()
+        self._server.close_inherited()
+
     def close(self) -> None:
         """Stop every idle child and the fork server (children in use are killed with it)."""
         with self._lock:
@@ -605,7 +631,19 @@ class _ChildPool:
 
 
 _CHILDREN = _ChildPool(MAX_CHILDREN)
-atexit.register(_CHILDREN.close)
+atexit.register(lambda: _CHILDREN.close())
 _TIMED_OUT = _TimedOutPairs(max_size=10_000)
+
+
+def _after_fork_in_child() -> None:
+    """A forked process (multiprocessing, a data loader) starts its own server when it checks."""
+    global _CHILDREN, _TIMED_OUT
+    _CHILDREN.abandon()
+    _CHILDREN = _ChildPool(MAX_CHILDREN)
+    _TIMED_OUT = _TimedOutPairs(max_size=10_000)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 _THREAD = threading.local()
 """Per thread: ``first_pass`` (a :class:`FirstPass` or None) and ``niceness`` of its checks."""

@@ -401,3 +401,21 @@ def test_a_killed_caller_leaves_no_check_running() -> None:
     while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in children):
         time.sleep(0.1)
     assert not any(Path(f"/proc/{pid}").exists() for pid in children)
+
+
+def _forked_check(pair: tuple[str, str]) -> tuple[str, int]:
+    return check_equal(*pair).value, os.getpid()
+
+
+@linux_only
+def test_processes_forked_after_a_check_use_their_own_fork_server() -> None:
+    import multiprocessing
+
+    assert check_equal("$7$", "7") is MathStatus.EQUAL  # this process's server is running
+    servers = _math_processes(os.getpid())[0]
+    pairs = [("$\\frac{1}{2}$", "0.5"), ("$x^2+2x+1$", "$(x+1)^2$"), ("$3$", "4")] * 4
+    with multiprocessing.get_context("fork").Pool(2) as workers:
+        answers = workers.map(_forked_check, pairs)
+    assert [value for value, _ in answers] == ["equal", "equal", "not_equal"] * 4
+    assert check_equal("$\\frac{1}{3}$", "1/3") is MathStatus.EQUAL
+    assert _math_processes(os.getpid())[0] == servers
