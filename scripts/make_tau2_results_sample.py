@@ -145,9 +145,11 @@ def planned_calls(
     """The tool calls of trajectory ``label`` on ``task``, grouped by message, and the closing reply."""
     from tau2.data_model.message import ToolCall
 
-    info = task.evaluation_criteria.communicate_info or []
+    criteria = task.evaluation_criteria
+    info = (criteria.communicate_info if criteria is not None else None) or []
     reply = "To confirm: " + ", ".join(info) + "." if info else "Anything else?"
-    actions = [(a.requestor, a.name, dict(a.arguments)) for a in task.evaluation_criteria.actions]
+    gold = (criteria.actions if criteria is not None else None) or []
+    actions = [(a.requestor, a.name, dict(a.arguments)) for a in gold]
     if label == "silent reply":
         reply = "All done, goodbye."
     elif label == "no action":
