@@ -16,7 +16,17 @@ one from the config) add, around SkyRL's own agent loop:
   default) an exception inside the agent loop ends that trajectory alone,
   masked; the cause is logged once per exception type and counted. When
   every trajectory of a batch fails the batch raises: there is nothing to
-  train on, and the first cause is in the error.
+  train on, and the first cause is in the error. The stand-in row must pass
+  SkyRL's ``RayPPOTrainer.convert_to_training_input``, which pads
+  ``rollout_logprobs`` by ``len()`` of every row and wraps ``pixel_values`` /
+  ``image_grid_thw`` in ``TensorList``, whose entries must all be tensors (a
+  None raises ``AttributeError``). So it gets zero logprobs when logprobs are
+  collected, and in a vision batch it is a copy of a sibling row that carries
+  images (prompt, response, images), fully masked, reward imputed: the
+  model's forward then sees image tokens that match its images even when the
+  row sits alone in a micro-batch (Qwen2.5-VL's vision tower rejects a
+  micro-batch whose images are all empty). SkyRL pads its own batches the
+  same way (``pad_training_input_batch`` copies row 0 with a zero loss mask).
 - **Prompts that render right.** After the parquet round trip arrow gives
   every content part the union of keys (``{"type": "text", "text": ...,
   "image_url": None}``); chat templates that test for an ``image_url`` key
@@ -143,9 +153,38 @@ class _MaskingMixin:
             )
         groups = _groups(input_batch, out, len(metrics))
         out["rewards"] = _impute_masked_rewards(out["rewards"], masked, groups)
+        _fit_failed_rows(out, errors)
         out["rollout_metrics"]["generate/masked_share"] = sum(masked) / max(1, len(masked))
         out["rollout_metrics"]["generate/env_errors"] = float(sum(errors))
         return out
+
+
+def _fit_failed_rows(out: dict[str, Any], errors: Sequence[bool]) -> None:
+    """Make the one-token stand-ins of failed trajectories acceptable to SkyRL's trainer, in place.
+
+    With logprobs collected a stand-in gets a zero logprob per response token. In a vision
+    batch (``pixel_values`` present) it becomes a copy of the first unfailed row that carries
+    images: same prompt, response and images, loss mask all zeros, its imputed reward on the
+    last token. The module docstring says why.
+    """
+    failed = [i for i, error in enumerate(errors) if error]
+    pixel_values = out.get("pixel_values")
+    if pixel_values is not None and failed:
+        donor = next(i for i, pv in enumerate(pixel_values) if pv is not None and not errors[i])
+        n = len(out["response_ids"][donor])
+        for i in failed:
+            out["prompt_token_ids"][i] = list(out["prompt_token_ids"][donor])
+            out["response_ids"][i] = list(out["response_ids"][donor])
+            out["loss_masks"][i] = [0] * n
+            reward = out["rewards"][i]
+            if isinstance(reward, list):
+                out["rewards"][i] = _with_final_reward([0.0] * n, _final_reward(reward))
+            pixel_values[i] = pixel_values[donor]
+            out["image_grid_thw"][i] = out["image_grid_thw"][donor]
+    logprobs = out.get("rollout_logprobs")
+    if logprobs is not None:
+        for i in failed:
+            logprobs[i] = [0.0] * len(out["response_ids"][i])
 
 
 def _groups(input_batch: Mapping[str, Any], out: Mapping[str, Any], n: int) -> list[Any]:

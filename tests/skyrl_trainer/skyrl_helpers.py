@@ -3,19 +3,25 @@
 The one stand-in is the inference engine (the GPU part): :class:`ScriptedEngine`
 answers each trajectory, by its session id, with the next of the replies
 scripted for it, and renders VLM conversations with the test tokenizer's chat
-template. The tokenizer is real (``transformers``), built here: byte-level
+template; :class:`VisionEngine` also renders their images into real vision
+features. The tokenizer is real (``transformers``), built here: byte-level
 BPE with ChatML and Qwen2-VL's vision tokens, no download, carrying the real
 Qwen2.5-VL chat template (shipped inside the installed ``trl`` package).
 """
 
 from __future__ import annotations
 
+import base64
+import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from PIL import Image
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast, Qwen2VLImageProcessor
 from trl.chat_template_utils import qwen2_5_vl_chat_template
+from vllm.entrypoints.scale_out.token_in_token_out.mm_serde import encode_mm_kwargs_item
+from vllm.multimodal.inputs import MultiModalBatchedField, MultiModalFieldElem, MultiModalKwargsItem
 
 IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
 
@@ -80,3 +86,62 @@ class ScriptedEngine:
 
     async def finish_session(self, session_id: str) -> None:
         pass
+
+
+class VisionEngine(ScriptedEngine):
+    """:class:`ScriptedEngine` that renders images the way vLLM's render endpoint does.
+
+    Each image content part (a data URI) is run through transformers' real Qwen2-VL image
+    processor; its ``<|image_pad|>`` is repeated once per merged patch, and the processed
+    ``pixel_values`` / ``image_grid_thw`` come back as vLLM-serialized ``kwargs_data``, which
+    SkyRL's VLM agent loop decodes with its own ``decode_mm_kwargs``. A scripted reply that is
+    an exception is raised by ``generate`` (an inference call that fails).
+    """
+
+    def __init__(self, tokenizer: Any, replies: Mapping[str, Sequence[Any]]) -> None:
+        super().__init__(tokenizer, replies)
+        # small images: a few dozen image tokens each
+        self.processor = Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=112 * 112)
+
+    async def generate(self, engine_input: Mapping[str, Any], model: str | None = None) -> dict:
+        for sid in engine_input["session_ids"]:
+            if isinstance(self.replies[sid][0], Exception):
+                raise self.replies[sid].pop(0)
+        return await super().generate(engine_input, model)
+
+    async def render_chat_completion(self, payload: Mapping[str, Any]) -> dict:
+        messages = payload["json"]["messages"]
+        self.rendered.append(messages)
+        text = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False
+        )
+        images = [
+            Image.open(io.BytesIO(base64.b64decode(part["image_url"]["url"].split(",", 1)[1])))
+            for message in messages
+            if isinstance(message["content"], list)
+            for part in message["content"]
+            if part.get("type") == "image_url"
+        ]
+        assert text.count(IMAGE_PLACEHOLDER) == len(images)
+        items = []
+        for image in images:
+            features = self.processor(images=[image.convert("RGB")], return_tensors="pt")
+            thw = features["image_grid_thw"][0]
+            n_tokens = int(thw.prod()) // self.processor.merge_size**2
+            text = text.replace(
+                IMAGE_PLACEHOLDER,
+                "<|vision_start|>" + "<|image_pad|>" * n_tokens + "<|vision_end|>",
+                1,
+            )
+            item = MultiModalKwargsItem(
+                {
+                    "pixel_values": MultiModalFieldElem(
+                        data=features["pixel_values"], field=MultiModalBatchedField()
+                    ),
+                    "image_grid_thw": MultiModalFieldElem(data=thw, field=MultiModalBatchedField()),
+                }
+            )
+            items.append(encode_mm_kwargs_item(item))
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        features_out = {"kwargs_data": {"image": items}} if items else None
+        return {"token_ids": ids, "features": features_out}

@@ -1,0 +1,218 @@
+"""A batch with a failed trajectory through SkyRL 0.4's own conversion to a training batch.
+
+The generators contain an agent loop that raises: its trajectory becomes a masked stand-in row.
+These tests push such a batch from the real generator (real tokenizer, real reward pool on
+Ray, real Qwen2-VL image processing; only the inference engine stood in) through SkyRL's
+``RayPPOTrainer.convert_to_training_input`` (which pads it with ``pad_training_input_batch``)
+and its workers' micro-batching (``BatchIterator``, one row per micro-batch as by default). The
+vision micro-batches then go through a small random Qwen2.5-VL (transformers), fed the way
+SkyRL's ``HFModelWrapper.forward`` feeds it; that wrapper itself imports flash-attn, which the
+CPU install lacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from skyrl.backends.skyrl_train.training_batch import TensorList, TrainingInputBatch
+from skyrl.backends.skyrl_train.workers.worker_utils import BatchIterator
+from skyrl.train.dataset import PromptDataset
+from skyrl.train.generators.base import TRAINING_PHASE_TRAIN
+from skyrl.train.generators.utils import prepare_generator_input
+from skyrl.train.trainer import RayPPOTrainer
+from skyrl_helpers import VisionEngine
+from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+from skyrl_rewards.data.jsonl import read_rows
+from skyrl_rewards.pool.reward_pool import RewardPool
+from skyrl_rewards.train.config import TrainConfig
+from skyrl_rewards.train.dataset import prepare_data
+from skyrl_rewards.train.env import close_shared_pools
+from skyrl_rewards.train.generator import make_generator
+from skyrl_rewards.train.registration import register_installed_envs
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "skyrl_rewards" / "sample_data"
+DP_SIZE = 3  # data-parallel workers: a batch of 4 is padded to 6
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _envs_registered() -> None:
+    assert "skyrl_rewards" in register_installed_envs()
+
+
+@pytest.fixture(scope="module")
+def pool(ray_local: None) -> Any:
+    name = "skyrl_trainer_failed_row_pool"
+    started = RewardPool.from_config(
+        ROOT / "configs" / "rec.yaml", [f"name={name}", "num_workers=1"]
+    )
+    yield name
+    close_shared_pools()
+    started.shutdown()
+
+
+class Dispatch:
+    """Stand-in for the trainer's GPU worker dispatch: only its data-parallel size is read."""
+
+    def get_lcm_dp_size(self) -> int:
+        return DP_SIZE
+
+
+def rec_dataset(tmp_path: Path, tokenizer: Any) -> PromptDataset:
+    """SkyRL's PromptDataset over the prepared parquet of two sample REC rows."""
+    rows = read_rows(SAMPLE / "rec.jsonl")[:2]
+    (tmp_path / "images").mkdir()
+    for row in rows:
+        shutil.copy(SAMPLE / row["image_path"], tmp_path / row["image_path"])
+    with (tmp_path / "rec.jsonl").open("w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    train, val = prepare_data(tmp_path / "rec.jsonl", tmp_path / "data", "skyrl_rewards")
+    return PromptDataset([str(train), str(val)], tokenizer, 1_000_000, num_workers=1)
+
+
+def generate_with_one_failure(
+    tmp_path: Path, tokenizer: Any, pool: str, *, vision: bool
+) -> tuple[RayPPOTrainer, dict, list[str]]:
+    """Two prompts, two samples each; the inference call of trajectory ``0_1`` fails.
+
+    Returns SkyRL's trainer (GPU dispatch stood in), the generator output and the uids.
+    """
+    dataset = rec_dataset(tmp_path, tokenizer)
+    prompts = dataset.collate_fn([dataset[i] for i in range(len(dataset))])
+    batch, uids = prepare_generator_input(
+        prompts, 2, None, "skyrl_rewards", TRAINING_PHASE_TRAIN, 1
+    )
+    answer = '<think>There.</think> <answer>{"bbox_2d": [1, 2, 30, 40]}</answer>'
+    replies = {
+        "0_0": [answer],
+        "0_1": [ConnectionError("inference server went away")],
+        "1_0": [answer],
+        "1_1": ["I cannot tell."],
+    }
+    cfg = TrainConfig.from_cli_overrides(
+        [
+            "trainer.logger=console",
+            "trainer.strategy=fsdp",
+            "trainer.train_batch_size=2",
+            "trainer.policy_mini_batch_size=2",
+            "data.dataloader.num_workers=0",  # the trainer builds a loader; nothing reads it
+            "generator.batched=false",
+            "generator.n_samples_per_prompt=2",
+            f"generator.vision_language_generator={str(vision).lower()}",
+            "generator.use_conversation_multi_turn=true",
+            "generator.max_turns=1",
+            "environment.env_class=skyrl_rewards",
+            f"environment.skyrl_gym.skyrl_rewards.pool={pool}",
+        ]
+    )
+    engine = VisionEngine(tokenizer, replies)
+    generator = make_generator(cfg, engine, tokenizer)
+    out = asyncio.run(generator.generate(batch, disable_tqdm=True))
+    trainer = RayPPOTrainer(cfg, None, tokenizer, dataset, engine, generator)
+    trainer.dispatch = Dispatch()
+    return trainer, out, uids
+
+
+def check_failed_row(out: dict, training_input: TrainingInputBatch) -> None:
+    """Row 1 (``0_1``) failed: masked in the batch, its reward its group's judged mean."""
+    assert out["stop_reasons"][1] == "env_error"
+    assert out["rollout_metrics"]["generate/env_errors"] == 1.0
+    assert len(training_input) == 6 and training_input.metadata["pad_size"] == 2
+    loss_mask = training_input["loss_mask"]
+    assert loss_mask[1].sum() == 0 and loss_mask[4:].sum() == 0  # failed row, padding
+    assert all(loss_mask[i].sum() > 0 for i in (0, 2, 3))
+    rewards = training_input["rewards"].sum(dim=1)
+    assert rewards[1] == pytest.approx(float(rewards[0]))  # group 0's only judged reward
+    assert training_input["rollout_logprobs"] is not None  # SkyRL collects them by default
+    assert torch.isfinite(training_input["rollout_logprobs"]).all()
+
+
+def test_text_batch_with_a_failed_trajectory_converts_to_a_training_batch(
+    pool: str, tokenizer: Any, tmp_path: Path
+) -> None:
+    trainer, out, uids = generate_with_one_failure(tmp_path, tokenizer, pool, vision=False)
+    assert out["response_ids"][1] == [tokenizer.eos_token_id]  # the one-token stand-in
+    training_input = trainer.convert_to_training_input(out, uids)
+    check_failed_row(out, training_input)
+    assert training_input.get("pixel_values") is None
+
+
+def tiny_qwen2_5_vl(tokenizer: Any) -> Qwen2_5_VLForConditionalGeneration:
+    """A randomly initialised Qwen2.5-VL small enough for CPU, on the test tokenizer's ids."""
+    image_pad, vision_start, vision_end = tokenizer.convert_tokens_to_ids(
+        ["<|image_pad|>", "<|vision_start|>", "<|vision_end|>"]
+    )
+    config = Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+            "bos_token_id": None,
+            "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+        },
+        vision_config={
+            "depth": 1,
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_heads": 2,
+            "out_hidden_size": 32,
+            "fullatt_block_indexes": [0],
+        },
+        image_token_id=image_pad,
+        video_token_id=vision_end,  # no videos here; any id that is not a text token
+        vision_start_token_id=vision_start,
+        vision_end_token_id=vision_end,
+    )
+    torch.manual_seed(0)
+    return Qwen2_5_VLForConditionalGeneration(config).eval()
+
+
+def forward_like_skyrl(model: Any, experience: Any) -> torch.Tensor:
+    """Logits of one micro-batch, its images passed as ``HFModelWrapper.forward`` passes them."""
+    sequences = experience.sequences
+    with torch.no_grad():
+        return model(
+            sequences,
+            attention_mask=experience.attention_mask,
+            position_ids=None,
+            pixel_values=torch.cat(experience.pixel_values.tensors, dim=0),
+            image_grid_thw=torch.cat(experience.image_grid_thw.tensors, dim=0),
+            mm_token_type_ids=(sequences == model.config.image_token_id).long(),
+        )["logits"]
+
+
+def test_vision_batch_with_a_failed_trajectory_converts_and_runs_per_micro_batch(
+    pool: str, tokenizer: Any, tmp_path: Path
+) -> None:
+    trainer, out, uids = generate_with_one_failure(tmp_path, tokenizer, pool, vision=True)
+    pixel_values, image_grid_thw = out["pixel_values"], out["image_grid_thw"]
+    assert all(isinstance(pv, torch.Tensor) for pv in pixel_values)  # no None among them
+    assert all(isinstance(thw, torch.Tensor) for thw in image_grid_thw)
+    training_input = trainer.convert_to_training_input(out, uids)
+    check_failed_row(out, training_input)
+    assert isinstance(training_input["pixel_values"], TensorList)
+    assert len(training_input["pixel_values"]) == len(training_input["image_grid_thw"]) == 6
+
+    model = tiny_qwen2_5_vl(tokenizer)
+    merge = model.config.vision_config.spatial_merge_size
+    micro_batches = list(BatchIterator(training_input, 1))  # SkyRL's default micro-batch size
+    assert len(micro_batches) == 6
+    for experience in micro_batches:
+        thw = experience.image_grid_thw[0]
+        n_image_tokens = int((experience.sequences == model.config.image_token_id).sum())
+        assert n_image_tokens == int(thw.prod(dim=-1).sum()) // merge**2 > 0
+        logits = forward_like_skyrl(model, experience)
+        assert logits.shape[:2] == experience.sequences.shape
+        assert torch.isfinite(logits).all()
