@@ -236,6 +236,27 @@ def test_the_slow_lane_runs_beside_ordinary_work_on_a_single_worker(ray_local: N
 
 
 @needs_hang
+def test_a_slowish_real_answer_is_not_queued_behind_a_hang_in_the_slow_lane(
+    ray_local: None,
+) -> None:
+    n = 70  # a correct answer whose check costs about 0.4 s of CPU (SymPy expands it)
+    slowish = {
+        "completion": f"<answer>$1/2 + (x+1)^{{{n}}} (x-1)^{{{n}}} - (x^2-1)^{{{n}}}$</answer>",
+        "solution": "<answer>$\\frac{1}{2}$</answer>",
+    }
+    rewards = {"accuracy": {"weight": 1.0, "math_timeout_s": 6}}
+    cfg = {"name": "test_pool_second_pass", "rewards": rewards, "num_workers": 1}
+    with RewardPool.from_config(cfg) as pool:
+        hung, slow = pool.score([HANG, slowish])
+        assert slow.status == {"accuracy": "ok"} and slow.components["accuracy"] == 1.0
+        assert hung.status == {"accuracy": "timeout"} and "CPU time" in hung.errors["accuracy"]
+        assert slow.latency_s < hung.latency_s - 3  # not behind the hang's 6 s last pass
+        metrics = pool.metrics()
+        assert (metrics["deferred"], metrics["deferred_again"]) == (2, 1)
+        assert (metrics["timeouts"], metrics["worker_restarts"]) == (0, 0)
+
+
+@needs_hang
 def test_without_a_first_pass_a_slow_check_runs_in_the_ordinary_stream(ray_local: None) -> None:
     rewards = {"accuracy": {"weight": 1.0, "math_timeout_s": 1}}
     cfg = {"name": "test_pool_no_first_pass", "rewards": rewards, "first_pass_s": 0}

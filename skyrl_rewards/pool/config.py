@@ -50,11 +50,11 @@ class PoolConfig:
     """Niceness of the worker processes. Ray starts workers at 15, so next to a busy trainer
     the rewards starve; 0 competes evenly. Lowering it needs privileges (CAP_SYS_NICE): when
     refused, a worker logs a warning and keeps Ray's value. ``None`` keeps Ray's value."""
-    first_pass_s: float = 0.25
+    first_pass_s: float = 0.1
     """CPU seconds a math check may take in a worker's first pass (ordinary checks take
     milliseconds: 0.2 ms median, 18 ms p99 on the hang benchmark's answers); a task that needs
-    more is scored again in the slow lane with its full limit. 0: no first pass (every check
-    runs with its full limit in the ordinary stream)."""
+    more is scored again in the slow lane (1 s cap, then its full limit). 0: no first pass
+    (every check runs with its full limit in the ordinary stream)."""
     slow_lane_niceness: int = 19
     """Niceness added to the math children of the slow lane (0 to 19): math checks deferred
     from a first pass then take only CPU time that ordinary items do not want. Their outcome

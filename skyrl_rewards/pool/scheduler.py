@@ -14,9 +14,11 @@ so the state needs no locks. The life of a submitted item:
 3. Workers score a chunk in a *first pass*: every math check is capped at
    ``first_pass_s`` CPU seconds. A task whose check needs more comes back
    *deferred* and goes to the slow lane: each worker has a second lane (its
-   own thread, one task at a time) that scores slow-lane tasks with their full
-   limit, beside the ordinary stream, in math children that yield the CPU to
-   ordinary work (``slow_lane_niceness``). So ordinary items never wait behind
+   own thread, one task at a time) that scores slow-lane tasks beside the
+   ordinary stream, in math children that yield the CPU to ordinary work
+   (``slow_lane_niceness``): first with a cap of :data:`SECOND_PASS_S`, then,
+   for the tasks that need more still, with their full limit. So a slowish
+   but real answer does not queue behind hangs. So ordinary items never wait behind
    a slow or hanging one, neither for a worker nor for a CPU, and a math hang
    costs its math limit of CPU in a math child, not a worker (the child is
    killed).
@@ -83,6 +85,8 @@ WORKER_LOST = (
 """What Ray raises when a worker's process or node is gone."""
 
 _RESTART_BACKOFF_S = 1.0
+SECOND_PASS_S = 1.0
+"""CPU seconds a slow-lane task gets on its first try; past it, it is tried last with its full limit."""
 START_ATTEMPTS = 3
 """Workers started for a slot in a row, each given ``start_timeout_s``, before the slot is given up."""
 _CLOSE_WAIT_S = 2.0
@@ -115,6 +119,8 @@ class _Task:
     sample: Mapping[str, Any]
     waiters: list[Item]
     attempts: int = 0
+    slow_pass: int = 0
+    """0: not deferred; 1: in the slow lane's second pass; 2: in its last pass (full limit)."""
 
 
 @dataclass(eq=False)
@@ -237,7 +243,8 @@ class Scheduler:
         self._servers: list[asyncio.Task[None]] = []
         self._queue: deque[_Task] = deque()
         self._isolated: deque[_Task] = deque()
-        self._slow: deque[_Task] = deque()
+        self._second_pass: deque[_Task] = deque()
+        self._last_pass: deque[_Task] = deque()
         self._wakeup = asyncio.Event()
         self._slow_wakeup = asyncio.Event()
         self._cache = _LRU(config.cache_size)
@@ -303,7 +310,10 @@ class Scheduler:
     def describe(self) -> dict[str, Any]:
         """Queue lengths, work-cache size, and each worker's slot, generation, pid, node and load."""
         return {
-            "queued_tasks": len(self._queue) + len(self._isolated) + len(self._slow),
+            "queued_tasks": len(self._queue)
+            + len(self._isolated)
+            + len(self._second_pass)
+            + len(self._last_pass),
             "open_items": len(self._open),
             "cache": {
                 "entries": len(self._cache),
@@ -460,13 +470,30 @@ class Scheduler:
         return [source.popleft() for _ in range(min(size, len(source)))], fence_all
 
     async def _next_slow(self) -> tuple[list[_Task], bool]:
-        """The next slow-lane task (alone, fenced); empty when closing."""
-        while not (self._slow or self._closing):
+        """The next slow-lane task (alone, fenced): second passes first; empty when closing."""
+        while not (self._second_pass or self._last_pass or self._closing):
             self._slow_wakeup.clear()
             await self._slow_wakeup.wait()
         if self._closing:
             return [], True
-        return [self._slow.popleft()], True
+        source = self._second_pass if self._second_pass else self._last_pass
+        return [source.popleft()], True
+
+    def _defer(self, task: _Task) -> None:
+        """Send a task that ran past its pass's cap to the slow lane's next pass."""
+        if task.slow_pass == 0:
+            self._metrics.count("deferred")
+            task.slow_pass = 1 if SECOND_PASS_S > self._config.first_pass_s else 2
+        else:
+            self._metrics.count("deferred_again")
+            task.slow_pass = 2
+        (self._second_pass if task.slow_pass == 1 else self._last_pass).append(task)
+        self._slow_wakeup.set()
+
+    @staticmethod
+    def _pass_cap(task: _Task) -> float:
+        """The math cap of a slow-lane task's pass (0: its full limit)."""
+        return SECOND_PASS_S if task.slow_pass == 1 else 0.0
 
     def _serving_slots(self) -> int:
         return sum(not slot.gone for slot in self._slots)
@@ -501,7 +528,7 @@ class Scheduler:
             self._config.progress_interval_s,
             self._config.fence_min_s,
             fence_all,
-            0.0 if slow else self._config.first_pass_s,
+            self._pass_cap(tasks[0]) if slow else self._config.first_pass_s,
             self._config.slow_lane_niceness if slow else 0,
         )
         deadline_s = self._config.slow_lane_timeout_s if slow else self._config.timeout_s
@@ -553,9 +580,7 @@ class Scheduler:
                 fenced = progress.fenced
             for value, status, error in progress.scores:
                 if status == DEFERRED:
-                    self._metrics.count("deferred")
-                    self._slow.append(tasks[done])
-                    self._slow_wakeup.set()
+                    self._defer(tasks[done])
                 else:
                     self._finish(
                         tasks[done], ComponentScore(value, Status(status), error), cacheable=True
@@ -578,7 +603,8 @@ class Scheduler:
     def _requeue(self, tasks: list[_Task], *, isolated: bool, slow: bool = False) -> None:
         """Put ``tasks`` back at the front of the slow lane, the isolated queue or the queue."""
         if slow:
-            self._slow.extendleft(reversed(tasks))
+            for task in reversed(tasks):
+                (self._second_pass if task.slow_pass == 1 else self._last_pass).appendleft(task)
             self._slow_wakeup.set()
             return
         target = self._isolated if isolated else self._queue
@@ -776,7 +802,8 @@ class Scheduler:
         self._slow_wakeup.set()
         self._queue.clear()
         self._isolated.clear()
-        self._slow.clear()
+        self._second_pass.clear()
+        self._last_pass.clear()
         self._running.clear()
         for item in list(self._open):
             self._fail(item, message)

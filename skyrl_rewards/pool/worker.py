@@ -131,14 +131,14 @@ class RewardWorker:
                 yield Progress(scores=tuple(pending))
                 pending = []
                 last_yield = time.perf_counter()
-            if first_pass_s > 0:
-                with first_pass(first_pass_s) as state:
+            with low_priority(niceness):
+                if first_pass_s > 0:
+                    with first_pass(first_pass_s) as state:
+                        score = self._timed_score(name, samples[sample_index])
+                    status = DEFERRED if state.deferred else score.status.value
+                else:
                     score = self._timed_score(name, samples[sample_index])
-                status = DEFERRED if state.deferred else score.status.value
-            else:
-                with low_priority(niceness):
-                    score = self._timed_score(name, samples[sample_index])
-                status = score.status.value
+                    status = score.status.value
             pending.append((float(score.value), status, score.error))
         yield Progress(scores=tuple(pending))
 
