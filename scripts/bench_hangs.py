@@ -134,6 +134,7 @@ def _pool_run(
         "worker_restarts",
         "isolations",
         "deferred",
+        "deferred_again",
         "remembered_timeouts",
         "retries",
     )
