@@ -317,7 +317,7 @@ def test_a_worker_that_cannot_be_replaced_ends_the_pool_with_the_cause(
         "rewards": rewards,
         "num_workers": 1,
         "timeout_s": 2.0,
-        "start_timeout_s": 5.0,
+        "start_timeout_s": 60.0,  # a failing replacement fails fast: its rewards raise
     }
     with RewardPool.from_config(cfg) as pool:
         assert pool.score(numbers(2))[0].ok
