@@ -487,8 +487,12 @@ class Scheduler:
         else:
             self._metrics.count("deferred_again")
             task.slow_pass = 2
-        (self._second_pass if task.slow_pass == 1 else self._last_pass).append(task)
+        self._pass_queue(task).append(task)
         self._slow_wakeup.set()
+
+    def _pass_queue(self, task: _Task) -> deque[_Task]:
+        """Where a slow-lane task waits: the second pass or the last."""
+        return self._second_pass if task.slow_pass == 1 else self._last_pass
 
     @staticmethod
     def _pass_cap(task: _Task) -> float:
@@ -557,13 +561,19 @@ class Scheduler:
                 progress: Progress = await ref
             except StopAsyncIteration:
                 break
-            except TimeoutError:
+            except (TimeoutError, *WORKER_LOST) as exc:
                 with _off_the_worker(slot, len(tasks)):
-                    await self._on_stall(slot, generation, tasks, done, fenced, deadline_s, slow)
-                return
-            except WORKER_LOST as exc:
-                with _off_the_worker(slot, len(tasks)):
-                    await self._on_lost(slot, generation, tasks, done, fenced, exc, slow)
+                    if slot.killed == generation:  # killed on purpose (the other lane, recycling)
+                        self._requeue(tasks[done:], isolated=False, slow=slow)
+                        await self._replace(
+                            slot, graceful=False, generation=generation, deliberate=True
+                        )
+                    elif isinstance(exc, TimeoutError):
+                        await self._on_stall(
+                            slot, generation, tasks, done, fenced, deadline_s, slow
+                        )
+                    else:
+                        await self._on_lost(slot, generation, tasks, done, fenced, exc, slow)
                 return
             except RayTaskError as exc:  # our worker code raised: a bug, not the item's fault
                 logger.error("worker %d raised while scoring: %s", slot.index, exc)
@@ -604,7 +614,7 @@ class Scheduler:
         """Put ``tasks`` back at the front of the slow lane, the isolated queue or the queue."""
         if slow:
             for task in reversed(tasks):
-                (self._second_pass if task.slow_pass == 1 else self._last_pass).appendleft(task)
+                self._pass_queue(task).appendleft(task)
             self._slow_wakeup.set()
             return
         target = self._isolated if isolated else self._queue
@@ -621,10 +631,6 @@ class Scheduler:
         deadline_s: float,
         slow: bool,
     ) -> None:
-        if slot.killed == generation:  # the other lane had this worker killed: not our tasks' fault
-            self._requeue(tasks[done:], isolated=False, slow=slow)
-            await self._replace(slot, graceful=False, generation=generation, deliberate=True)
-            return
         if fenced is not None and await self._node_lost(slot):
             await self._on_lost(
                 slot, generation, tasks, done, fenced, NodeDiedError("node lost"), slow
@@ -673,10 +679,6 @@ class Scheduler:
         exc: BaseException,
         slow: bool,
     ) -> None:
-        if slot.killed == generation:  # killed on purpose (a hang in the other lane, recycling)
-            self._requeue(tasks[done:], isolated=False, slow=slow)
-            await self._replace(slot, graceful=False, generation=generation, deliberate=True)
-            return
         logger.warning("worker %d (pid %d) was lost: %s", slot.index, slot.pid, type(exc).__name__)
         self._metrics.count("worker_restarts")
         replaced = asyncio.create_task(

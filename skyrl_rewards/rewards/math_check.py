@@ -462,12 +462,7 @@ class _Child:
                 os.kill(self.pid, signal.SIGKILL)
         except OSError:
             pass  # already gone
-        for stream in (self._requests, self._answers):
-            with contextlib.suppress(OSError):
-                stream.close()
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
+        self.close_inherited()
 
 
 class _ForkServer:
