@@ -66,7 +66,7 @@ def plan(domain: Domain, task: Task, mistake: str) -> list[Action | str]:
     return [*actions, closing]
 
 
-class _Server:
+class ChatServer:
     """A ThreadingHTTPServer on 127.0.0.1 answering ``POST .../chat/completions``."""
 
     def __init__(self) -> None:
@@ -101,7 +101,7 @@ class _Server:
         raise NotImplementedError
 
     @contextmanager
-    def running(self) -> Iterator[_Server]:
+    def running(self) -> Iterator[ChatServer]:
         """Serve in a thread for the duration of the block."""
         self._thread.start()
         try:
@@ -120,7 +120,7 @@ def _completion(message: dict[str, Any], prompt_tokens: int) -> dict[str, Any]:
     }
 
 
-class AgentServer(_Server):
+class AgentServer(ChatServer):
     """The scripted agent (see the module docstring).
 
     ``fail_tasks``: task keys whose requests get HTTP 500 (change it between
@@ -181,7 +181,7 @@ class AgentServer(_Server):
         return 200, _completion(message, prompt_tokens=len(messages))
 
 
-class UserServer(_Server):
+class UserServer(ChatServer):
     """The user: names the task first, then answers ``###STOP###``.
 
     ``fail_tasks``: task keys whose requests get HTTP 500.

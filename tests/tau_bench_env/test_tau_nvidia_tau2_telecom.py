@@ -14,9 +14,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import threading
 from collections.abc import Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -24,7 +22,13 @@ import pytest
 pytest.importorskip("tau2.domains.telecom.environment")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from tau_helpers import closing_reply, tool_text  # noqa: E402
+from tau_eval_helpers import ChatServer  # noqa: E402
+from tau_helpers import (  # noqa: E402
+    closing_reply,
+    official_evaluator,
+    official_reward,
+    tool_text,
+)
 
 from tau_bench_env.backends import load_domain  # noqa: E402
 from tau_bench_env.env import TauBenchEnv  # noqa: E402
@@ -345,45 +349,25 @@ def test_replay_user_rejects_malformed_tool_turns(turns: list[Any]) -> None:
         _env(_user_task(_domain()), turns)
 
 
-class _ToolServer:
+class _ToolServer(ChatServer):
     """A chat-completions endpoint answering scripted messages (text or tool calls)."""
 
     def __init__(self, replies: list[dict[str, Any]]) -> None:
-        self.requests: list[dict[str, Any]] = []
+        super().__init__()
+        self.bodies: list[dict[str, Any]] = []
         self.replies = replies
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server API
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append(body)
-                message = server.replies.pop(0) if server.replies else server.last
-                data = json.dumps({"choices": [{"message": message}]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
         self.last = replies[-1] if replies else {"content": "ok"}
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
 
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        self.bodies.append(body)
+        message = self.replies.pop(0) if self.replies else self.last
+        return 200, {"choices": [{"message": message}]}
 
 
 @pytest.fixture
 def tool_server(request: pytest.FixtureRequest) -> Iterator[_ToolServer]:
-    server = _ToolServer(list(request.param))
-    yield server
-    server.close()
+    with _ToolServer(list(request.param)).running() as server:
+        yield server
 
 
 def _call(name: str, arguments: Any, identifier: str = "u1") -> dict[str, Any]:
@@ -421,17 +405,17 @@ def _fixing_replies() -> list[dict[str, Any]]:
 @pytest.mark.parametrize("tool_server", [_fixing_replies()], indirect=True)
 def test_openai_user_runs_its_tool_calls_on_the_episodes_phone(tool_server: _ToolServer) -> None:
     task = _user_task(_domain())
-    env = _openai_env(task, tool_server.url)
+    env = _openai_env(task, tool_server.base_url)
     messages, _ = env.init([])
     assert messages[-1]["content"] == "My phone has no internet."
-    first = tool_server.requests[0]
+    first = tool_server.bodies[0]
     assert [t["function"]["name"] for t in first["tools"]] == [
         s["function"]["name"] for s in env.domain.user_tool_schemas
     ]
     assert "tools that act on your own phone" in first["messages"][0]["content"]
     out = env.step(ASK)
     assert out["observations"] == [{"role": "user", "content": "It works now."}]
-    sent = tool_server.requests[-1]["messages"]
+    sent = tool_server.bodies[-1]["messages"]
     results = [m for m in sent if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in results] == [f"u{i}" for i in range(len(task.actions))]
     assert [m["content"] for m in results] == [c.observation for c in env.episode.user_calls]
@@ -446,15 +430,15 @@ def test_openai_user_runs_its_tool_calls_on_the_episodes_phone(tool_server: _Too
 def test_openai_user_tool_calls_are_bounded_per_turn(tool_server: _ToolServer) -> None:
     # the model calls tools forever: after the bound the next request asks for text
     # (tool_choice none), and a model that still gives none voids the episode
-    env = _openai_env(_user_task(_domain()), tool_server.url, max_tool_calls=3)
+    env = _openai_env(_user_task(_domain()), tool_server.base_url, max_tool_calls=3)
     env.init([])
     out = env.step(ASK)
     assert out["done"] and out["reward"] == 0.0 and out["metadata"]["should_mask"]
     assert "non-text" in out["metadata"]["failure"]
     assert len(env.episode.user_calls) == 3
-    assert len(tool_server.requests) == 5  # the opening, three with a call, one asking for text
-    assert "tool_choice" not in tool_server.requests[3]
-    assert tool_server.requests[4]["tool_choice"] == "none"
+    assert len(tool_server.bodies) == 5  # the opening, three with a call, one asking for text
+    assert "tool_choice" not in tool_server.bodies[3]
+    assert tool_server.bodies[4]["tool_choice"] == "none"
 
 
 def _calls(count: int) -> dict[str, Any]:
@@ -469,14 +453,14 @@ def _calls(count: int) -> dict[str, Any]:
 def test_openai_user_calls_past_the_bound_in_one_answer_are_refused(
     tool_server: _ToolServer,
 ) -> None:
-    env = _openai_env(_user_task(_domain()), tool_server.url, max_tool_calls=3)
+    env = _openai_env(_user_task(_domain()), tool_server.base_url, max_tool_calls=3)
     env.init([])
     assert env.step(ASK)["observations"] == [{"role": "user", "content": "ok"}]
     assert len(env.episode.user_calls) == 3
-    results = [m for m in tool_server.requests[-1]["messages"] if m["role"] == "tool"]
+    results = [m for m in tool_server.bodies[-1]["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in results] == [f"u{i}" for i in range(5)]
     assert all(m["content"].startswith("Error: more than 3") for m in results[3:])
-    assert tool_server.requests[-1]["tool_choice"] == "none"
+    assert tool_server.bodies[-1]["tool_choice"] == "none"
 
 
 @pytest.mark.parametrize(
@@ -487,11 +471,11 @@ def test_openai_user_calls_past_the_bound_in_one_answer_are_refused(
 def test_openai_user_malformed_tool_calls_become_error_observations(
     tool_server: _ToolServer,
 ) -> None:
-    env = _openai_env(_user_task(_domain()), tool_server.url)
+    env = _openai_env(_user_task(_domain()), tool_server.base_url)
     env.init([])
     out = env.step(ASK)
     assert out["observations"] == [{"role": "user", "content": "ok"}]
-    results = [m["content"] for m in tool_server.requests[-1]["messages"] if m["role"] == "tool"]
+    results = [m["content"] for m in tool_server.bodies[-1]["messages"] if m["role"] == "tool"]
     assert results == [
         "Error: malformed tool call",
         "Error: malformed tool call (name must be a string, arguments an object)",
@@ -507,19 +491,16 @@ def test_unreachable_openai_user_is_masked_on_telecom() -> None:
 
 
 def test_airline_keeps_the_plain_user_prompt_and_no_tools() -> None:
-    server = _ToolServer([{"content": "Hi."}])
-    try:
+    with _ToolServer([{"content": "Hi."}]).running() as server:
         task = load_domain(BACKEND, "airline").tasks("base")[0]
         config = {
             "backend": BACKEND,
             "domain": "airline",
-            "user": {"kind": "openai", "base_url": server.url},
+            "user": {"kind": "openai", "base_url": server.base_url},
         }
         TauBenchEnv(config, {"split": "base", "task_id": task.task_id}).init([])
-        assert "tools" not in server.requests[0]
-        assert "phone" not in server.requests[0]["messages"][0]["content"]
-    finally:
-        server.close()
+        assert "tools" not in server.bodies[0]
+        assert "phone" not in server.bodies[0]["messages"][0]["content"]
 
 
 # --- mock's tasks with an initial state -------------------------------------------------------
@@ -571,15 +552,6 @@ def test_message_history_opens_the_episode_and_counts_in_its_log() -> None:
 # --- agreement with tau2's own evaluator --------------------------------------------------------
 
 
-def _official_evaluator() -> Any:
-    try:
-        evaluator = importlib.import_module("tau2.evaluator.evaluator")
-    except ImportError as error:  # the light install has no litellm/pandas
-        pytest.skip(f"tau2's evaluator is not importable here: {error}")
-    importlib.import_module("loguru").logger.disable("tau2")
-    return evaluator
-
-
 def simulation_messages(env: TauBenchEnv, outputs: list[dict[str, Any]]) -> list[Any]:
     """tau2 messages of a telecom episode played through env.step, user tool calls included."""
     from tau2.data_model.message import AssistantMessage, ToolCall, ToolMessage, UserMessage
@@ -617,26 +589,6 @@ def simulation_messages(env: TauBenchEnv, outputs: list[dict[str, Any]]) -> list
     return messages
 
 
-def official_reward(task: Task, messages: list[Any], reason: str) -> Any:
-    evaluator = _official_evaluator()
-    from tau2.data_model.simulation import SimulationRun, TerminationReason
-
-    environment = importlib.import_module("tau2.domains.telecom.environment")
-    official_task = next(t for t in environment.get_tasks("base") if t.id == task.task_id)
-    run = SimulationRun(
-        id="run",
-        task_id=task.task_id,
-        start_time="0",
-        end_time="0",
-        duration=0.0,
-        termination_reason=TerminationReason(reason),
-        messages=messages,
-    )
-    return evaluator.evaluate_simulation(
-        run, official_task, evaluator.EvaluationType.ALL, solo_mode=False, domain="telecom"
-    )
-
-
 AGREEMENT_TASKS = 12
 """Telecom tasks compared here (about 0.1 s per run in tau2's evaluator);
 scripts/tau2_official_bench.py compares every task."""
@@ -644,7 +596,7 @@ scripts/tau2_official_bench.py compares every task."""
 
 @pytest.mark.slow
 def test_telecom_rewards_agree_with_tau2s_evaluator() -> None:
-    _official_evaluator()
+    official_evaluator()
     domain = _domain()
     tasks = domain.tasks("base")
     chosen = tasks[:AGREEMENT_TASKS] + [_mixed_task(domain)]
@@ -654,5 +606,5 @@ def test_telecom_rewards_agree_with_tau2s_evaluator() -> None:
         env, outputs = play(task, actions, reward="tau2")
         last = env.episode.actions[-1]
         reason = "agent_stop" if last.name in domain.terminate_tools else "user_stop"
-        expected = official_reward(task, simulation_messages(env, outputs), reason)
+        expected = official_reward("telecom", task, simulation_messages(env, outputs), reason)
         assert outputs[-1]["reward"] == expected.reward, (task.task_id, actions, expected)
