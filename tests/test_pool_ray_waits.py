@@ -299,7 +299,7 @@ CYCLES = """
     from skyrl_rewards.pool.config import PoolConfig
     from skyrl_rewards.pool.reward_pool import RewardPool
     counts = []
-    for _ in range(5):
+    for _ in range({cycles}):
         pool = RewardPool(PoolConfig(num_workers=1, rewards={rewards!r}))
         pool.score([{sample!r}])
         pool.shutdown()
@@ -312,14 +312,17 @@ CYCLES = """
 
 @pytest.mark.slow
 def test_own_ray_pool_cycles_leak_no_threads_or_descriptors() -> None:
-    out = _run(CYCLES.format(rewards=REWARDS, sample=SAMPLE))
+    cycles = 8
+    out = _run(CYCLES.format(rewards=REWARDS, sample=SAMPLE, cycles=cycles))
     counts = json.loads(out.split("COUNTS", 1)[1].splitlines()[0])
     threads = [t for t, _ in counts]
     fds = [f for _, f in counts]
-    # the first cycle starts Ray's own threads and files; later cycles add nothing (a leak
-    # of one thread and three descriptors per cycle would add 3 and 9 by the end)
-    assert min(threads[-2:]) <= threads[1] + 1, counts
-    assert min(fds[-2:]) <= fds[1] + 2, counts
+    # The first cycle starts Ray's own threads and files. Later, gRPC may start a pool
+    # thread or two once, at any cycle (seen: 28, 28, 30, 30, 30 on a loaded machine), so
+    # the test bounds the growth over the last six cycles: a leak of one thread and three
+    # descriptors per cycle, as before the fix, would add 6 and 18.
+    assert threads[-1] - threads[1] <= 3, counts
+    assert fds[-1] - fds[1] <= 4, counts
 
 
 def test_a_connected_client_that_never_shuts_down_exits_cleanly(ray_local: None) -> None:
