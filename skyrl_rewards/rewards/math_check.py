@@ -17,7 +17,8 @@ bounded another way, chosen by ``guard``:
   the call returns :attr:`MathStatus.TIMEOUT`; the next check forks a new
   child in milliseconds. Two wall-clock bounds are only safety nets, and a
   timeout they give is not remembered: a child whose CPU time has not moved
-  for :data:`STARVED_S` (stopped, or starved), and :func:`wall_bound_s` in all
+  for :data:`STARVED_S` (stopped, or starved; also one that reads none of a
+  request for that long), and :func:`wall_bound_s` in all
   (at least five minutes). Inside :func:`low_priority` the children run
   nicer, so that slow checks take only CPU time that nothing else wants; their
   outcome does not change, since the limit is on their own CPU time.
@@ -384,7 +385,8 @@ class _Child:
 
     def __init__(self, pid: int, request_fd: int, answer_fd: int) -> None:
         self.pid = pid
-        self._requests = open(request_fd, "w", encoding="utf-8", errors="surrogatepass")
+        os.set_blocking(request_fd, False)  # a request past the pipe buffer never blocks a caller
+        self._requests: int | None = request_fd
         self._answers = open(answer_fd, encoding="utf-8")
         self._pidfd: int | None = None
         if hasattr(os, "pidfd_open"):  # Linux: signals reach this process, never a reused pid
@@ -415,8 +417,11 @@ class _Child:
         last_cpu = start_cpu
         wall_limit = timeout_s if start_cpu is None else wall_bound_s(timeout_s)
         try:
-            self._requests.write(json.dumps([gold, student]) + "\n")
-            self._requests.flush()
+            if not self._send(
+                (json.dumps([gold, student]) + "\n").encode("utf-8", "surrogatepass")
+            ):
+                self.kill()
+                return MathStatus.TIMEOUT, False
             while True:
                 ready, _, _ = select.select([self._answers], [], [], _POLL_S)
                 if ready:
@@ -444,11 +449,28 @@ class _Child:
             raise _ChildFailed("died mid-check")
         return (MathStatus.EQUAL if line.strip() == "1" else MathStatus.NOT_EQUAL), False
 
+    def _send(self, request: bytes) -> bool:
+        """Write ``request`` to the child; ``False`` when it took none of it for :data:`STARVED_S`.
+
+        Requests can be larger than a pipe's buffer (two answers of up to
+        :data:`MAX_MATH_CHARS`), and a stopped child reads nothing.
+        """
+        sent = 0
+        while sent < len(request):
+            _, writable, _ = select.select([], [self._requests], [], STARVED_S)
+            if not writable:
+                return False
+            sent += os.write(self._requests, request[sent:])  # type: ignore[arg-type]
+        return True
+
     def close_inherited(self) -> None:
         """Close this process's copies of the pipes and pidfd (after a fork); signal nothing."""
-        for stream in (self._requests, self._answers):
+        if self._requests is not None:
             with contextlib.suppress(OSError):
-                stream.close()
+                os.close(self._requests)
+            self._requests = None
+        with contextlib.suppress(OSError):
+            self._answers.close()
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from skyrl_rewards import default_accuracy_reward
+from skyrl_rewards.rewards import math_check
 from skyrl_rewards.rewards.accuracy import default_accuracy_score
 from skyrl_rewards.rewards.math_check import (
     MAX_MATH_CHARS,
@@ -349,6 +352,32 @@ def test_a_timeout_forks_a_new_child_from_the_same_server() -> None:
     assert check_equal("$3$", SLOW, timeout_s=0.5) is MathStatus.TIMEOUT
     assert check_equal("$\\frac{1}{4}$", "0.25") is MathStatus.EQUAL
     assert _math_processes(os.getpid())[0] == servers  # no new interpreter: a fork
+
+
+@linux_only
+def test_a_stopped_child_is_given_up_on_even_when_the_request_fills_its_pipe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two 40,000-character answers make an 80 KB request, more than a pipe's 64 KB buffer; a
+    # stopped child reads none of it, and before the fix the write blocked the caller for ever.
+    monkeypatch.setattr(math_check, "STARVED_S", 1.0)
+    assert check_equal("$2$", "2") is MathStatus.EQUAL
+    children = list(_math_processes(os.getpid())[1])
+    long_sum = "$" + "+".join(["1"] * 20_000) + "$"
+    for pid in children:
+        os.kill(pid, signal.SIGSTOP)
+    executor = ThreadPoolExecutor(max_workers=1)
+    try:
+        stuck = executor.submit(check_equal, long_sum, long_sum, timeout_s=3)
+        assert stuck.result(timeout=30) is MathStatus.TIMEOUT
+        left = set(children) & set(_math_processes(os.getpid())[1])
+        assert len(left) < len(children)  # the stopped child that was asked is gone
+    finally:
+        for pid in children:  # idle ones that were never asked serve again
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        executor.shutdown()
+    assert check_equal("$\\frac{1}{4}$", "0.25") is MathStatus.EQUAL
 
 
 @linux_only
