@@ -7,7 +7,8 @@ pick the task:
 
 - ``domain`` (default ``config.domain``), ``split`` (default ``config.split``),
 - one of ``task_index`` (int into the split), ``task_id`` (a task's id), or
-  ``task`` (an inline task in tau-bench's or tau2's JSON form),
+  ``task`` (an inline task in tau-bench's or tau2's JSON form; see
+  :meth:`~tau_bench_env.backends.protocol.Domain.inline_task`),
 - ``user_turns`` for the replay user: a list of str, or of ``{"content": str,
   "tool_calls": [{"name", "arguments"}]}`` for a user with tools (telecom),
 - ``max_turns`` (int, optional; SkyRL's generator sets it) overrides the config.
@@ -60,7 +61,7 @@ from tau_bench_env.config import TauBenchEnvConfig, env_config_from
 from tau_bench_env.episode import Episode
 from tau_bench_env.prompts import system_prompt
 from tau_bench_env.reward import RewardResult
-from tau_bench_env.tasks import RESPOND, Task, task_from_dict
+from tau_bench_env.tasks import RESPOND, Task
 from tau_bench_env.users import STOP, OpenAIUser, ReplayUser, TauBenchUser, UserSimulator
 
 
@@ -84,7 +85,8 @@ def resolve_task(domain: Domain, extras: Mapping[str, Any], default_split: str) 
     Raises ``ValueError`` naming the ``extras`` field when the row is wrong.
     """
     if extras.get("task") is not None:
-        return task_from_dict(extras["task"], task_id=extras.get("task_id"))
+        task_id = extras.get("task_id")
+        return domain.inline_task(extras["task"], task_id=None if task_id is None else str(task_id))
     split = str(extras.get("split") or default_split)
     tasks = domain.tasks(split)
     if extras.get("task_index") is not None:

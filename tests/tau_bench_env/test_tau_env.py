@@ -194,6 +194,8 @@ def test_task_from_split(extras: dict, field: None) -> None:
         ({}, {"split": "nope", "task_index": 0}, "split"),
         ({}, {"split": "test"}, "extras must name a task"),
         ({}, {"task": {"instruction": "x"}}, "task.actions"),
+        # a task that starts from its own state cannot be replayed from the domain's data
+        ({}, {"task": {"actions": [], "initial_state": {}}}, "extras.task.initial_state"),
         ({}, {"split": "test", "task_index": 0, "max_turns": 0}, "extras.max_turns"),
         ({}, {"domain": "bank", "task_index": 0}, "domain"),
     ],

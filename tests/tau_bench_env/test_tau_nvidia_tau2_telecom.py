@@ -549,6 +549,64 @@ def test_message_history_opens_the_episode_and_counts_in_its_log() -> None:
     assert env.episode.data.own_records() == 0  # the history's call is in the task's state
 
 
+def _official_task(domain_name: str, task_id: str) -> dict[str, Any]:
+    environment = importlib.import_module(f"tau2.domains.{domain_name}.environment")
+    return next(t.model_dump(mode="json") for t in environment.get_tasks("base") if t.id == task_id)
+
+
+@pytest.mark.parametrize(
+    ("domain_name", "task_id"),
+    [
+        *[("telecom", t.task_id) for t in load_domain(BACKEND, "telecom").tasks("base")[:6]],
+        *[("mock", task_id) for task_id in sorted(MOCK_INITIAL)],
+    ],
+)
+@pytest.mark.parametrize("reward", ["default", "tau2"])
+def test_inline_tau2_tasks_play_like_named_ones(
+    domain_name: str, task_id: str, reward: str
+) -> None:
+    named = _task(task_id, domain_name)
+    texts, turns = trajectory(named, MOCK_INITIAL.get(task_id) if reward == "tau2" else None)
+    config = {"backend": BACKEND, "domain": domain_name, "user": {"kind": "replay"}}
+    extras = {"task": _official_task(domain_name, task_id), "user_turns": turns}
+    env = TauBenchEnv({**config, "reward": reward}, extras)
+    messages, _ = env.init([])
+    inline = env.episode.task
+    assert (inline, inline.fingerprint(), inline.criteria, inline.history) == (
+        named,
+        named.fingerprint(),
+        named.criteria,
+        named.history,
+    )
+    assert messages == _env(named, turns, domain_name=domain_name).init([])[0]
+    for text in texts:
+        out = env.step(text)
+    assert out["done"] and out["reward"] == 1.0, out["metadata"]["reward_info"]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"user_scenario": 5}, "extras.task is not a valid tau2 task"),
+        (  # an initialization action tau2's tool kits do not have
+            {
+                "initial_state": {
+                    "initialization_actions": [
+                        {"env_type": "user", "func_name": "no_such_function", "arguments": {}}
+                    ]
+                }
+            },
+            "extras.task.initial_state",
+        ),
+    ],
+)
+def test_inline_tau2_task_errors_name_the_field(change: dict[str, Any], field: str) -> None:
+    task_id = _domain().tasks("base")[0].task_id
+    extras = {"task": {**_official_task("telecom", task_id), **change}, "user_turns": [FIRST]}
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        TauBenchEnv({"backend": BACKEND, "domain": "telecom", "user": {"kind": "replay"}}, extras)
+
+
 # --- agreement with tau2's own evaluator --------------------------------------------------------
 
 
