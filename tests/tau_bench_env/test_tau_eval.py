@@ -95,6 +95,9 @@ def _oracle_check(domain_name: str, split: str, indices: list[int], mode: str, o
     rescored = _rescored(out, domain_name)
     for episode in summary["episode_list"]:
         assert rescored[(episode["task_id"], episode["trial"])].reward == episode["reward"]
+    # our own results replay on the same data with every recorded tool result reproduced
+    assert sum(s.tool_results for s in rescored.values()) > 0
+    assert [s.first_divergence for s in rescored.values() if s.diverged] == []
 
 
 @pytest.mark.parametrize(
