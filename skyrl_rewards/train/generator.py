@@ -11,22 +11,48 @@ one from the config) add, around SkyRL's own agent loop:
   an all-zero loss mask, and its reward is replaced by the mean of the
   judged rewards of its prompt group (``trajectory_ids``), so it moves
   neither the GRPO baseline nor its own advantage (0.0 when no trajectory of
-  the group was judged).
+  the group was judged). It still counts in the group's size, so with
+  ``grpo_norm_by_std`` the judged trajectories' standard deviation is taken
+  over the group with it.
+- **Step-wise training** (``generator.step_wise_trajectories=true``; text
+  only, SkyRL's VLM generator refuses it). SkyRL makes every turn a row and
+  computes GRPO advantages from each trajectory's last row alone
+  (``RayPPOTrainer.compute_advantages_and_returns``), broadcasting them to
+  its other rows; ``env_metrics`` is only on the last row. So a trajectory is
+  judged or masked by its last row, judged rewards count once per
+  trajectory (the last row's), a masked trajectory's last row takes the
+  group mean and its earlier rows reward 0.0 (``merge_stepwise_output`` adds
+  merged rows' rewards up), and all its rows are masked. ``masked_share`` and
+  ``env_errors`` count trajectories, not rows.
 - **Containment.** With ``environment.skyrl_gym.on_env_error=mask`` (the
   default) an exception inside the agent loop ends that trajectory alone,
   masked; the cause is logged once per exception type and counted. When
   every trajectory of a batch fails the batch raises: there is nothing to
-  train on, and the first cause is in the error. The stand-in row must pass
-  SkyRL's ``RayPPOTrainer.convert_to_training_input``, which pads
-  ``rollout_logprobs`` by ``len()`` of every row and wraps ``pixel_values`` /
-  ``image_grid_thw`` in ``TensorList``, whose entries must all be tensors (a
-  None raises ``AttributeError``). So it gets zero logprobs when logprobs are
-  collected, and in a vision batch it is a copy of a sibling row that carries
-  images (prompt, response, images), fully masked, reward imputed: the
-  model's forward then sees image tokens that match its images even when the
-  row sits alone in a micro-batch (Qwen2.5-VL's vision tower rejects a
+  train on, and the first cause is in the error. The stand-in is a one-token
+  trajectory (in step-wise mode a ``StepWiseOutput`` of one such step, as
+  SkyRL's ``generate`` reads ``step_outputs`` of every output). It must pass
+  SkyRL's ``validate_generator_output`` and
+  ``RayPPOTrainer.convert_to_training_input``, which want every per-token
+  side channel on every row: ``rollout_logprobs`` (one per response token),
+  ``rollout_expert_indices`` (MoE router replay, R3: a non-empty route prefix
+  of the row; a row without loss may carry a short dummy one) and
+  ``rollout_sample_support`` (one row per response token), and wrap
+  ``pixel_values`` / ``image_grid_thw`` in ``TensorList``, whose entries must
+  all be tensors (a None raises ``AttributeError``). So it gets zero
+  logprobs, one route row (a copy of another row's first), a padding
+  (``-1``) support row per token, each when the batch carries that channel;
+  in a vision batch it is a copy of a sibling row that carries images
+  (prompt, response, images), fully masked, reward imputed: the model's
+  forward then sees image tokens that match its images even when the row
+  sits alone in a micro-batch (Qwen2.5-VL's vision tower rejects a
   micro-batch whose images are all empty). SkyRL pads its own batches the
   same way (``pad_training_input_batch`` copies row 0 with a zero loss mask).
+- **Text rows in a vision batch.** SkyRL 0.4 cannot train them: its VLM
+  generator gives a row without images ``pixel_values=None`` and the
+  trainer's ``TensorList`` then fails. When some rows of a batch have images
+  and an unfailed row has none, ``generate`` raises
+  :class:`TextRowInVisionBatchError` naming the rows and the fix. A batch
+  with no image at all is a text batch to SkyRL and trains as one.
 - **Prompts that render right.** After the parquet round trip arrow gives
   every content part the union of keys (``{"type": "text", "text": ...,
   "image_url": None}``); chat templates that test for an ``image_url`` key
@@ -42,6 +68,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+from skyrl.backends.skyrl_train.utils.sample_support import SAMPLE_SUPPORT_PADDING
 from skyrl.train.generators.skyrl_gym_generator import (
     SkyRLGymGenerator,
     StepWiseOutput,
@@ -76,8 +104,12 @@ def clean_prompt(prompt: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _is_masked(output: TrajectoryOutput | StepWiseOutput) -> bool:
-    final = output.step_outputs[-1] if isinstance(output, StepWiseOutput) else output
-    return bool(final.env_metrics.get(MASK_METRIC))
+    if isinstance(output, StepWiseOutput):
+        # no step at all: the prompt alone was over max_input_length; SkyRL emits no row for it
+        return bool(output.step_outputs) and bool(
+            output.step_outputs[-1].env_metrics.get(MASK_METRIC)
+        )
+    return bool(output.env_metrics.get(MASK_METRIC))
 
 
 def _final_reward(reward: float | list[float]) -> float:
@@ -118,8 +150,14 @@ class _MaskingMixin:
                 step.loss_mask = [0] * len(step.loss_mask)
         return output
 
-    def _failed_trajectory(self, env_class: str, error: Exception) -> TrajectoryOutput:
-        """A one-token, fully masked trajectory standing for an agent loop that raised."""
+    def _failed_trajectory(
+        self, env_class: str, error: Exception
+    ) -> TrajectoryOutput | StepWiseOutput:
+        """A one-token, fully masked trajectory standing for an agent loop that raised.
+
+        In step-wise mode it is a trajectory of one step, as SkyRL's ``generate`` reads
+        ``step_outputs`` of every agent loop's output.
+        """
         cause = f"{type(error).__name__}: {error}"[:500]
         if type(error).__name__ not in self._causes_logged:
             self._causes_logged.add(type(error).__name__)
@@ -131,7 +169,7 @@ class _MaskingMixin:
                 cause,
             )
         eos = self.tokenizer.eos_token_id
-        return TrajectoryOutput(
+        stand_in = TrajectoryOutput(
             response_ids=[eos],
             reward=[0.0],
             stop_reason="env_error",
@@ -140,37 +178,66 @@ class _MaskingMixin:
             rollout_logprobs=None,
             env_metrics={MASK_METRIC: 1.0, "env_error": 1.0},
         )
+        if self.generator_cfg.step_wise_trajectories:
+            return StepWiseOutput(step_outputs=[stand_in])
+        return stand_in
 
     async def generate(self, input_batch: Mapping[str, Any], disable_tqdm: bool = False):
         out = await super().generate(input_batch, disable_tqdm=disable_tqdm)
-        metrics = out["env_metrics"]
-        masked = [bool(m.get(MASK_METRIC)) for m in metrics]
-        errors = [bool(m.get("env_error")) for m in metrics]
-        if metrics and all(errors):
+        n = len(out["env_metrics"])
+        # a trajectory's outcome is on its last row (step-wise: every step is a row)
+        last = [bool(x) for x in out.get("is_last_step") or [True] * n]
+        final = [m for m, is_last in zip(out["env_metrics"], last, strict=True) if is_last]
+        masked = _per_row(last, [bool(m.get(MASK_METRIC)) for m in final])
+        errors = _per_row(last, [bool(m.get("env_error")) for m in final])
+        if final and all(m.get("env_error") for m in final):
             raise RuntimeError(
-                f"every trajectory of the batch ({len(errors)}) ended with an env error; nothing "
+                f"every trajectory of the batch ({len(final)}) ended with an env error; nothing "
                 "to train on. See the warning logged above for the first cause."
             )
-        groups = _groups(input_batch, out, len(metrics))
-        out["rewards"] = _impute_masked_rewards(out["rewards"], masked, groups)
+        out["rewards"] = _impute_masked_rewards(
+            out["rewards"], masked, _groups(input_batch, out, n), last
+        )
         _fit_failed_rows(out, errors)
-        out["rollout_metrics"]["generate/masked_share"] = sum(masked) / max(1, len(masked))
-        out["rollout_metrics"]["generate/env_errors"] = float(sum(errors))
+        n_masked = sum(bool(m.get(MASK_METRIC)) for m in final)
+        out["rollout_metrics"]["generate/masked_share"] = n_masked / max(1, len(final))
+        out["rollout_metrics"]["generate/env_errors"] = float(
+            sum(bool(m.get("env_error")) for m in final)
+        )
         return out
+
+
+def _per_row(last: Sequence[bool], per_trajectory: Sequence[bool]) -> list[bool]:
+    """A per-trajectory flag on every row (step) of its trajectory; rows are contiguous."""
+    out = []
+    trajectory = 0
+    for is_last in last:
+        out.append(per_trajectory[trajectory])
+        trajectory += is_last
+    return out
 
 
 def _fit_failed_rows(out: dict[str, Any], errors: Sequence[bool]) -> None:
     """Make the one-token stand-ins of failed trajectories acceptable to SkyRL's trainer, in place.
 
-    With logprobs collected a stand-in gets a zero logprob per response token. In a vision
-    batch (``pixel_values`` present) it becomes a copy of the first unfailed row that carries
-    images: same prompt, response and images, loss mask all zeros, its imputed reward on the
-    last token. The module docstring says why.
+    In a vision batch (``pixel_values`` present) a stand-in becomes a copy of the first
+    unfailed row: same prompt, response and images, loss mask all zeros, its imputed reward
+    on the last token; an unfailed row without images raises :class:`TextRowInVisionBatchError`.
+    Then it gets a zero logprob per response token when logprobs are collected, a one-row
+    route (another row's first) when routed experts are (R3), and a padding support row per
+    response token when sample supports are; SkyRL sets these channels only when some row
+    has them, and a stand-in never does. The module docstring says why.
     """
     failed = [i for i, error in enumerate(errors) if error]
     pixel_values = out.get("pixel_values")
-    if pixel_values is not None and failed:
-        donor = next(i for i, pv in enumerate(pixel_values) if pv is not None and not errors[i])
+    if pixel_values is not None:
+        text_rows = [i for i, pv in enumerate(pixel_values) if pv is None and not errors[i]]
+        if text_rows:
+            raise TextRowInVisionBatchError(text_rows, len(pixel_values))
+    if not failed:
+        return
+    donor = errors.index(False)  # the batch raised earlier when every trajectory failed
+    if pixel_values is not None:
         n = len(out["response_ids"][donor])
         for i in failed:
             out["prompt_token_ids"][i] = list(out["prompt_token_ids"][donor])
@@ -185,6 +252,31 @@ def _fit_failed_rows(out: dict[str, Any], errors: Sequence[bool]) -> None:
     if logprobs is not None:
         for i in failed:
             logprobs[i] = [0.0] * len(out["response_ids"][i])
+    routes = out.get("rollout_expert_indices")
+    if routes is not None:
+        with_routes = next(r for r in routes if r is not None)
+        for i in failed:
+            routes[i] = with_routes[:1].copy()
+    support = out.get("rollout_sample_support")
+    if support is not None:
+        with_support = next(s for s in support if s is not None)
+        for i in failed:
+            shape = (len(out["response_ids"][i]), with_support.shape[1])
+            support[i] = np.full(shape, SAMPLE_SUPPORT_PADDING, dtype=with_support.dtype)
+
+
+class TextRowInVisionBatchError(ValueError):
+    """A vision-language batch holds rows without images, which SkyRL 0.4 cannot train."""
+
+    def __init__(self, rows: Sequence[int], n: int) -> None:
+        super().__init__(
+            f"rows {list(rows)} of this vision-language batch ({n} rows) carry no image while "
+            "others do. SkyRL 0.4's trainer wraps pixel_values in a TensorList, which needs a "
+            "tensor on every row (convert_to_training_input would fail with AttributeError: "
+            "'NoneType' object has no attribute 'device'). Give every prompt of a "
+            "vision-language dataset an image, or train the text-only prompts in a separate run "
+            "with generator.vision_language_generator=false."
+        )
 
 
 def _groups(input_batch: Mapping[str, Any], out: Mapping[str, Any], n: int) -> list[Any]:
@@ -196,18 +288,29 @@ def _groups(input_batch: Mapping[str, Any], out: Mapping[str, Any], n: int) -> l
 
 
 def _impute_masked_rewards(
-    rewards: list[Any], masked: Sequence[bool], groups: Sequence[Any]
+    rewards: list[Any],
+    masked: Sequence[bool],
+    groups: Sequence[Any],
+    last: Sequence[bool] | None = None,
 ) -> list[Any]:
-    """Masked rows take the mean judged reward of their group (0.0 if none was judged)."""
+    """Masked trajectories take the mean judged reward of their group (0.0 if none was judged).
+
+    ``last`` marks the row carrying each trajectory's outcome (step-wise: its last step;
+    default: every row is a trajectory). Judged trajectories count once, by that row's reward;
+    a masked trajectory's last row gets the mean and its earlier rows a zero reward, so a
+    merge of its steps (``merge_stepwise_output`` adds them up) keeps the mean.
+    """
+    last = [True] * len(rewards) if last is None else last
     judged: dict[Any, list[float]] = defaultdict(list)
-    for reward, is_masked, group in zip(rewards, masked, groups, strict=True):
-        if not is_masked:
+    for reward, is_masked, group, is_last in zip(rewards, masked, groups, last, strict=True):
+        if is_last and not is_masked:
             judged[group].append(_final_reward(reward))
     out = list(rewards)
-    for i, (is_masked, group) in enumerate(zip(masked, groups, strict=True)):
+    for i, (is_masked, group, is_last) in enumerate(zip(masked, groups, last, strict=True)):
         if is_masked:
             values = judged.get(group, [])
-            out[i] = _with_final_reward(rewards[i], sum(values) / len(values) if values else 0.0)
+            mean = sum(values) / len(values) if values and is_last else 0.0
+            out[i] = _with_final_reward(rewards[i], mean)
     return out
 
 

@@ -16,6 +16,7 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from PIL import Image
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2VLImageProcessor
@@ -53,14 +54,19 @@ class ScriptedEngine:
     """Stand-in for SkyRL's inference engine client: scripted replies per trajectory.
 
     ``replies[session_id]`` is the list of texts that trajectory's model says,
-    one per turn (session id ``"<instance_id>_<repetition_id>"``).
+    one per turn (session id ``"<instance_id>_<repetition_id>"``). With
+    ``logprobs`` each reply token comes with a logprob (-1.0), as vLLM returns
+    them when the sampling params ask for logprobs (SkyRL's default).
     """
 
     model_name = "scripted-policy"
 
-    def __init__(self, tokenizer: Any, replies: Mapping[str, Sequence[str]]) -> None:
+    def __init__(
+        self, tokenizer: Any, replies: Mapping[str, Sequence[str]], *, logprobs: bool = False
+    ) -> None:
         self.tokenizer = tokenizer
         self.replies = {k: list(v) for k, v in replies.items()}
+        self.logprobs = logprobs
         self.rendered: list[list[dict[str, Any]]] = []
 
     async def generate(self, engine_input: Mapping[str, Any], model: str | None = None) -> dict:
@@ -73,7 +79,7 @@ class ScriptedEngine:
             "responses": texts,
             "response_ids": ids,
             "stop_reasons": ["stop"] * len(texts),
-            "response_logprobs": None,
+            "response_logprobs": [[-1.0] * len(i) for i in ids] if self.logprobs else None,
         }
 
     async def render_chat_completion(self, payload: Mapping[str, Any]) -> dict:
@@ -98,8 +104,10 @@ class VisionEngine(ScriptedEngine):
     an exception is raised by ``generate`` (an inference call that fails).
     """
 
-    def __init__(self, tokenizer: Any, replies: Mapping[str, Sequence[Any]]) -> None:
-        super().__init__(tokenizer, replies)
+    def __init__(
+        self, tokenizer: Any, replies: Mapping[str, Sequence[Any]], *, logprobs: bool = False
+    ) -> None:
+        super().__init__(tokenizer, replies, logprobs=logprobs)
         # small images: a few dozen image tokens each
         self.processor = Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=112 * 112)
 
@@ -145,3 +153,44 @@ class VisionEngine(ScriptedEngine):
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         features_out = {"kwargs_data": {"image": items}} if items else None
         return {"token_ids": ids, "features": features_out}
+
+
+class SideChannelEngine(VisionEngine):
+    """:class:`VisionEngine` that also returns the per-token side channels vLLM can record.
+
+    Routed experts (R3, MoE router replay): ``[tokens, layers, topk]`` expert ids for each
+    token the engine evaluated since the trajectory's route prefix (prompt start), less the
+    last sampled one. Sample supports: ``[tokens, top_k]`` token ids the sampler could pick,
+    ``-1`` padded, one row per generated token.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        replies: Mapping[str, Sequence[Any]],
+        *,
+        layers: int = 2,
+        topk: int = 2,
+        top_k: int = 4,
+        logprobs: bool = True,
+    ) -> None:
+        super().__init__(tokenizer, replies, logprobs=logprobs)
+        self.layers, self.topk, self.top_k = layers, topk, top_k
+
+    async def generate(self, engine_input: Mapping[str, Any], model: str | None = None) -> dict:
+        out = await super().generate(engine_input, model)
+        routes, supports = [], []
+        starts = engine_input["routed_experts_prompt_starts"]
+        for prompt, ids, start in zip(
+            engine_input["prompt_token_ids"], out["response_ids"], starts, strict=True
+        ):
+            rows = len(prompt) - start + len(ids) - 1
+            routes.append(
+                np.arange(rows * self.layers * self.topk).reshape(rows, -1, self.topk) % 8
+            )
+            support = np.full((len(ids), self.top_k), -1, dtype=np.int32)
+            support[:, 0] = ids
+            supports.append(support.reshape(-1))
+        out["rollout_expert_indices"] = routes
+        out["rollout_sample_support"] = supports
+        return out

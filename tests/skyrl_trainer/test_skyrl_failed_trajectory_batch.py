@@ -13,20 +13,29 @@ CPU install lacks.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from skyrl.backends.skyrl_train.training_batch import TensorList, TrainingInputBatch
+from skyrl.backends.skyrl_train.utils.sample_support import (
+    SAMPLE_SUPPORT_FIELD,
+    SAMPLE_SUPPORT_PADDING,
+)
 from skyrl.backends.skyrl_train.workers.worker_utils import BatchIterator
 from skyrl.train.dataset import PromptDataset
 from skyrl.train.generators.base import TRAINING_PHASE_TRAIN
+from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
 from skyrl.train.generators.utils import prepare_generator_input
 from skyrl.train.trainer import RayPPOTrainer
-from skyrl_helpers import VisionEngine
+from skyrl.train.utils.trainer_utils import validate_generator_output
+from skyrl_helpers import SideChannelEngine, VisionEngine
 from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
 from skyrl_rewards.data.jsonl import read_rows
@@ -34,7 +43,11 @@ from skyrl_rewards.pool.reward_pool import RewardPool
 from skyrl_rewards.train.config import TrainConfig
 from skyrl_rewards.train.dataset import prepare_data
 from skyrl_rewards.train.env import close_shared_pools
-from skyrl_rewards.train.generator import make_generator
+from skyrl_rewards.train.generator import (
+    TextRowInVisionBatchError,
+    clean_prompt,
+    make_generator,
+)
 from skyrl_rewards.train.registration import register_installed_envs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,26 +90,18 @@ def rec_dataset(tmp_path: Path, tokenizer: Any) -> PromptDataset:
     return PromptDataset([str(train), str(val)], tokenizer, 1_000_000, num_workers=1)
 
 
-def generate_with_one_failure(
-    tmp_path: Path, tokenizer: Any, pool: str, *, vision: bool
-) -> tuple[RayPPOTrainer, dict, list[str]]:
-    """Two prompts, two samples each; the inference call of trajectory ``0_1`` fails.
+ANSWER = '<think>There.</think> <answer>{"bbox_2d": [1, 2, 30, 40]}</answer>'
+REPLIES = {
+    "0_0": [ANSWER],
+    "0_1": [ConnectionError("inference server went away")],
+    "1_0": [ANSWER],
+    "1_1": ["I cannot tell."],
+}
 
-    Returns SkyRL's trainer (GPU dispatch stood in), the generator output and the uids.
-    """
-    dataset = rec_dataset(tmp_path, tokenizer)
-    prompts = dataset.collate_fn([dataset[i] for i in range(len(dataset))])
-    batch, uids = prepare_generator_input(
-        prompts, 2, None, "skyrl_rewards", TRAINING_PHASE_TRAIN, 1
-    )
-    answer = '<think>There.</think> <answer>{"bbox_2d": [1, 2, 30, 40]}</answer>'
-    replies = {
-        "0_0": [answer],
-        "0_1": [ConnectionError("inference server went away")],
-        "1_0": [answer],
-        "1_1": ["I cannot tell."],
-    }
-    cfg = TrainConfig.from_cli_overrides(
+
+def rec_config(pool: str, *, vision: bool, extra: Sequence[str] = ()) -> TrainConfig:
+    """Two prompts, two samples each, one turn, on the REC env and ``pool``."""
+    return TrainConfig.from_cli_overrides(
         [
             "trainer.logger=console",
             "trainer.strategy=fsdp",
@@ -110,9 +115,31 @@ def generate_with_one_failure(
             "generator.max_turns=1",
             "environment.env_class=skyrl_rewards",
             f"environment.skyrl_gym.skyrl_rewards.pool={pool}",
+            *extra,
         ]
     )
-    engine = VisionEngine(tokenizer, replies)
+
+
+def generate_with_one_failure(
+    tmp_path: Path,
+    tokenizer: Any,
+    pool: str,
+    *,
+    vision: bool,
+    extra: Sequence[str] = (),
+    engine_cls: type[VisionEngine] = VisionEngine,
+) -> tuple[RayPPOTrainer, dict, list[str]]:
+    """Two prompts, two samples each; the inference call of trajectory ``0_1`` fails.
+
+    Returns SkyRL's trainer (GPU dispatch stood in), the generator output and the uids.
+    """
+    dataset = rec_dataset(tmp_path, tokenizer)
+    prompts = dataset.collate_fn([dataset[i] for i in range(len(dataset))])
+    batch, uids = prepare_generator_input(
+        prompts, 2, None, "skyrl_rewards", TRAINING_PHASE_TRAIN, 1
+    )
+    cfg = rec_config(pool, vision=vision, extra=extra)
+    engine = engine_cls(tokenizer, REPLIES, logprobs=True)
     generator = make_generator(cfg, engine, tokenizer)
     out = asyncio.run(generator.generate(batch, disable_tqdm=True))
     trainer = RayPPOTrainer(cfg, None, tokenizer, dataset, engine, generator)
@@ -122,6 +149,7 @@ def generate_with_one_failure(
 
 def check_failed_row(out: dict, training_input: TrainingInputBatch) -> None:
     """Row 1 (``0_1``) failed: masked in the batch, its reward its group's judged mean."""
+    validate_generator_output(4, out)  # as RayPPOTrainer.generate does
     assert out["stop_reasons"][1] == "env_error"
     assert out["rollout_metrics"]["generate/env_errors"] == 1.0
     assert len(training_input) == 6 and training_input.metadata["pad_size"] == 2
@@ -216,3 +244,72 @@ def test_vision_batch_with_a_failed_trajectory_converts_and_runs_per_micro_batch
         logits = forward_like_skyrl(model, experience)
         assert logits.shape[:2] == experience.sequences.shape
         assert torch.isfinite(logits).all()
+
+
+def test_routes_and_sample_supports_of_a_failed_trajectory_pass_skyrls_checks(
+    pool: str, tokenizer: Any, tmp_path: Path
+) -> None:
+    """MoE router replay (R3) and sample-support capture on: every row carries both or the
+    trainer refuses the batch; the stand-in gets a one-row dummy route and padding supports."""
+    extra = [
+        "trainer.strategy=megatron",  # R3 is Megatron-only in SkyRL 0.4 (utils.validate_cfg)
+        "trainer.policy.megatron_config.moe_enable_routing_replay=true",
+        "generator.inference_engine.enable_return_routed_experts=true",
+        "generator.inference_engine.distributed_executor_backend=mp",
+        "generator.inference_engine.enable_return_sample_support_set=true",
+        "generator.sampling_params.top_k=4",
+        "trainer.algorithm.enable_sample_support_replay=true",
+    ]
+    trainer, out, uids = generate_with_one_failure(
+        tmp_path, tokenizer, pool, vision=False, extra=extra, engine_cls=SideChannelEngine
+    )
+    routes, supports = out["rollout_expert_indices"], out[SAMPLE_SUPPORT_FIELD]
+    assert all(isinstance(r, np.ndarray) for r in routes)
+    assert routes[1].shape == (1, *routes[0].shape[1:])  # the stand-in's dummy route
+    assert (supports[1] == SAMPLE_SUPPORT_PADDING).all()
+    assert supports[1].shape == (len(out["response_ids"][1]), 4)
+    validate_generator_output(4, out, routes_expected=True)
+    training_input = trainer.convert_to_training_input(out, uids)
+    check_failed_row(out, training_input)
+    # the stand-in's one route row is its only captured one: the router skips its other tokens
+    assert int((~training_input["router_padding_mask"][1]).sum()) == 1
+    assert training_input[SAMPLE_SUPPORT_FIELD] is not None
+
+
+def test_a_vision_batch_with_a_text_only_row_is_refused_with_the_cause(
+    pool: str, tokenizer: Any, tmp_path: Path
+) -> None:
+    """SkyRL 0.4 cannot train a vision batch in which some rows have no image: its own VLM
+    generator's output fails in ``convert_to_training_input``. Ours says so at generation."""
+    dataset = rec_dataset(tmp_path, tokenizer)
+    prompts = dataset.collate_fn([dataset[i] for i in range(len(dataset))])
+    batch, uids = prepare_generator_input(
+        prompts, 2, None, "skyrl_rewards", TRAINING_PHASE_TRAIN, 1
+    )
+    # SkyRL's own generator renders the parquet's null keys as images (clean_prompt's docstring)
+    batch["prompts"] = [clean_prompt(prompt) for prompt in batch["prompts"]]
+    for i in (2, 3):  # prompt 1's rows: the question as text, no image part
+        batch["prompts"][i] = [
+            {**m, "content": [p for p in m["content"] if p["type"] == "text"]}
+            if isinstance(m["content"], list)
+            else m
+            for m in batch["prompts"][i]
+        ]
+    cfg = rec_config(pool, vision=True)
+    replies = {"0_0": [ANSWER], "0_1": ["I cannot tell."], "1_0": [ANSWER], "1_1": [ANSWER]}
+
+    plain = SkyRLVLMGymGenerator(
+        cfg.generator, cfg.environment.skyrl_gym, VisionEngine(tokenizer, replies), tokenizer
+    )
+    out = asyncio.run(plain.generate(copy.deepcopy(batch), disable_tqdm=True))
+    assert out["pixel_values"][2] is None and out["pixel_values"][0] is not None
+    trainer = RayPPOTrainer(cfg, None, tokenizer, dataset, plain.inference_engine_client, plain)
+    trainer.dispatch = Dispatch()
+    with pytest.raises(AttributeError, match="'NoneType' object has no attribute 'device'"):
+        trainer.convert_to_training_input(out, uids)
+
+    ours = make_generator(cfg, VisionEngine(tokenizer, replies), tokenizer)
+    with pytest.raises(
+        TextRowInVisionBatchError, match=r"rows \[2, 3\].*vision_language_generator"
+    ):
+        asyncio.run(ours.generate(batch, disable_tqdm=True))

@@ -8,6 +8,7 @@ rendered with the real Qwen2.5-VL chat template.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import os
 import shutil
@@ -19,9 +20,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 from skyrl.train.dataset import PromptDataset
 from skyrl.train.generators.base import TRAINING_PHASE_TRAIN
 from skyrl.train.generators.utils import prepare_generator_input
+from skyrl.train.trainer import RayPPOTrainer
+from skyrl.train.utils.trainer_utils import validate_generator_output
 from skyrl_helpers import IMAGE_PLACEHOLDER, ScriptedEngine
 
 from skyrl_rewards.data.jsonl import read_rows, to_samples
@@ -51,10 +55,14 @@ def _envs_registered() -> None:
     assert {"skyrl_rewards", "tau_bench"} <= set(register_installed_envs())
 
 
+def prompt_dataset(parquets: list[Path], tokenizer: Any) -> PromptDataset:
+    # byte-level test tokenizer: one token per byte, so the tau system prompt is long
+    return PromptDataset([str(p) for p in parquets], tokenizer, 1_000_000, num_workers=1)
+
+
 def dataset_batch(parquets: list[Path], tokenizer: Any, env_class: str, n_samples: int = 1) -> dict:
     """What SkyRL's trainer hands the generator for these parquet files (its own helpers)."""
-    # byte-level test tokenizer: one token per byte, so the tau system prompt is long
-    dataset = PromptDataset([str(p) for p in parquets], tokenizer, 1_000_000, num_workers=1)
+    dataset = prompt_dataset(parquets, tokenizer)
     prompts = dataset.collate_fn([dataset[i] for i in range(len(dataset))])
     batch, _ = prepare_generator_input(prompts, n_samples, None, env_class, TRAINING_PHASE_TRAIN, 1)
     return batch
@@ -336,19 +344,116 @@ def test_an_env_that_raises_ends_one_trajectory_or_the_step_when_asked(
         )
 
 
+class Dispatch:
+    """Stand-in for the trainer's GPU worker dispatch: only its data-parallel size is read."""
+
+    def get_lcm_dp_size(self) -> int:
+        return 4
+
+
+def test_step_wise_batch_imputes_masked_trajectories_and_skyrl_gives_them_no_advantage(
+    ray_local: None, tokenizer: Any, tmp_path: Path
+) -> None:
+    """Step-wise training (every turn a row; the outcome, and GRPO's advantage, on the last).
+
+    Two tasks, three samples each: the ground truth (1.0), a goodbye (0.0), and a third that
+    is masked after two turns (task 0: the user simulator fails) or fails in the env's
+    constructor (task 1: a stand-in). Through SkyRL's step-wise ``generate``, its output
+    validation, the trainer's postprocessing (with and without merging the steps),
+    conversion and GRPO advantages. (SkyRL's trainer reads Ray's state when built.)
+    """
+    parquet, tasks = tau_parquet(tmp_path, 2)
+    dataset = prompt_dataset([parquet], tokenizer)
+    batch = dataset_batch([parquet], tokenizer, "tau_bench", n_samples=3)
+    batch["env_extras"][2]["user_turns"] = [
+        "Hi, I need help with my order.",
+        {"content": "Let me look.", "tool_calls": [{"name": "check_order", "arguments": {}}]},
+    ]  # retail users have no tools: the second user turn fails, and the episode is void
+    batch["env_extras"][5]["task_index"] = 10_000  # a row the env refuses (ValueError in make)
+    replies = {f"{i}_0": gold_turns(task) for i, task in enumerate(tasks)}
+    replies |= {f"{i}_1": ["Goodbye."] for i in range(len(tasks))}
+    replies["0_2"] = [tool_call("get_user_details", {"user_id": "nobody"}), "Let me check."]
+    cfg = tau_cfg(
+        "environment.skyrl_gym.tau_bench.user.kind=replay",
+        "generator.step_wise_trajectories=true",
+        "generator.n_samples_per_prompt=3",
+        "trainer.train_batch_size=2",
+        "trainer.policy_mini_batch_size=2",
+        "data.dataloader.num_workers=0",  # the trainer builds a loader; nothing reads it
+    )
+    engine = ScriptedEngine(tokenizer, replies, logprobs=True)
+    generator = make_generator(cfg, engine, tokenizer)
+    out = asyncio.run(generator.generate(batch, disable_tqdm=True))
+    validate_generator_output(6, out, step_wise=True)  # as RayPPOTrainer.generate does
+
+    trajectories = [(t.instance_id, t.repetition_id) for t in out["trajectory_ids"]]
+    outcome = {
+        tid: sum(reward)
+        for tid, reward, last in zip(trajectories, out["rewards"], out["is_last_step"], strict=True)
+        if last
+    }
+    assert outcome == {
+        ("0", 0): 1.0,
+        ("0", 1): 0.0,
+        ("0", 2): 0.5,
+        ("1", 0): 1.0,
+        ("1", 1): 0.0,
+        ("1", 2): 0.5,
+    }  # the masked ones: their group's judged mean, by trajectory (the gold ones have many steps)
+    assert trajectories.count(("0", 2)) == 2 and trajectories.count(("1", 2)) == 1
+    assert trajectories.count(("0", 0)) > 2
+    void = [i for i, tid in enumerate(trajectories) if tid[1] == 2]
+    assert all(not any(out["loss_masks"][i]) for i in void)
+    assert sum(out["rewards"][void[0]]) == 0.0  # the masked trajectory's first step
+    assert out["stop_reasons"][void[-1]] == "env_error"
+    assert out["rollout_metrics"]["generate/masked_share"] == pytest.approx(2 / 6)
+    assert out["rollout_metrics"]["generate/env_errors"] == 1.0
+
+    for merge in (False, True):
+        trainer_cfg = copy.deepcopy(cfg)
+        trainer_cfg.generator.merge_stepwise_output = merge
+        trainer = RayPPOTrainer(trainer_cfg, None, tokenizer, dataset, engine, generator)
+        trainer.dispatch = Dispatch()
+        uids = [tid.instance_id for tid in out["trajectory_ids"]]  # as the trainer does
+        post, uids = trainer.postprocess_generator_output(copy.deepcopy(out), uids)
+        rows = [(t.instance_id, t.repetition_id) for t in post["trajectory_ids"]]
+        training_input = trainer.convert_to_training_input(post, uids)
+        training_input["values"] = None  # GRPO: no critic
+        advantages = trainer.compute_advantages_and_returns(training_input)["advantages"]
+        response_mask = training_input["response_mask"].bool()
+        by_trajectory: dict[tuple[str, int], list[float]] = {}
+        for i, tid in enumerate(rows):
+            by_trajectory.setdefault(tid, []).extend(advantages[i][response_mask[i]].tolist())
+        # the baseline is the judged mean 0.5, so judged advantages are +-a; the masked get 0.0
+        a = 0.5 / float(torch.tensor([1.0, 0.0, 0.5]).std())
+        for (_, sample), values in by_trajectory.items():
+            expected = {0: a, 1: -a, 2: 0.0}[sample]
+            assert values == pytest.approx([expected] * len(values), abs=1e-4)
+        assert training_input["loss_mask"][[i for i, t in enumerate(rows) if t[1] == 2]].sum() == 0
+
+
 @pytest.mark.parametrize(
-    ("rewards", "masked", "groups", "expected"),
+    ("rewards", "masked", "groups", "last", "expected"),
     [
         # a masked trajectory takes its group's mean judged reward: the baseline does not move
-        ([[0, 1.0], [0, 0.0], [0, 0.0]], [False, False, True], [0, 0, 0], [1.0, 0.0, 0.5]),
+        ([[0, 1.0], [0, 0.0], [0, 0.0]], [False, False, True], [0, 0, 0], None, [1.0, 0.0, 0.5]),
         # a group with nothing judged: 0.0
-        ([[2.0], [3.0]], [True, True], [0, 0], [0.0, 0.0]),
+        ([[2.0], [3.0]], [True, True], [0, 0], None, [0.0, 0.0]),
         # groups are kept apart
-        ([1.0, 0.0, 0.0], [False, True, True], [0, 0, 1], [1.0, 1.0, 0.0]),
+        ([1.0, 0.0, 0.0], [False, True, True], [0, 0, 1], None, [1.0, 1.0, 0.0]),
+        # step-wise rows: a trajectory counts once, by its last step; a masked one's earlier
+        # steps are zeroed (trajectories: 2 steps judged 1.0, 1 step judged 0.0, 2 steps masked)
+        (
+            [[0.0, 0.0], [0.0, 1.0], [0.0], [0.0, 0.3], [0.0, 0.0]],
+            [False, False, False, True, True],
+            [0, 0, 0, 0, 0],
+            [False, True, True, False, True],
+            [0.0, 1.0, 0.0, 0.0, 0.5],
+        ),
     ],
 )
-def test_masked_rewards_are_imputed_per_group(rewards, masked, groups, expected) -> None:
-    out = _impute_masked_rewards(rewards, masked, groups)
+def test_masked_rewards_are_imputed_per_group(rewards, masked, groups, last, expected) -> None:
+    out = _impute_masked_rewards(rewards, masked, groups, last)
     assert [sum(r) if isinstance(r, list) else r for r in out] == expected
 
 
