@@ -7,6 +7,7 @@ unfinished items are scored again.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -20,14 +21,14 @@ from skyrl_rewards.pool.reward_pool import RewardPool
 pytestmark = [pytest.mark.multinode, pytest.mark.slow]
 
 
-def numbers(count: int) -> list[dict]:
+def numbers(count: int, start: int = 0) -> list[dict]:
     """Distinct integer answers: even i right (accuracy 1.0), odd i wrong (0.0)."""
     return [
         {
             "completion": f"<think>t</think><answer>{i}</answer>",
             "solution": f"<answer>{i if i % 2 == 0 else i + 1}</answer>",
         }
-        for i in range(count)
+        for i in range(start, start + count)
     ]
 
 
@@ -67,28 +68,48 @@ def test_workers_spread_and_a_lost_node_loses_nothing(cluster: Cluster, graceful
         workers = pool.metrics()["workers"]
         assert len({w["node_id"] for w in workers}) == 3  # one worker per node
 
-        samples = numbers(1500)
-        out: list = []
-        thread = threading.Thread(target=lambda: out.append(pool.score(samples)))
-        thread.start()
+        # Two callers score batches back to back until the lost worker is replaced, so the
+        # victim has work in flight when its node goes, however fast the machine is (one batch
+        # could end while remove_node is still taking the node down: no retry to see).
+        scored: list[tuple[list[dict], list]] = []
+        starts = itertools.count(0, 300)
+        replaced = threading.Event()
+
+        def keep_scoring() -> None:
+            while not replaced.is_set():
+                batch = numbers(300, start=next(starts))
+                scored.append((batch, pool.score(batch)))
+
+        callers = [threading.Thread(target=keep_scoring) for _ in range(2)]
+        for caller in callers:
+            caller.start()
         deadline = time.monotonic() + 60
         while pool.metrics()["items"] < 100:
             assert time.monotonic() < deadline
             time.sleep(0.02)
         head = ray.get_runtime_context().get_node_id()
-        busy = {
-            w["node_id"]
-            for w in pool.metrics()["workers"]
-            if w["in_flight"] and w["node_id"] != head
-        }
-        victim = next(n for n in cluster.worker_nodes if n.node_id in busy)
+        victim = None
+        while victim is None:  # a worker node whose worker has work in flight
+            assert time.monotonic() < deadline
+            busy = {
+                w["node_id"]
+                for w in pool.metrics()["workers"]
+                if w["in_flight"] and w["node_id"] != head
+            }
+            victim = next((n for n in cluster.worker_nodes if n.node_id in busy), None)
         cluster.remove_node(victim, allow_graceful=graceful)
-        thread.join(timeout=180)
+        while pool.metrics()["worker_restarts"] < 1:
+            assert time.monotonic() < deadline + 120, "the lost node's worker was not replaced"
+            time.sleep(0.1)
+        replaced.set()
+        for caller in callers:
+            caller.join(timeout=180)
 
-        results = out[0]
-        assert len(results) == len(samples)
-        assert [r.components["accuracy"] for r in results] == [1.0, 0.0] * 750
-        assert all(r.ok for r in results)
+        assert len(scored) >= 2
+        for batch, results in scored:
+            assert len(results) == len(batch)
+            assert [r.components["accuracy"] for r in results] == [1.0, 0.0] * 150
+            assert all(r.ok for r in results)
         metrics = pool.metrics()
         assert metrics["worker_restarts"] >= 1 and metrics["retries"] > 0
         assert metrics["timeouts"] == 0  # a lost node is not blamed on an item
