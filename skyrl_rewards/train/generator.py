@@ -49,10 +49,15 @@ one from the config) add, around SkyRL's own agent loop:
   same way (``pad_training_input_batch`` copies row 0 with a zero loss mask).
 - **Text rows in a vision batch.** SkyRL 0.4 cannot train them: its VLM
   generator gives a row without images ``pixel_values=None`` and the
-  trainer's ``TensorList`` then fails. When some rows of a batch have images
-  and an unfailed row has none, ``generate`` raises
-  :class:`TextRowInVisionBatchError` naming the rows and the fix. A batch
-  with no image at all is a text batch to SkyRL and trains as one.
+  trainer's ``TensorList`` then fails. When some rows of a training batch
+  have images and an unfailed row has none, ``generate`` raises
+  :class:`TextRowInVisionBatchError` naming the rows and the fix. An
+  evaluation batch (``batch_metadata.training_phase == "eval"``) never
+  becomes a training batch and passes, as with SkyRL's own generator. A
+  batch with no image at all is a text batch to SkyRL and trains as one.
+- **Batched generation** (``generator.batched=true``) is refused when the
+  generator is made: SkyRL's ``generate_batched`` bypasses the agent loop and
+  returns no env metrics, so nothing here could apply.
 - **Prompts that render right.** After the parquet round trip arrow gives
   every content part the union of keys (``{"type": "text", "text": ...,
   "image_url": None}``); chat templates that test for an ``image_url`` key
@@ -70,6 +75,7 @@ from typing import Any
 
 import numpy as np
 from skyrl.backends.skyrl_train.utils.sample_support import SAMPLE_SUPPORT_PADDING
+from skyrl.train.generators.base import TRAINING_PHASE_EVAL
 from skyrl.train.generators.skyrl_gym_generator import (
     SkyRLGymGenerator,
     StepWiseOutput,
@@ -131,6 +137,12 @@ class _MaskingMixin:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if self.batched:
+            raise ValueError(
+                "generator.batched=true: SkyRL's batched generation bypasses the agent loop and "
+                "returns no env metrics, so masking and containment cannot apply; set "
+                "generator.batched=false (the default)"
+            )
         self._causes_logged: set[str] = set()
 
     async def agent_loop(
@@ -188,22 +200,21 @@ class _MaskingMixin:
         # a trajectory's outcome is on its last row (step-wise: every step is a row)
         last = [bool(x) for x in out.get("is_last_step") or [True] * n]
         final = [m for m, is_last in zip(out["env_metrics"], last, strict=True) if is_last]
-        masked = _per_row(last, [bool(m.get(MASK_METRIC)) for m in final])
-        errors = _per_row(last, [bool(m.get("env_error")) for m in final])
-        if final and all(m.get("env_error") for m in final):
+        masked = [bool(m.get(MASK_METRIC)) for m in final]
+        errors = [bool(m.get("env_error")) for m in final]
+        if final and all(errors):
             raise RuntimeError(
                 f"every trajectory of the batch ({len(final)}) ended with an env error; nothing "
                 "to train on. See the warning logged above for the first cause."
             )
         out["rewards"] = _impute_masked_rewards(
-            out["rewards"], masked, _groups(input_batch, out, n), last
+            out["rewards"], _per_row(last, masked), _groups(input_batch, out, n), last
         )
-        _fit_failed_rows(out, errors)
-        n_masked = sum(bool(m.get(MASK_METRIC)) for m in final)
-        out["rollout_metrics"]["generate/masked_share"] = n_masked / max(1, len(final))
-        out["rollout_metrics"]["generate/env_errors"] = float(
-            sum(bool(m.get("env_error")) for m in final)
-        )
+        metadata = input_batch.get("batch_metadata")
+        training = metadata is None or metadata.training_phase != TRAINING_PHASE_EVAL
+        _fit_failed_rows(out, _per_row(last, errors), refuse_text_rows=training)
+        out["rollout_metrics"]["generate/masked_share"] = sum(masked) / max(1, len(final))
+        out["rollout_metrics"]["generate/env_errors"] = float(sum(errors))
         return out
 
 
@@ -217,12 +228,16 @@ def _per_row(last: Sequence[bool], per_trajectory: Sequence[bool]) -> list[bool]
     return out
 
 
-def _fit_failed_rows(out: dict[str, Any], errors: Sequence[bool]) -> None:
+def _fit_failed_rows(
+    out: dict[str, Any], errors: Sequence[bool], *, refuse_text_rows: bool = True
+) -> None:
     """Make the one-token stand-ins of failed trajectories acceptable to SkyRL's trainer, in place.
 
     In a vision batch (``pixel_values`` present) a stand-in becomes a copy of the first
-    unfailed row: same prompt, response and images, loss mask all zeros, its imputed reward
-    on the last token; an unfailed row without images raises :class:`TextRowInVisionBatchError`.
+    unfailed row with images: same prompt, response and images, loss mask all zeros, its
+    imputed reward on the last token. With ``refuse_text_rows`` (training batches; SkyRL's
+    evaluation never builds a training batch, and takes such rows) an unfailed row without
+    images raises :class:`TextRowInVisionBatchError`.
     Then it gets a zero logprob per response token when logprobs are collected, a one-row
     route (another row's first) when routed experts are (R3), and a padding support row per
     response token when sample supports are; SkyRL sets these channels only when some row
@@ -230,14 +245,15 @@ def _fit_failed_rows(out: dict[str, Any], errors: Sequence[bool]) -> None:
     """
     failed = [i for i, error in enumerate(errors) if error]
     pixel_values = out.get("pixel_values")
-    if pixel_values is not None:
+    if pixel_values is not None and refuse_text_rows:
         text_rows = [i for i, pv in enumerate(pixel_values) if pv is None and not errors[i]]
         if text_rows:
             raise TextRowInVisionBatchError(text_rows, len(pixel_values))
     if not failed:
         return
-    donor = errors.index(False)  # the batch raised earlier when every trajectory failed
     if pixel_values is not None:
+        # SkyRL sets pixel_values only when some row has images, and a stand-in has none
+        donor = next(i for i, pv in enumerate(pixel_values) if pv is not None and not errors[i])
         n = len(out["response_ids"][donor])
         for i in failed:
             out["prompt_token_ids"][i] = list(out["prompt_token_ids"][donor])

@@ -30,7 +30,7 @@ from skyrl.backends.skyrl_train.utils.sample_support import (
 )
 from skyrl.backends.skyrl_train.workers.worker_utils import BatchIterator
 from skyrl.train.dataset import PromptDataset
-from skyrl.train.generators.base import TRAINING_PHASE_TRAIN
+from skyrl.train.generators.base import TRAINING_PHASE_EVAL, TRAINING_PHASE_TRAIN
 from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
 from skyrl.train.generators.utils import prepare_generator_input
 from skyrl.train.trainer import RayPPOTrainer
@@ -312,4 +312,21 @@ def test_a_vision_batch_with_a_text_only_row_is_refused_with_the_cause(
     with pytest.raises(
         TextRowInVisionBatchError, match=r"rows \[2, 3\].*vision_language_generator"
     ):
-        asyncio.run(ours.generate(batch, disable_tqdm=True))
+        asyncio.run(ours.generate(copy.deepcopy(batch), disable_tqdm=True))
+
+    # evaluation never builds a training batch: SkyRL's own output passes its checks, and ours
+    eval_batch, _ = prepare_generator_input(
+        prompts, 2, None, "skyrl_rewards", TRAINING_PHASE_EVAL, 1
+    )
+    eval_batch["prompts"] = batch["prompts"]
+    ours = make_generator(cfg, VisionEngine(tokenizer, replies), tokenizer)
+    evaluated = asyncio.run(ours.generate(eval_batch, disable_tqdm=True))
+    validate_generator_output(len(eval_batch["prompts"]), evaluated)
+    assert evaluated["pixel_values"][2] is None and evaluated["rewards"][0] == out["rewards"][0]
+
+
+def test_batched_generation_is_refused_with_the_fix(pool: str, tokenizer: Any) -> None:
+    cfg = rec_config(pool, vision=False)
+    cfg.generator.batched = True
+    with pytest.raises(ValueError, match="generator.batched=false"):
+        make_generator(cfg, VisionEngine(tokenizer, {}), tokenizer)
