@@ -105,6 +105,10 @@ def _divergence_lines(summary: dict, messages: str, kept: bool) -> list[str]:
     return lines
 
 
+def _share(value: float | None) -> str:
+    return "n/a (no run scored)" if value is None else f"{value:.4f}"
+
+
 def _report(summary: dict, results: Path, setting: dict[str, str], kept: bool) -> str:
     messages = "messages" if setting["format"] == "tau2" else "traj"
     lines = [
@@ -112,10 +116,11 @@ def _report(summary: dict, results: Path, setting: dict[str, str], kept: bool) -
         f"backend: {setting['backend']}  domain: {setting['domain']}  reward: {setting['reward']}",
         f"runs: {summary['runs']}",
         *_divergence_lines(summary, messages, kept),
-        f"success rate: {summary['success_rate']:.4f}",
+        f"scored: {summary['scored']}",
+        f"success rate: {_share(summary['success_rate'])}",
         "pass^k:",
         *(f"  k={k}: {value:.4f}" for k, value in summary["pass_hat_k"].items()),
-        f"agreement with recorded rewards: {summary['agreement']:.4f}",
+        f"agreement with recorded rewards: {_share(summary['agreement'])}",
     ]
     for item in summary["disagreements"]:
         lines.append(

@@ -103,8 +103,8 @@ def _cut(text: str, start: int) -> str:
 
 def _excerpts(recorded: str, replayed: str) -> tuple[str, str]:
     """Both texts cut to :data:`EXCERPT_CHARS` from a little before their first difference."""
-    same = (i for i, (a, b) in enumerate(zip(recorded, replayed, strict=False)) if a != b)
-    at = next(same, min(len(recorded), len(replayed)))
+    differ = (i for i, (a, b) in enumerate(zip(recorded, replayed, strict=False)) if a != b)
+    at = next(differ, min(len(recorded), len(replayed)))
     start = max(0, at - EXCERPT_CHARS // 3)
     return _cut(recorded, start), _cut(replayed, start)
 
@@ -147,13 +147,17 @@ class _ResultCheck:
     ) -> None:
         """Count ``replayed`` against ``recorded`` (nothing when the file holds no result).
 
-        ``ran`` False: the domain has no such tool, so the replay ran nothing;
-        that agrees with a result tau2 flagged as an error, whatever its text.
+        A call that failed on both sides agrees, whatever the two error texts say
+        (backends word the same exception differently; the agent saw a failure
+        either way): recorded with tau2's ``error`` flag or as ``Error...`` text,
+        replayed as ``Error...`` text or not run at all (``ran`` False: the domain
+        has no such tool).
         """
         if recorded is None:
             return
         self.compared += 1
-        if not ran and recorded.error:
+        recorded_failed = recorded.error or recorded.content.lstrip().startswith("Error")
+        if recorded_failed and (not ran or replayed.lstrip().startswith("Error")):
             return
         expected, got = normalize_tool_result(recorded.content), normalize_tool_result(replayed)
         if expected == got:
@@ -547,7 +551,7 @@ def summarize(scores: Sequence[RunScore], *, keep_diverged: bool = False) -> dic
     ``keep_diverged``, else the runs that did not diverge (pass^k over the
     tasks none of whose runs diverged, so every task keeps all its trials).
     ``success_rate``; ``agreement``, the share whose reward equals the
-    recorded one; ``pass_hat_k``; ``disagreements`` lists the scored runs
+    recorded one (both None when no run is scored); ``pass_hat_k``; ``disagreements`` lists the scored runs
     that do not agree, with the check that failed.
     """
     diverged_tasks = set() if keep_diverged else {s.task_id for s in scores if s.diverged}
@@ -560,8 +564,8 @@ def summarize(scores: Sequence[RunScore], *, keep_diverged: bool = False) -> dic
         "scored": count,
         "diverged": sum(1 for s in scores if s.diverged),
         "tool_results": sum(s.tool_results for s in scores),
-        "success_rate": successes / count if count else 0.0,
-        "agreement": sum(1 for s in scored if s.agrees) / count if count else 0.0,
+        "success_rate": successes / count if count else None,
+        "agreement": sum(1 for s in scored if s.agrees) / count if count else None,
         "pass_hat_k": {str(k): value for k, value in pass_hat_k(whole_tasks).items()},
         "disagreements": [
             {

@@ -149,7 +149,20 @@ def test_disagreement_is_reported() -> None:
     # by default a diverged run is no judgement: listed as diverged, not as a disagreement
     summary = summarize(scores)
     assert summary["scored"] == 0 and summary["disagreements"] == []
+    assert (summary["success_rate"], summary["agreement"]) == (None, None)  # no figure, not 0.0
     assert [(d["recorded_reward"], d["reward"]) for d in summary["divergences"]] == [(0.0, 1.0)]
+
+
+def test_a_rescore_with_no_run_scored_prints_no_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps([RUNS[0]]))  # recorded on tau-bench's data: diverges on tau2's
+    assert main(["rescore", str(path), "--domain", "airline"]) == 0
+    out = capsys.readouterr().out
+    assert "scored: 0" in out
+    assert "success rate: n/a (no run scored)" in out
+    assert "agreement with recorded rewards: n/a (no run scored)" in out
 
 
 @pytest.mark.parametrize(

@@ -561,6 +561,40 @@ def test_a_tool_the_domain_lacks(recorded: str, error: bool, diverged: int) -> N
     assert (score.tool_results, score.diverged_results) == (3, diverged)
 
 
+@pytest.mark.parametrize(
+    ("arguments", "recorded", "error", "diverged"),
+    [
+        # the call failed on both sides: real tau2 and our port word the TypeError differently
+        (
+            {},
+            "Error: AirlineTools.get_user_details() missing 1 required positional "
+            "argument: 'user_id'",
+            True,
+            0,
+        ),
+        ({"user_id": "nobody"}, "Error: User not found", True, 0),  # same failure, same words
+        ({"user_id": "mia_li_3668"}, "Error: User not found", True, 1),  # it succeeds on replay
+    ],
+)
+def test_a_call_that_failed_on_both_sides_agrees(
+    arguments: dict[str, Any], recorded: str, error: bool, diverged: int
+) -> None:
+    raw = results("airline")
+    simulation = raw["simulations"][0]
+    call = {
+        "id": "t0",
+        "name": "get_user_details",
+        "arguments": arguments,
+        "requestor": "assistant",
+    }
+    simulation["messages"][2:2] = [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "id": "t0", "content": recorded, "error": error},
+    ]
+    (score,) = rescore(load_domain("tau2", "airline"), {**raw, "simulations": [simulation]})
+    assert (score.tool_results, score.diverged_results) == (3, diverged)
+
+
 def test_a_call_without_a_recorded_result_is_not_compared() -> None:
     raw = results("airline")
     simulation = raw["simulations"][0]
