@@ -45,6 +45,7 @@ import importlib
 import json
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from hashlib import sha256
@@ -71,7 +72,11 @@ _TOOLKITS = {
 }
 """Domain -> (package, tool kit class, database class, database path constant)."""
 _TAU2_TASK_KEYS = frozenset({"user_scenario", "evaluation_criteria", "initial_state"})
-"""Keys only tau2's task JSON has (an inline task with one of them is read as tau2's)."""
+"""Keys only tau2's task JSON has (an inline task with one of them set is read as tau2's;
+a None there is the union of keys a parquet round trip gives every row)."""
+MAX_TASK_STATES = 4096
+"""Initial states a domain keeps (least recently used out first): every task of telecom's
+``full`` split (2,285, about 60 kB each); an episode keeps its own state alive regardless."""
 _USER_TOOLKITS = {
     "telecom": ("TelecomUserTools", "TelecomUserDB", "TELECOM_USER_DB_PATH"),
 }
@@ -296,19 +301,22 @@ class _DomainSpec:
         self.sync: Any = None
         """tau2's ``sync_tools`` of the domain's environment, None when it does nothing
         (set by :func:`load_domain` from the official environment)."""
-        self._states: dict[str, LiveState] = {}
+        self._states: OrderedDict[str, LiveState] = OrderedDict()
         self._lock = threading.Lock()
 
     def live_state(self, task: Task | None) -> LiveState:
-        """The initial databases of ``task`` (None: the domain's own), computed once per task."""
+        """The initial databases of ``task`` (None: the domain's own), computed once per task
+        while it is among the :data:`MAX_TASK_STATES` most recently used."""
         key = "" if task is None else task.fingerprint()
-        found = self._states.get(key)
-        if found is None:
-            with self._lock:
-                found = self._states.get(key)
-                if found is None:
-                    initial = None if task is None else getattr(task, "initial_state", None)
-                    found = self._states[key] = self._initial_state(initial)
+        with self._lock:
+            found = self._states.get(key)
+            if found is None:
+                initial = None if task is None else getattr(task, "initial_state", None)
+                found = self._states[key] = self._initial_state(initial)
+                if len(self._states) > MAX_TASK_STATES:
+                    self._states.popitem(last=False)
+            else:
+                self._states.move_to_end(key)
         return found
 
     def _initial_state(self, initial: Mapping[str, Any] | None) -> LiveState:
@@ -469,7 +477,7 @@ class Tau2Domain(Domain):
 
         Raises ``ValueError`` naming the field when tau2 refuses the task or its initial state.
         """
-        if not isinstance(raw, Mapping) or not _TAU2_TASK_KEYS & raw.keys():
+        if not isinstance(raw, Mapping) or all(raw.get(k) is None for k in _TAU2_TASK_KEYS):
             return super().inline_task(raw, task_id=task_id)
         model = importlib.import_module("tau2.data_model.tasks").Task
         try:

