@@ -313,7 +313,10 @@ CYCLES = """
 @pytest.mark.slow
 def test_own_ray_pool_cycles_leak_no_threads_or_descriptors() -> None:
     cycles = 8
-    out = _run(CYCLES.format(rewards=REWARDS, sample=SAMPLE, cycles=cycles))
+    # Each cycle starts a worker: seconds on a quiet machine, 35-50 s next to two CPU burners
+    # (a Ray worker starts at niceness 15), so eight took 330 s there: the run gets 540 s,
+    # under pytest's 600 s so that a real hang still shows the script's stderr.
+    out = _run(CYCLES.format(rewards=REWARDS, sample=SAMPLE, cycles=cycles), timeout=540)
     counts = json.loads(out.split("COUNTS", 1)[1].splitlines()[0])
     threads = [t for t, _ in counts]
     fds = [f for _, f in counts]
