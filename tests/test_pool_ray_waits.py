@@ -142,7 +142,8 @@ def test_status_reports_running_and_pending_workers(ray_local: None) -> None:
     )
     try:
         ray.get(directory.workers.remote())
-        deadline = time.monotonic() + 120  # one worker loads its rewards; the other waits for CPUs
+        # one worker loads its rewards (35-50 s next to four CPU burners); the other waits for CPUs
+        deadline = time.monotonic() + 300
         info = service.status(config.name)
         while not info["workers_running"] and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -313,9 +314,9 @@ CYCLES = """
 @pytest.mark.slow
 def test_own_ray_pool_cycles_leak_no_threads_or_descriptors() -> None:
     cycles = 8
-    # Each cycle starts a worker: seconds on a quiet machine, 35-50 s next to two CPU burners
-    # (a Ray worker starts at niceness 15), so eight took 330 s there: the run gets 540 s,
-    # under pytest's 600 s so that a real hang still shows the script's stderr.
+    # Each cycle starts a worker: seconds on a quiet machine, 35-50 s next to four CPU burners
+    # (a Ray worker starts at niceness 15), so eight took 329 s there and the test 155 s next
+    # to two: the run gets 540 s, under pytest's 600 s so that a hang still shows its stderr.
     out = _run(CYCLES.format(rewards=REWARDS, sample=SAMPLE, cycles=cycles), timeout=540)
     counts = json.loads(out.split("COUNTS", 1)[1].splitlines()[0])
     threads = [t for t, _ in counts]
