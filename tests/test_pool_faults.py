@@ -6,7 +6,6 @@ order, and what went wrong is recorded on the item and counted.
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import signal
@@ -16,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from back_to_back import BackToBack
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
@@ -318,29 +318,14 @@ def test_a_slow_lane_stall_kills_the_worker_without_charging_the_ordinary_lane(
         # lane has work in flight when the worker is killed, however fast the machine is.
         # Small batches (20 items: 0.1 s here, 1 s at ten times slower) so that some return
         # while the slow lane is stalled (at least 6 s), however slow the machine is.
-        scored: list[tuple[list[dict], list[RewardResult]]] = []
-        during_stall: list[bool] = []
-        starts = itertools.count(0, 20)
-        stall_over = threading.Event()
-
-        def keep_scoring() -> None:
-            while not stall_over.is_set():
-                batch = fractions(20, start=next(starts))
-                scored.append((batch, pool.score(batch)))
-                during_stall.append(hang_thread.is_alive())
-
-        callers = [threading.Thread(target=keep_scoring) for _ in range(2)]
-        for caller in callers:
-            caller.start()
+        ordinary = BackToBack(pool, fractions, 20, observe=hang_thread.is_alive)
         hang_thread.join(timeout=120)
-        stall_over.set()
-        for caller in callers:
-            caller.join(timeout=300)
+        ordinary.stop(timeout_s=300)
         (hung,) = hang_out[0]
         assert hung.status == {"accuracy": "timeout"}
         assert "slow_lane_timeout_s=6" in hung.errors["accuracy"]
-        assert any(during_stall), "no ordinary batch returned while the slow lane was stalled"
-        for batch, results in scored:
+        assert any(ordinary.observed), "no ordinary batch returned while the slow lane stalled"
+        for batch, results in ordinary.scored:
             assert [r.components for r in results] == [
                 r["components"] for r in in_process({"accuracy": INLINE}, batch)
             ]

@@ -7,13 +7,12 @@ unfinished items are scored again.
 
 from __future__ import annotations
 
-import itertools
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 import ray
+from back_to_back import BackToBack
 from ray.cluster_utils import Cluster
 
 from skyrl_rewards.pool.reward_pool import RewardPool
@@ -71,18 +70,7 @@ def test_workers_spread_and_a_lost_node_loses_nothing(cluster: Cluster, graceful
         # Two callers score batches back to back until the lost worker is replaced, so the
         # victim has work in flight when its node goes, however fast the machine is (one batch
         # could end while remove_node is still taking the node down: no retry to see).
-        scored: list[tuple[list[dict], list]] = []
-        starts = itertools.count(0, 300)
-        replaced = threading.Event()
-
-        def keep_scoring() -> None:
-            while not replaced.is_set():
-                batch = numbers(300, start=next(starts))
-                scored.append((batch, pool.score(batch)))
-
-        callers = [threading.Thread(target=keep_scoring) for _ in range(2)]
-        for caller in callers:
-            caller.start()
+        ordinary = BackToBack(pool, numbers, 300)
         deadline = time.monotonic() + 60
         while pool.metrics()["items"] < 100:
             assert time.monotonic() < deadline
@@ -101,12 +89,10 @@ def test_workers_spread_and_a_lost_node_loses_nothing(cluster: Cluster, graceful
         while pool.metrics()["worker_restarts"] < 1:
             assert time.monotonic() < deadline + 120, "the lost node's worker was not replaced"
             time.sleep(0.1)
-        replaced.set()
-        for caller in callers:
-            caller.join(timeout=180)
+        ordinary.stop(timeout_s=180)
 
-        assert len(scored) >= 2
-        for batch, results in scored:
+        assert len(ordinary.scored) >= 2
+        for batch, results in ordinary.scored:
             assert len(results) == len(batch)
             assert [r.components["accuracy"] for r in results] == [1.0, 0.0] * 150
             assert all(r.ok for r in results)
