@@ -295,6 +295,37 @@ def test_a_pool_started_ray_listens_on_loopback_only(tmp_path: Path) -> None:
     assert [s for s in sockets if not _is_loopback(s[1])] == []
 
 
+NICENESS = """
+    import json, psutil
+    from skyrl_rewards.pool.config import PoolConfig
+    from skyrl_rewards.pool.reward_pool import RewardPool
+    pool = RewardPool(PoolConfig(num_workers=1, worker_niceness={niceness}, rewards={rewards!r}))
+    pool.score([{sample!r}])
+    found = {{}}
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if process.name().startswith(("ray::RewardWorker", "ray::PoolDirectory")):
+                found[process.name().split(".")[0]] = process.nice()
+        except psutil.Error:
+            pass
+    pool.shutdown()
+    print("NICE" + json.dumps(found))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("niceness", "expected"), [(7, 7), (None, 15)])
+def test_a_pool_started_ray_starts_its_workers_at_the_pools_niceness(
+    niceness: int | None, expected: int
+) -> None:
+    # The directory actor never sets its own niceness: it shows what Ray started workers at
+    # (Ray's default is 15, so every worker imported its rewards at 15 before lowering itself).
+    env = {k: v for k, v in os.environ.items() if k != "RAY_worker_niceness"}
+    out = _run(NICENESS.format(niceness=niceness, rewards=REWARDS, sample=SAMPLE), env)
+    found = json.loads(out.split("NICE", 1)[1].splitlines()[0])
+    assert found == {"ray::RewardWorker": expected, "ray::PoolDirectory": expected}
+
+
 CYCLES = """
     import gc, json, os
     from skyrl_rewards.pool.config import PoolConfig

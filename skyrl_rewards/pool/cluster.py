@@ -39,6 +39,7 @@ CPU_SETTLE_S = 15.0
 _SETTLE_POLL_S = 0.25
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 _CLUSTERS_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+_NICENESS_ENV = "RAY_worker_niceness"
 
 
 class NoClusterError(ConnectionError):
@@ -175,9 +176,34 @@ def _loopback_node() -> Iterator[None]:
             os.environ[_CLUSTERS_ENV] = saved_env
 
 
-def start_local_ray(namespace: str) -> None:
-    """Start a fresh Ray on this machine: every socket on 127.0.0.1, no dashboard."""
-    with _loopback_node():
+@contextmanager
+def _worker_niceness(niceness: int | None) -> Iterator[None]:
+    """While Ray starts, have its raylet start workers at ``niceness`` (Ray's default: 15).
+
+    The raylet reads ``RAY_worker_niceness`` from the environment it inherits.
+    Raising a process's niceness needs no privileges, lowering it does: a
+    worker started at 15 stays there unless privileged, and imports its
+    rewards at 15 either way (a pool start took 24 s instead of 11 s next to
+    two busy CPUs). A value the user set is kept; so is Ray's when
+    ``niceness`` is None or below 0.
+    """
+    if niceness is None or niceness < 0 or _NICENESS_ENV in os.environ:
+        yield
+        return
+    os.environ[_NICENESS_ENV] = str(niceness)
+    try:
+        yield
+    finally:
+        os.environ.pop(_NICENESS_ENV, None)
+
+
+def start_local_ray(namespace: str, *, worker_niceness: int | None = None) -> None:
+    """Start a fresh Ray on this machine: every socket on 127.0.0.1, no dashboard.
+
+    ``worker_niceness`` (0 to 19) is the niceness Ray starts its workers at
+    (``None``: Ray's 15).
+    """
+    with _loopback_node(), _worker_niceness(worker_niceness):
         ray.init(
             address="local",
             _node_ip_address=LOOPBACK,

@@ -90,7 +90,7 @@ class RewardPool:
         ``start_timeout_s``.
         """
         config = config or PoolConfig()
-        _ensure_ray(config.address, config.namespace)
+        _ensure_ray(config.address, config.namespace, worker_niceness=config.worker_niceness)
         refuse_taken_name(config, "use RewardPool.connect")
         check_free_cpus(config.num_workers, config.num_cpus_per_worker)
         # the directory lives on the creator's node: it shares the creator's fate anyway
@@ -318,11 +318,12 @@ async def _cancel_tasks() -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _ensure_ray(address: str | None, namespace: str) -> None:
+def _ensure_ray(address: str | None, namespace: str, *, worker_niceness: int | None = None) -> None:
     """Connect to Ray unless connected.
 
     ``address=None`` starts a fresh local Ray listening on 127.0.0.1 only, no
-    dashboard; ``"auto"`` or ``"host:port"`` joins that cluster (bounded waits,
+    dashboard, whose workers start at ``worker_niceness`` (``None``: Ray's 15);
+    ``"auto"`` or ``"host:port"`` joins that cluster (bounded waits,
     token authentication handled: see :mod:`~skyrl_rewards.pool.cluster`).
     Either stays connected for the rest of the process (Ray stops it at exit)
     and later pools reuse it: each ``ray.init``/``ray.shutdown`` cycle of a
@@ -331,6 +332,6 @@ def _ensure_ray(address: str | None, namespace: str) -> None:
     if ray.is_initialized():
         return
     if address is None:
-        start_local_ray(namespace)
+        start_local_ray(namespace, worker_niceness=worker_niceness)
     else:
         join_cluster(address, namespace)
