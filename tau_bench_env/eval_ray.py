@@ -14,6 +14,7 @@ for the lost node's CPUs); finished episodes are already with the driver.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -23,6 +24,8 @@ from ray.exceptions import RayActorError
 
 from tau_bench_env.evaluate import EpisodeKey, EvalSpec, run_episode
 from tau_bench_env.policy import ChatPolicy
+
+logger = logging.getLogger(__name__)
 
 WORKER_CPUS = 1.0
 """Logical CPUs each worker reserves (episodes mostly wait on endpoints)."""
@@ -106,8 +109,15 @@ def run_ray(
             try:
                 record = ray.get(done[0])
             except RayActorError:
-                dead.add(worker)  # its node is gone: another worker plays the episode
+                if worker not in dead:
+                    logger.warning(
+                        "eval worker %d is gone (its node or process died); its episodes are "
+                        "played again by the other workers",
+                        worker,
+                    )
+                dead.add(worker)
                 queue.append(item)
+                logger.info("episode %s trial %s re-queued after its worker died", *item)
                 if len(dead) == workers:
                     raise RuntimeError("every Ray eval worker died; see the Ray logs") from None
             else:

@@ -29,6 +29,8 @@ from tau_bench_env.users import STOP
 
 _TASK = re.compile(r"task ([\w-]+)\.")
 _EPISODE = re.compile(r"<think>episode (\d+)</think>")
+HOLD_LIMIT_S = 120.0
+"""Longest an answer waits while :attr:`AgentServer.answering` is cleared."""
 MISTAKES = ("oracle", "drop_last_write", "malformed_then_no_outputs", "loop_until_truncated")
 """The scripted agent's cycle: episode n of a task plays MISTAKES[n % 4] (``mistakes`` mode)."""
 
@@ -124,7 +126,9 @@ class AgentServer(ChatServer):
     """The scripted agent (see the module docstring).
 
     ``fail_tasks``: task keys whose requests get HTTP 500 (change it between
-    runs); ``delay_s``: a pause before each answer (for timeouts).
+    runs); ``delay_s``: a pause before each answer (for timeouts);
+    ``answering``: cleared, answers wait until it is set again (at most
+    :data:`HOLD_LIMIT_S`), so that no episode can end meanwhile.
     ``mistakes=False`` plays every episode as the oracle.
     """
 
@@ -136,6 +140,8 @@ class AgentServer(ChatServer):
         self._episodes: dict[str, int] = {}
         self.fail_tasks: set[str] = set()
         self.delay_s = 0.0
+        self.answering = threading.Event()
+        self.answering.set()
 
     @property
     def episodes_started(self) -> int:
@@ -153,6 +159,8 @@ class AgentServer(ChatServer):
             return 500, {"error": "scripted failure"}
         if self.delay_s:
             time.sleep(self.delay_s)
+        if not self.answering.wait(timeout=HOLD_LIMIT_S):
+            return 503, {"error": f"answers held for more than {HOLD_LIMIT_S} s"}
         task = self._tasks[key]
         mine = [m for m in messages if m["role"] == "assistant"]
         if mine:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import closing
 from functools import partial
@@ -82,7 +83,9 @@ def test_eval_spreads_over_the_cluster(cluster: Cluster, tmp_path: Path) -> None
     assert summarize(rescore(domain, runs))["agreement"] == 1.0
 
 
-def test_a_killed_node_loses_no_episode(cluster: Cluster, tmp_path: Path) -> None:
+def test_a_killed_node_loses_no_episode(
+    cluster: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     domain = load_domain("tau2", "retail")
     tasks = domain.tasks("test")
 
@@ -96,11 +99,17 @@ def test_a_killed_node_loses_no_episode(cluster: Cluster, tmp_path: Path) -> Non
                 seen.add(record["info"]["node_id"])
                 working = [node for node in cluster.worker_nodes if node.node_id in seen]
                 if count >= 10 and working and not killed:
-                    # a node that has run episodes: its processes are killed mid-run
+                    # a node that has run episodes: its processes are killed mid-run, while
+                    # the agent holds its answers, so its episodes under way cannot end first
                     killed.append((count, working[0].node_id))
-                    cluster.remove_node(working[0], allow_graceful=False)
+                    agent.answering.clear()
+                    try:
+                        cluster.remove_node(working[0], allow_graceful=False)
+                    finally:
+                        agent.answering.set()
                 yield record
 
+    caplog.set_level(logging.INFO, logger="tau_bench_env.eval_ray")
     with AgentServer(domain, tasks).running() as agent:
         agent.delay_s = 0.02  # episodes are still running when the node goes
         spec = EvalSpec(
@@ -118,8 +127,10 @@ def test_a_killed_node_loses_no_episode(cluster: Cluster, tmp_path: Path) -> Non
             runner=kill_a_node_midway,
             progress=False,
         )
-        started = agent.episodes_started
-    assert started > 40  # the killed node's running episodes were started again elsewhere
+    # the killed node's episodes (under way, or sent to it and not yet begun: the agent may
+    # never have seen those) were played again by the other workers
+    requeued = [r.getMessage() for r in caplog.records if "re-queued" in r.getMessage()]
+    assert requeued and any("is gone" in r.getMessage() for r in caplog.records)
     assert summary["episodes"] == 40 and summary["errors"] == 0 and summary["missing"] == 0
     assert summary["success_rate"] == 1.0
     journal = [json.loads(line) for line in (tmp_path / JOURNAL_FILE).read_text().splitlines()]
