@@ -25,7 +25,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import ray
 
@@ -152,6 +152,20 @@ def join_cluster(address: str, namespace: str, *, timeout_s: float = CONNECT_TIM
 
 
 @contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    """``os.environ[name] = value`` inside the block; the earlier value (or none) after it."""
+    saved = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
+
+
+@contextmanager
 def _loopback_node() -> Iterator[None]:
     """While Ray starts, make it resolve this node's address to 127.0.0.1.
 
@@ -162,22 +176,16 @@ def _loopback_node() -> Iterator[None]:
     """
     from ray._private import ray_constants
 
-    saved_env = os.environ.get(_CLUSTERS_ENV)
     saved_flag = ray_constants.ENABLE_RAY_CLUSTER
-    os.environ[_CLUSTERS_ENV] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
-        yield
+        with _environment(_CLUSTERS_ENV, "0"):
+            yield
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = saved_flag
-        if saved_env is None:
-            os.environ.pop(_CLUSTERS_ENV, None)
-        else:
-            os.environ[_CLUSTERS_ENV] = saved_env
 
 
-@contextmanager
-def _worker_niceness(niceness: int | None) -> Iterator[None]:
+def _worker_niceness(niceness: int | None) -> AbstractContextManager[None]:
     """While Ray starts, have its raylet start workers at ``niceness`` (Ray's default: 15).
 
     The raylet reads ``RAY_worker_niceness`` from the environment it inherits.
@@ -188,13 +196,8 @@ def _worker_niceness(niceness: int | None) -> Iterator[None]:
     ``niceness`` is None or below 0.
     """
     if niceness is None or niceness < 0 or _NICENESS_ENV in os.environ:
-        yield
-        return
-    os.environ[_NICENESS_ENV] = str(niceness)
-    try:
-        yield
-    finally:
-        os.environ.pop(_NICENESS_ENV, None)
+        return nullcontext()
+    return _environment(_NICENESS_ENV, str(niceness))
 
 
 def start_local_ray(namespace: str, *, worker_niceness: int | None = None) -> None:
