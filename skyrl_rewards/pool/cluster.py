@@ -191,8 +191,8 @@ def _worker_niceness(niceness: int | None) -> AbstractContextManager[None]:
     The raylet reads ``RAY_worker_niceness`` from the environment it inherits.
     Raising a process's niceness needs no privileges, lowering it does: a
     worker started at 15 stays there unless privileged, and imports its
-    rewards at 15 either way (a pool start took 24 s instead of 11 s next to
-    two busy CPUs). A value the user set is kept; so is Ray's when
+    rewards at 15 either way (a pool start took a median 22.7 s instead of
+    8.6 s next to two busy CPUs: ``scripts/bench_pool_start.py``). A value the user set is kept; so is Ray's when
     ``niceness`` is None or below 0.
     """
     if niceness is None or niceness < 0 or _NICENESS_ENV in os.environ:
