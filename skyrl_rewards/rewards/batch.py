@@ -19,6 +19,8 @@ from typing import Any
 from skyrl_rewards.rewards.components import Component
 from skyrl_rewards.rewards.debug_log import log_rewards
 from skyrl_rewards.rewards.masking import MaskedRows, check_on_error
+from skyrl_rewards.rewards.models.lanes import ModelRequest
+from skyrl_rewards.rewards.models.local import run_requests
 from skyrl_rewards.rewards.registry import build_component
 from skyrl_rewards.rewards.result import ComponentScore, Status
 from skyrl_rewards.rewards.text import completion_text
@@ -61,19 +63,34 @@ class BatchReward:
         scores = [
             self._score(index, content, solution, columns) for index, content in enumerate(contents)
         ]
+        self._run_model_requests(scores)
         rewards = self._masked.values(scores, on_error=self.on_error, log_metric=log_metric)
         log_rewards(self.__name__, contents, rewards)
         return rewards
 
     def _score(
         self, index: int, content: str, solution: Sequence[Any] | None, columns: Mapping[str, Any]
-    ) -> ComponentScore:
+    ) -> ComponentScore | ModelRequest:
+        """The row's score, or the model request that will give it (see ``_run_model_requests``)."""
         try:
             sample = {key: _row(values, key, index) for key, values in columns.items()}
             sample["solution"] = _row(solution, "solution", index) if solution is not None else None
+            if self._component.lane(sample) is not None:
+                sample["completion"] = content
+                return self._component.lane_request(sample)
             return self._component.compute(content, sample)
         except ValueError as error:
             return ComponentScore(0.0, Status.ERROR, str(error))
+
+    def _run_model_requests(self, scores: list[ComponentScore | ModelRequest]) -> None:
+        """Replace every model request in ``scores`` by its settled score, all run at once."""
+        indices = [i for i, score in enumerate(scores) if isinstance(score, ModelRequest)]
+        if not indices:
+            return
+        requests = [scores[i] for i in indices]
+        outcomes = run_requests(requests, self._component.endpoints())  # type: ignore[arg-type]
+        for index, request, outcome in zip(indices, requests, outcomes, strict=True):
+            scores[index] = self._component.settle(request, outcome)  # type: ignore[arg-type]
 
 
 def _row(values: Any, key: str, index: int) -> Any:

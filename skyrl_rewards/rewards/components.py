@@ -26,6 +26,7 @@ from skyrl_rewards.rewards.format_checks import has_rec_format, has_think_answer
 from skyrl_rewards.rewards.geometry import DEFAULT_PATCH_SIZE, scale_box
 from skyrl_rewards.rewards.hub import load_pretrained_tokenizer
 from skyrl_rewards.rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard
+from skyrl_rewards.rewards.models.lanes import ModelOutcome, ModelRequest
 from skyrl_rewards.rewards.rec import check_box_coords, iou_sample_score, row_scaling
 from skyrl_rewards.rewards.result import ComponentScore, Status
 from skyrl_rewards.rewards.shaping import (
@@ -77,13 +78,45 @@ class Component:
         """Score ``content`` (already extracted and capped); may raise ``ValueError`` for a bad row."""
         raise NotImplementedError
 
+    def lane(self, sample: Mapping[str, Any]) -> str | None:
+        """The model lane that scores ``sample`` (see :mod:`~skyrl_rewards.rewards.models.lanes`).
+
+        ``None`` (every rule-based reward): :meth:`compute` scores it. A lane
+        name: :meth:`lane_request` builds the request, a runner runs it and
+        :meth:`settle` scores its outcome. Cheap, and never raises.
+        """
+        return None
+
+    def lane_request(self, sample: Mapping[str, Any]) -> ModelRequest:
+        """The model request for a sample whose :meth:`lane` is not ``None``.
+
+        May raise ``ValueError`` for a bad row (a missing field, an unreadable image).
+        """
+        raise NotImplementedError(f"reward {self.name!r} has no model lane")
+
+    def settle(self, request: ModelRequest, outcome: ModelOutcome) -> ComponentScore:
+        """The score of a request's outcome; a failure or unreadable reply is masked, never 0.0."""
+        raise NotImplementedError(f"reward {self.name!r} has no model lane")
+
+    def endpoints(self) -> dict[str, dict[str, Any]]:
+        """Endpoint key -> the configuration a runner builds its client or model from."""
+        return {}
+
     def score(self, sample: Mapping[str, Any]) -> ComponentScore:
         """Score one sample; every failure becomes status ``error`` with value 0.0.
 
-        This is the one place that catches any ``Exception``: a bug in one
-        reward must not lose a whole batch; it is logged with its traceback.
+        A sample with a model lane runs its request in this process
+        (:func:`~skyrl_rewards.rewards.models.local.run_requests`). This is the
+        one place that catches any ``Exception``: a bug in one reward must not
+        lose a whole batch; it is logged with its traceback.
         """
         try:
+            if self.lane(sample) is not None:
+                from skyrl_rewards.rewards.models.local import run_requests
+
+                request = self.lane_request(sample)
+                (outcome,) = run_requests([request], self.endpoints())
+                return self.settle(request, outcome)
             return self.compute(completion_text(sample.get("completion")), sample)
         except ValueError as error:
             return ComponentScore(0.0, Status.ERROR, str(error))
