@@ -25,6 +25,52 @@ from skyrl_rewards.bundled import config_file
 PLACEMENTS = ("spread", "default")
 
 
+@dataclass(frozen=True)
+class JudgeLaneConfig:
+    """The pool's judge lane: one asynchronous actor that sends every judge request of the pool.
+
+    Judge requests are I/O: the lane holds no CPU worker slot, and its limits
+    (in flight, requests and tokens per minute: the judge's endpoint settings)
+    hold for the whole pool because every client's requests pass through it.
+    """
+
+    num_cpus: float = 0.0
+    """Logical CPUs Ray reserves for the lane (0: it takes no CPU slot from the rule workers)."""
+    max_concurrency: int = 4096
+    """Calls the lane actor serves at once (each carries up to ``batch_size`` requests)."""
+    timeout_s: float = 900.0
+    """Wall-clock safety net of one call to the lane (the endpoint's own timeouts, retries
+    and limit waits come first); past it the call's requests score ``timeout``."""
+    max_retries: int = 2
+    """Times a request is sent again after the lane actor died (its node lost); then ``error``."""
+
+
+@dataclass(frozen=True)
+class ModelWorkersConfig:
+    """The pool's reward-model worker group: actors that load the reward model(s) once."""
+
+    num_workers: int = 1
+    """Reward-model worker actors (started only when the mix has a ``reward_model``)."""
+    num_cpus_per_worker: float = 1.0
+    """Logical CPUs Ray reserves for each reward-model worker."""
+    num_gpus_per_worker: float = 0.0
+    """GPUs Ray reserves for each reward-model worker (fractional allowed, e.g. 0.5 packs two
+    workers on one GPU); 0 runs the model on the CPU."""
+    placement: str = "spread"
+    """``spread``: workers across nodes (Ray SPREAD); ``default``: Ray decides."""
+    batch_size: int = 64
+    """Most requests sent to one reward-model worker in one call (the model batches them
+    further by its token budget)."""
+    timeout_s: float = 300.0
+    """Wall-clock limit of one call; past it the worker is killed and replaced and the call's
+    requests are sent again (then ``timeout``)."""
+    max_retries: int = 2
+    """Times a request is sent again after its worker died or hung; then ``error``/``timeout``."""
+
+
+_SECTIONS = {"judge_lane": JudgeLaneConfig, "model_workers": ModelWorkersConfig}
+
+
 def _default_rewards() -> dict[str, dict[str, Any]]:
     return {"accuracy": {"weight": 1.0}, "format": {"weight": 0.5}}
 
@@ -108,9 +154,18 @@ class PoolConfig:
     less than shipping them. A mix made only of these never touches Ray when scoring."""
     rewards: Mapping[str, Mapping[str, Any]] = field(default_factory=_default_rewards)
     """Reward mix: registry name -> ``{weight: w, <param>: value, ...}``."""
+    judge_lane: JudgeLaneConfig = field(default_factory=JudgeLaneConfig)
+    """The judge lane (started only when the mix may ask a judge): see :class:`JudgeLaneConfig`."""
+    model_workers: ModelWorkersConfig = field(default_factory=ModelWorkersConfig)
+    """The reward-model workers (started only when the mix has a reward model)."""
 
     def __post_init__(self) -> None:
+        for key, section in _SECTIONS.items():
+            value = getattr(self, key)
+            if isinstance(value, Mapping):
+                object.__setattr__(self, key, _section(key, section, value))
         _check_types(self)
+        _check_sections(self)
         positive = (
             "num_workers",
             "batch_size",
@@ -203,13 +258,51 @@ def load_pool_config(
     return PoolConfig(**{str(k): v for k, v in data.items()})
 
 
-def _check_types(cfg: PoolConfig) -> None:
+def _section(key: str, section: type, value: Mapping[str, Any]) -> Any:
+    """Build a nested settings section from a mapping; ``ValueError`` names an unknown key."""
+    known = {f.name for f in dataclasses.fields(section)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ValueError(f"{key}: unknown keys {unknown}; known: {sorted(known)}")
+    built = section(**{str(k): v for k, v in value.items()})
+    _check_types(built, prefix=f"{key}.")
+    return built
+
+
+def _check_sections(cfg: PoolConfig) -> None:
+    """Range checks of the nested sections."""
+    lane, workers = cfg.judge_lane, cfg.model_workers
+    for name, value in (
+        ("judge_lane.max_concurrency", lane.max_concurrency),
+        ("judge_lane.timeout_s", lane.timeout_s),
+        ("model_workers.num_workers", workers.num_workers),
+        ("model_workers.num_cpus_per_worker", workers.num_cpus_per_worker),
+        ("model_workers.batch_size", workers.batch_size),
+        ("model_workers.timeout_s", workers.timeout_s),
+    ):
+        if value <= 0:
+            raise ValueError(f"{name}: must be > 0, got {value!r}")
+    for name, value in (
+        ("judge_lane.num_cpus", lane.num_cpus),
+        ("judge_lane.max_retries", lane.max_retries),
+        ("model_workers.num_gpus_per_worker", workers.num_gpus_per_worker),
+        ("model_workers.max_retries", workers.max_retries),
+    ):
+        if value < 0:
+            raise ValueError(f"{name}: must be >= 0, got {value!r}")
+    if workers.placement not in PLACEMENTS:
+        raise ValueError(
+            f"model_workers.placement: expected one of {PLACEMENTS}, got {workers.placement!r}"
+        )
+
+
+def _check_types(cfg: Any, prefix: str = "") -> None:
     """Raise ``ValueError`` naming the first field whose value has the wrong type.
 
     An int is accepted (and converted) where a float is expected; a bool is
     never accepted as a number.
     """
-    hints = typing.get_type_hints(PoolConfig)
+    hints = typing.get_type_hints(type(cfg))
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
         expected = hints[f.name]
@@ -224,6 +317,6 @@ def _check_types(cfg: PoolConfig) -> None:
             object.__setattr__(cfg, f.name, float(value))
             continue
         if isinstance(value, bool) and origin is not bool:
-            raise ValueError(f"{f.name}: expected {base}, got {value!r}")
+            raise ValueError(f"{prefix}{f.name}: expected {base}, got {value!r}")
         if not isinstance(value, origin):
-            raise ValueError(f"{f.name}: expected {base}, got {value!r}")
+            raise ValueError(f"{prefix}{f.name}: expected {base}, got {value!r}")

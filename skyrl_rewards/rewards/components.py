@@ -78,6 +78,13 @@ class Component:
         """Score ``content`` (already extracted and capped); may raise ``ValueError`` for a bad row."""
         raise NotImplementedError
 
+    def lanes(self) -> frozenset[str]:
+        """Every model lane :meth:`lane` may name (empty for rule-based rewards).
+
+        A pool starts a lane's actors only when its mix may use that lane.
+        """
+        return frozenset()
+
     def lane(self, sample: Mapping[str, Any]) -> str | None:
         """The model lane that scores ``sample`` (see :mod:`~skyrl_rewards.rewards.models.lanes`).
 

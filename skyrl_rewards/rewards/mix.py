@@ -24,6 +24,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from skyrl_rewards.rewards.components import Component
 from skyrl_rewards.rewards.registry import build_component
 from skyrl_rewards.rewards.result import ComponentScore, RewardResult, Status
 
@@ -76,6 +77,18 @@ class RewardMix:
     def names(self) -> tuple[str, ...]:
         """Component names in config order."""
         return tuple(spec.name for spec in self._specs)
+
+    def component(self, name: str) -> Component:
+        """The built component ``name`` (``KeyError`` when the mix has none)."""
+        return self._components[name]
+
+    def lanes(self) -> frozenset[str]:
+        """The model lanes any component of the mix may use (see ``models.lanes``)."""
+        return frozenset().union(*(c.lanes() for c in self._components.values()))
+
+    def lane(self, name: str, sample: Mapping[str, Any]) -> str | None:
+        """The model lane that scores component ``name`` on ``sample``; ``None``: rules."""
+        return self._components[name].lane(sample)
 
     def score_component(self, name: str, sample: Mapping[str, Any]) -> ComponentScore:
         """Score one component on one sample; never raises."""
