@@ -12,6 +12,11 @@ current worker instead of killing a healthy one.
 The directory also asks every worker it starts whether it is up, so that
 :meth:`PoolDirectory.worker_states` tells running workers from workers still
 pending (waiting for a CPU, or loading their rewards) without waiting.
+
+Model lanes (:mod:`~skyrl_rewards.pool.model_lanes`) are started only when the
+mix may use them (the creator says which): the judge lane, one asynchronous
+actor; the reward-model workers, ``model_workers.num_workers`` actors with
+their own CPUs and GPUs. They are replaced the same way, by lane and index.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from ray import ObjectRef
 from ray.actor import ActorHandle
 
 from skyrl_rewards.pool.config import PoolConfig
+from skyrl_rewards.pool.model_lanes import JudgeLane, RewardModelWorker
 from skyrl_rewards.pool.worker import SLOW_LANE, RewardWorker
+from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, LANES, REWARD_MODEL_LANE
 
 _STRATEGIES = {"spread": "SPREAD", "default": "DEFAULT"}
 
@@ -31,8 +38,11 @@ _STRATEGIES = {"spread": "SPREAD", "default": "DEFAULT"}
 class PoolDirectory:
     """Ray actor body. One per pool, named ``config.name`` in ``config.namespace``."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], lanes: tuple[str, ...] = ()) -> None:
         self._config = PoolConfig(**config)
+        unknown = set(lanes) - set(LANES)
+        if unknown:
+            raise ValueError(f"unknown model lanes {sorted(unknown)}; expected some of {LANES}")
         self._worker_cls = ray.remote(concurrency_groups={SLOW_LANE: 1})(RewardWorker).options(
             num_cpus=self._config.num_cpus_per_worker,
             scheduling_strategy=_STRATEGIES[self._config.placement],
@@ -45,6 +55,14 @@ class PoolDirectory:
             worker, ready = self._start_worker()
             self._slots.append((0, worker))
             self._ready.append(ready)
+        self._lane_cls = {lane: self._lane_actor_class(lane) for lane in lanes}
+        self._lanes: dict[str, list[tuple[int, ActorHandle]]] = {}
+        self._lane_ready: dict[str, list[ObjectRef]] = {}
+        for lane in lanes:
+            count = 1 if lane == JUDGE_LANE else self._config.model_workers.num_workers
+            started = [self._start_lane_actor(lane) for _ in range(count)]
+            self._lanes[lane] = [(0, actor) for actor, _ in started]
+            self._lane_ready[lane] = [ready for _, ready in started]
 
     def config(self) -> dict[str, Any]:
         """The pool's settings as a plain dict (see :class:`PoolConfig`)."""
@@ -60,20 +78,39 @@ class PoolDirectory:
         Never waits: a pending worker is one Ray has not placed or that is
         still loading its rewards.
         """
-        done, _ = ray.wait(self._ready, num_returns=len(self._ready), timeout=0)
-        finished = set(done)
-        states = []
-        for ready in self._ready:
-            if ready not in finished:
-                states.append("pending")
-                continue
-            try:
-                ray.get(ready, timeout=0)
-            except ray.exceptions.RayError:
-                states.append("failed")
-            else:
-                states.append("running")
-        return states
+        return _states(self._ready)
+
+    def lane_states(self) -> dict[str, list[str]]:
+        """Per model lane, per actor: ``running``, ``pending`` or ``failed`` (never waits)."""
+        return {lane: _states(ready) for lane, ready in self._lane_ready.items()}
+
+    def lane_errors(self) -> dict[str, str]:
+        """Per model lane whose actor failed to start: the first line of its error."""
+        errors = {}
+        for lane, refs in self._lane_ready.items():
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            for ref in done:
+                try:
+                    ray.get(ref, timeout=0)
+                except ray.exceptions.RayError as error:
+                    lines = [line for line in str(error).splitlines() if line.strip()]
+                    errors[lane] = (lines[-1] if lines else type(error).__name__)[:300]
+                    break
+        return errors
+
+    def lane_actors(self, lane: str) -> list[tuple[int, ActorHandle]]:
+        """``(generation, actor)`` for every actor of a model lane (empty: not started)."""
+        return list(self._lanes.get(lane, []))
+
+    def replace_lane_actor(self, lane: str, index: int, generation: int) -> tuple[int, ActorHandle]:
+        """Kill and replace actor ``index`` of ``lane`` if it still is ``generation``."""
+        current_generation, actor = self._lanes[lane][index]
+        if current_generation != generation:
+            return self._lanes[lane][index]
+        ray.kill(actor, no_restart=True)
+        new_actor, self._lane_ready[lane][index] = self._start_lane_actor(lane)
+        self._lanes[lane][index] = (generation + 1, new_actor)
+        return self._lanes[lane][index]
 
     def replace(self, slot: int, generation: int, graceful: bool) -> tuple[int, ActorHandle]:
         """Replace slot ``slot`` if it still holds ``generation``; return the slot's worker.
@@ -96,7 +133,48 @@ class PoolDirectory:
         """Kill every worker (the pool's owner calls this before killing the directory)."""
         for _, worker in self._slots:
             ray.kill(worker, no_restart=True)
+        for actors in self._lanes.values():
+            for _, actor in actors:
+                ray.kill(actor, no_restart=True)
 
     def _start_worker(self) -> tuple[ActorHandle, ObjectRef]:
         worker = self._worker_cls.remote(self._config.rewards, self._config.worker_niceness)
         return worker, worker.ready.remote()
+
+    def _lane_actor_class(self, lane: str) -> Any:
+        if lane == JUDGE_LANE:
+            judge = self._config.judge_lane
+            return ray.remote(JudgeLane).options(
+                num_cpus=judge.num_cpus, max_concurrency=judge.max_concurrency, max_restarts=0
+            )
+        assert lane == REWARD_MODEL_LANE
+        workers = self._config.model_workers
+        return ray.remote(RewardModelWorker).options(
+            num_cpus=workers.num_cpus_per_worker,
+            num_gpus=workers.num_gpus_per_worker,
+            scheduling_strategy=_STRATEGIES[workers.placement],
+            max_concurrency=1,
+            max_restarts=0,
+        )
+
+    def _start_lane_actor(self, lane: str) -> tuple[ActorHandle, ObjectRef]:
+        actor = self._lane_cls[lane].remote(self._config.rewards)
+        return actor, actor.ready.remote()
+
+
+def _states(refs: list[ObjectRef]) -> list[str]:
+    """``running``, ``pending`` or ``failed`` per readiness reference, without waiting."""
+    done, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
+    finished = set(done)
+    states = []
+    for ready in refs:
+        if ready not in finished:
+            states.append("pending")
+            continue
+        try:
+            ray.get(ready, timeout=0)
+        except ray.exceptions.RayError:
+            states.append("failed")
+        else:
+            states.append("running")
+    return states

@@ -37,10 +37,12 @@ from skyrl_rewards.pool.batching import MicroBatcher
 from skyrl_rewards.pool.cluster import check_free_cpus, join_cluster, start_local_ray
 from skyrl_rewards.pool.config import PoolConfig, load_pool_config
 from skyrl_rewards.pool.directory import PoolDirectory
+from skyrl_rewards.pool.lane_dispatch import LaneStartError
 from skyrl_rewards.pool.metrics import ErrorRateAlarm, PoolMetrics
 from skyrl_rewards.pool.replay_log import ReplayLog
 from skyrl_rewards.pool.scheduler import Item, Scheduler, record_results
 from skyrl_rewards.rewards.mix import RewardMix
+from skyrl_rewards.rewards.models.lanes import JUDGE_LANE
 from skyrl_rewards.rewards.result import RewardResult
 
 logger = logging.getLogger(__name__)
@@ -90,6 +92,7 @@ class RewardPool:
         ``start_timeout_s``.
         """
         config = config or PoolConfig()
+        mix = RewardMix.from_config(config.rewards)  # a bad mix fails here, before any worker
         _ensure_ray(config.address, config.namespace, worker_niceness=config.worker_niceness)
         refuse_taken_name(config, "use RewardPool.connect")
         check_free_cpus(config.num_workers, config.num_cpus_per_worker)
@@ -100,9 +103,9 @@ class RewardPool:
             .options(
                 name=config.name, namespace=config.namespace, num_cpus=0, scheduling_strategy=here
             )
-            .remote(config.to_dict())
+            .remote(config.to_dict(), tuple(sorted(mix.lanes())))
         )
-        self._open(config, directory, owner=True)
+        self._open(config, directory, owner=True, mix=mix)
 
     @classmethod
     def from_config(
@@ -131,7 +134,9 @@ class RewardPool:
         pool._open(config, directory, owner=False)
         return pool
 
-    def _open(self, config: PoolConfig, directory: Any, *, owner: bool) -> None:
+    def _open(
+        self, config: PoolConfig, directory: Any, *, owner: bool, mix: RewardMix | None = None
+    ) -> None:
         self._config = config
         self._directory = directory
         self._owner = owner
@@ -147,7 +152,7 @@ class RewardPool:
         replay = (
             ReplayLog(config.replay_path, pool_name=config.name) if config.replay_path else None
         )
-        self._mix = RewardMix.from_config(config.rewards)
+        self._mix = mix or RewardMix.from_config(config.rewards)
         self._all_local = set(self._mix.names) <= set(config.local_rewards)
         self._scheduler = Scheduler(
             config, self._mix, directory, self._metrics, self._alarm, replay
@@ -169,6 +174,11 @@ class RewardPool:
             if owner:
                 ray.kill(self._directory)  # its workers die with it
             raise PoolStartError(message) from None
+        except LaneStartError as error:
+            self._stop_loop()
+            if owner:
+                ray.kill(self._directory)
+            raise PoolStartError(str(error)) from None
         atexit.register(self.shutdown)  # a clean stop of the loop, also for connected clients
 
     def _start_failure(self) -> str:
@@ -245,9 +255,25 @@ class RewardPool:
         return results
 
     def metrics(self) -> dict[str, Any]:
-        """Counters, cache hit rate, latency histogram and p50/p99, alarm state, workers."""
+        """Counters, cache hit rate, latency histogram and p50/p99, alarm state, workers.
+
+        With a judge in the mix, ``judge`` holds the judge lane's counters per
+        endpoint (requests, tokens, latency, errors by kind, cache hits, breaker
+        state, cost): the whole pool's, whichever client asks.
+        """
         described = self._call(self._describe()) if not self._closed else {}
-        return {**self._metrics.snapshot(), "alarm": self._alarm.snapshot(), **described}
+        snapshot = {**self._metrics.snapshot(), "alarm": self._alarm.snapshot(), **described}
+        if JUDGE_LANE in self._mix.lanes() and not self._closed:
+            snapshot["judge"] = self._judge_metrics()
+        return snapshot
+
+    def _judge_metrics(self) -> dict[str, Any]:
+        """The judge lane's counters, or ``{"error": why}`` when it does not answer in time."""
+        try:
+            actors = ray.get(self._directory.lane_actors.remote(JUDGE_LANE), timeout=_STATES_WAIT_S)
+            return ray.get(actors[0][1].metrics.remote(), timeout=_STATES_WAIT_S)
+        except (ray.exceptions.RayError, TimeoutError, IndexError) as error:
+            return {"error": f"the judge lane did not answer ({type(error).__name__})"}
 
     async def _describe(self) -> dict[str, Any]:
         return self._scheduler.describe()

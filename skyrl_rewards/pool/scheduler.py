@@ -36,7 +36,13 @@ so the state needs no locks. The life of a submitted item:
    not start in :data:`START_ATTEMPTS` tries of ``start_timeout_s`` is given
    up; when no worker is left, every open and later item scores ``error``
    with the cause.
-6. When all of an item's components have a score, its
+6. A task whose component names a model lane (a judge request, a reward
+   model) goes to that lane's :class:`~skyrl_rewards.pool.lane_dispatch.LaneDispatcher`
+   instead of the queue: the judge lane (one asynchronous actor per pool, so
+   an endpoint's limits hold for the whole pool) or the reward-model workers.
+   It never holds a CPU worker's slot; the cache and the one-result rule are
+   the same, and a failed judge request is masked and never cached.
+7. When all of an item's components have a score, its
    :class:`~skyrl_rewards.rewards.result.RewardResult` resolves the item's future.
 """
 
@@ -67,10 +73,12 @@ from ray.exceptions import (
 )
 
 from skyrl_rewards.pool.config import PoolConfig
+from skyrl_rewards.pool.lane_dispatch import LaneDispatcher, LaneLimits
 from skyrl_rewards.pool.metrics import ErrorRateAlarm, PoolMetrics
 from skyrl_rewards.pool.replay_log import ReplayLog
 from skyrl_rewards.pool.worker import DEFERRED, SLOW_LANE, Progress
 from skyrl_rewards.rewards.mix import RewardMix
+from skyrl_rewards.rewards.models.lanes import JUDGE_LANE
 from skyrl_rewards.rewards.result import ComponentScore, RewardResult, Status
 
 logger = logging.getLogger(__name__)
@@ -221,6 +229,23 @@ def _off_the_worker(slot: _Slot, tasks: int) -> Iterator[None]:
         slot.in_flight += tasks
 
 
+def _lane_limits(config: PoolConfig, lane: str) -> LaneLimits:
+    """The per-call bounds of a model lane, from the pool's settings."""
+    if lane == JUDGE_LANE:
+        section = config.judge_lane
+        batch_size = config.batch_size
+    else:
+        section = config.model_workers  # type: ignore[assignment]
+        batch_size = config.model_workers.batch_size
+    return LaneLimits(
+        batch_size=batch_size,
+        timeout_s=section.timeout_s,
+        max_retries=section.max_retries,
+        start_timeout_s=config.start_timeout_s,
+        fallback=config.fallback,
+    )
+
+
 class Scheduler:
     """Runs items through the workers of one pool. Call every method on the loop thread."""
 
@@ -256,12 +281,19 @@ class Scheduler:
         """Why the pool is gone (its directory died); empty while it runs."""
         self._local = frozenset(config.local_rewards) & set(mix.names)
         self._max_chunk_tasks = config.batch_size * max(1, len(mix.names) - len(self._local))
+        self._lanes = {
+            lane: LaneDispatcher(lane, directory, _lane_limits(config, lane), self._finish, metrics)
+            for lane in sorted(mix.lanes())
+        }
 
     async def start(self) -> None:
         """Wait until every worker has loaded its rewards, then start serving."""
         workers = await self._directory.workers.remote()
         self._slots = [_Slot(i, gen, actor) for i, (gen, actor) in enumerate(workers)]
-        await asyncio.gather(*(self._ensure_ready(slot) for slot in self._slots))
+        await asyncio.gather(
+            *(self._ensure_ready(slot) for slot in self._slots),
+            *(lane.start() for lane in self._lanes.values()),
+        )
         self._servers = [
             asyncio.create_task(self._serve(slot, slow=slow))
             for slot in self._slots
@@ -281,7 +313,7 @@ class Scheduler:
                 if name in self._local:
                     self._give(item, name, self._mix.score_component(name, item.sample))
                 else:
-                    self._admit_task(item, name)
+                    self._admit_task(item, name, self._mix.lane(name, item.sample))
         self._wakeup.set()
 
     async def close(self, pending: list[Item]) -> None:
@@ -293,6 +325,8 @@ class Scheduler:
         self._closing = True
         self._wakeup.set()
         self._slow_wakeup.set()
+        for lane in self._lanes.values():
+            await lane.close(_CLOSE_WAIT_S)
         for server in self._servers:
             server.cancel()
         if self._servers:
@@ -314,6 +348,7 @@ class Scheduler:
             + len(self._isolated)
             + len(self._second_pass)
             + len(self._last_pass),
+            "lane_queued_tasks": {name: lane.queued() for name, lane in self._lanes.items()},
             "open_items": len(self._open),
             "cache": {
                 "entries": len(self._cache),
@@ -338,7 +373,8 @@ class Scheduler:
 
     # -- admission -------------------------------------------------------
 
-    def _admit_task(self, item: Item, name: str) -> None:
+    def _admit_task(self, item: Item, name: str, lane: str | None) -> None:
+        """Answer the task from what is known, or queue it: for the workers, or for its lane."""
         key = self._work_key(name, item.sample)
         if key is not None:
             if self._timed_out.get((name, key)) is not None:
@@ -358,7 +394,10 @@ class Scheduler:
         task = _Task(name, key, item.sample, [item])
         if key is not None:
             self._running[(name, key)] = task
-        self._queue.append(task)
+        if lane is None:
+            self._queue.append(task)
+        else:
+            self._lanes[lane].put(task)
 
     def _work_key(self, name: str, sample: Mapping[str, Any]) -> Hashable | None:
         try:
@@ -806,6 +845,8 @@ class Scheduler:
         self._isolated.clear()
         self._second_pass.clear()
         self._last_pass.clear()
+        for lane in self._lanes.values():
+            lane.drop_queued()
         self._running.clear()
         for item in list(self._open):
             self._fail(item, message)

@@ -25,6 +25,7 @@ from skyrl_rewards.pool.cluster import NoClusterError, check_free_cpus, join_clu
 from skyrl_rewards.pool.config import PoolConfig
 from skyrl_rewards.pool.directory import PoolDirectory
 from skyrl_rewards.pool.reward_pool import PoolStartError, refuse_taken_name
+from skyrl_rewards.rewards.mix import RewardMix
 
 __all__ = ["NoClusterError", "NoPoolError", "PoolStartError", "start", "status", "stop"]
 
@@ -57,24 +58,43 @@ def start(config: PoolConfig) -> dict[str, Any]:
     ``PoolStartError`` (after stopping what it started) when the workers are
     not all running within ``start_timeout_s``.
     """
+    lanes = tuple(sorted(RewardMix.from_config(config.rewards).lanes()))  # a bad mix fails here
     _connect(config.address, config.namespace)
     refuse_taken_name(config, f"`skyrl-rewards pool stop --name {config.name}` first")
     check_free_cpus(config.num_workers, config.num_cpus_per_worker)
     directory = (
         ray.remote(PoolDirectory)
         .options(name=config.name, namespace=config.namespace, num_cpus=0, lifetime="detached")
-        .remote(config.to_dict())
+        .remote(config.to_dict(), lanes)
     )
     deadline = time.monotonic() + config.start_timeout_s
     try:
         settings = ray.get(directory.config.remote(), timeout=config.start_timeout_s)
         states = ray.get(directory.worker_states.remote(), timeout=config.start_timeout_s)
-        while "pending" in states and time.monotonic() < deadline:
+        lane_states = ray.get(directory.lane_states.remote(), timeout=config.start_timeout_s)
+        while (
+            "pending" in states or any("pending" in s for s in lane_states.values())
+        ) and time.monotonic() < deadline:
             time.sleep(_POLL_S)
             states = ray.get(directory.worker_states.remote(), timeout=config.start_timeout_s)
+            lane_states = ray.get(directory.lane_states.remote(), timeout=config.start_timeout_s)
+        lane_errors = ray.get(directory.lane_errors.remote(), timeout=config.start_timeout_s)
     except BaseException:
         ray.kill(directory)
         raise
+    stuck = {lane: s for lane, s in lane_states.items() if any(x != "running" for x in s)}
+    if stuck and all(state == "running" for state in states):
+        _stop(directory)
+        lane, lane_state = next(iter(stuck.items()))
+        cause = lane_errors.get(lane) or (
+            f"{lane_state.count('pending')} of {len(lane_state)} not running within "
+            f"{config.start_timeout_s:g}s (no free GPU or CPU for them?)"
+        )
+        raise PoolStartError(
+            f"the {lane} lane of pool {config.name!r} did not start: {cause}; the pool was "
+            "stopped. Fix: see `ray status` for free GPUs/CPUs (model_workers."
+            "num_gpus_per_worker, num_cpus_per_worker), or the error above"
+        )
     if any(state != "running" for state in states):
         _stop(directory)
         failed = states.count("failed")
