@@ -58,6 +58,9 @@ COUNTERS = {
     "worker_restarts": "workers replaced after a crash, a hang or a lost node",
     "workers_recycled": "workers replaced after max_items_per_worker computations",
     "masked_items": "items with should_mask (some component timed out or errored)",
+    "lane_calls": "calls sent to a model lane (the judge lane, reward-model workers)",
+    "lane_failures": "model-lane computations masked (endpoint or model failure, bad verdict)",
+    "lane_timeouts": "model-lane computations whose call ran past the lane's timeout_s",
 }
 _RECENT_LATENCIES = 10000
 
