@@ -11,10 +11,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from tau_bench_env.actions import DEFAULT_MAX_CHARS
 from tau_bench_env.backends import BACKENDS
-from tau_bench_env.tool_limits import DEFAULT_TOOL_TIMEOUT_S
-from tau_bench_env.users import DEFAULT_MAX_TOOL_CALLS
+from tau_bench_env.backends.tool_limits import DEFAULT_TOOL_TIMEOUT_S
+from tau_bench_env.episode.actions import DEFAULT_MAX_CHARS
+from tau_bench_env.users.simulators import DEFAULT_MAX_TOOL_CALLS
 
 USER_KINDS = ("openai", "replay", "tau_bench")
 OBSERVATION_ROLES = ("tool", "user")
@@ -23,7 +23,7 @@ REWARD_KINDS = ("default", "tau2")
 
 @dataclass(frozen=True)
 class UserConfig:
-    """Which user simulator answers the agent (see :mod:`tau_bench_env.users`)."""
+    """Which user simulator answers the agent (see :mod:`tau_bench_env.users.simulators`)."""
 
     kind: str = "openai"
     """``openai`` (chat endpoint), ``replay`` (extras.user_turns) or ``tau_bench``."""
@@ -53,7 +53,7 @@ class UserConfig:
 
 @dataclass(frozen=True)
 class TauBenchEnvConfig:
-    """Settings of :class:`~tau_bench_env.env.TauBenchEnv`; the dataset row picks the task."""
+    """Settings of :class:`~tau_bench_env.episode.env.TauBenchEnv`; the dataset row picks the task."""
 
     backend: str = "tau2"
     """Domain backend: ``tau2`` (offline, default) or ``tau_bench`` (the real package)."""

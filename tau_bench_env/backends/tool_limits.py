@@ -67,7 +67,7 @@ def check_argument_shape(
     >>> check_argument_shape({"a": [[[1]]]}, max_depth=3)
     Traceback (most recent call last):
     ...
-    tau_bench_env.tool_limits.ToolLimitError: tool arguments are nested deeper than 3 levels
+    tau_bench_env.backends.tool_limits.ToolLimitError: tool arguments are nested deeper than 3 levels
     """
     stack: list[tuple[Any, int]] = [(arguments, 1)]
     while stack:
@@ -222,7 +222,7 @@ def check_calculate(arguments: Mapping[str, Any]) -> None:
     >>> check_calculate({"expression": "9**9**9"})
     Traceback (most recent call last):
     ...
-    tau_bench_env.tool_limits.ToolLimitError: calculate: the expression would compute an integer of more than 100,000 digits; it was not evaluated
+    tau_bench_env.backends.tool_limits.ToolLimitError: calculate: the expression would compute an integer of more than 100,000 digits; it was not evaluated
     """
     expression = arguments.get("expression")
     if not isinstance(expression, str):

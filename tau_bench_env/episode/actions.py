@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tau_bench_env.tasks import RESPOND, Action
+from tau_bench_env.data_model.tasks import RESPOND, Action
 
 DEFAULT_MAX_CHARS = 65_536
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
