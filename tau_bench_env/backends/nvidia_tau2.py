@@ -53,7 +53,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from tau_bench_env.backends.protocol import Domain
-from tau_bench_env.backends.tool_limits import DEFAULT_TOOL_TIMEOUT_S
+from tau_bench_env.config import DEFAULT_TOOL_TIMEOUT_S
 from tau_bench_env.data_model.episode_data import CowTable, EpisodeData
 from tau_bench_env.data_model.hashing import HashIndex, data_hash
 from tau_bench_env.data_model.tasks import Task, task_from_dict

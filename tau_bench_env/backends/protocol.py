@@ -16,10 +16,10 @@ from typing import Any
 
 from tau_bench_env.backends.tool_limits import (
     ARGUMENT_CHECKS,
-    DEFAULT_TOOL_TIMEOUT_S,
     check_argument_shape,
     run_with_cpu_limit,
 )
+from tau_bench_env.config import DEFAULT_TOOL_TIMEOUT_S
 from tau_bench_env.data_model.episode_data import EpisodeData, clone
 from tau_bench_env.data_model.hashing import HashIndex
 from tau_bench_env.data_model.tasks import Task, task_from_dict

@@ -33,8 +33,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-DEFAULT_TOOL_TIMEOUT_S = 3.0
-"""Default CPU-time budget of one tool call (real tool calls take well under 10 ms)."""
 MAX_ARGUMENT_DEPTH = 16
 """Deepest nesting of lists/dicts accepted in tool arguments (real calls use at most 3)."""
 MAX_INT_DIGITS = 100_000

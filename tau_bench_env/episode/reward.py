@@ -28,7 +28,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from tau_bench_env.backends.protocol import Domain
-from tau_bench_env.backends.tool_limits import DEFAULT_TOOL_TIMEOUT_S
+from tau_bench_env.config import DEFAULT_TOOL_TIMEOUT_S
 from tau_bench_env.data_model.tasks import RESPOND, Action, Task
 
 
