@@ -132,6 +132,22 @@ def test_tau_layer_imports_point_one_way() -> None:
     assert offences == []
 
 
+def test_architecture_map_shows_every_subpackage() -> None:
+    # docs/architecture.md's folder tree names each package's subpackages, and no others
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    tree = text.split("```")[1]
+    for package in (PACKAGE, TAU_PACKAGE):
+        found = {p.parent.name for p in package.glob("*/__init__.py")}
+        listed = set()
+        inside = False
+        for line in tree.splitlines():
+            if not line.startswith(" "):
+                inside = line.split()[0] == f"{package.name}/" if line.strip() else False
+            elif inside and line.split()[0].endswith("/"):
+                listed.add(line.split()[0].rstrip("/"))
+        assert listed == found, package.name
+
+
 def test_skyrl_rewards_never_imports_tau_bench_env() -> None:
     # one way between the packages: tau_bench_env -> skyrl_rewards (lazy imports included)
     offences = [
