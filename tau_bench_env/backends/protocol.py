@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from tau_bench_env.episode_data import EpisodeData, clone
-from tau_bench_env.hashing import HashIndex
-from tau_bench_env.tasks import Task, task_from_dict
-from tau_bench_env.tool_limits import (
+from tau_bench_env.backends.tool_limits import (
     ARGUMENT_CHECKS,
-    DEFAULT_TOOL_TIMEOUT_S,
     check_argument_shape,
     run_with_cpu_limit,
 )
+from tau_bench_env.config import DEFAULT_TOOL_TIMEOUT_S
+from tau_bench_env.data_model.episode_data import EpisodeData, clone
+from tau_bench_env.data_model.hashing import HashIndex
+from tau_bench_env.data_model.tasks import Task, task_from_dict
 
 ToolFunction = Callable[[EpisodeData, Mapping[str, Any]], str]
 """Runs one tool on episode data with keyword arguments; returns the observation.
@@ -41,7 +41,7 @@ class Domain:
     """One domain of one backend; immutable, shared by every episode, compared by identity.
 
     ``base_data`` is never mutated: episodes fork it (see
-    :class:`~tau_bench_env.episode_data.EpisodeData`) and tools run on the fork.
+    :class:`~tau_bench_env.data_model.episode_data.EpisodeData`) and tools run on the fork.
     ``hash_index`` is ``HashIndex(base_data)``, built once by the loader.
     """
 
@@ -109,7 +109,7 @@ class Domain:
         arguments cannot change a task's ground truth. The tool runs with a
         budget of ``cpu_limit_s`` seconds of this thread's CPU time. A
         refused or stopped call raises
-        :class:`~tau_bench_env.tool_limits.ToolLimitError`; a stopped write
+        :class:`~tau_bench_env.backends.tool_limits.ToolLimitError`; a stopped write
         tool keeps the changes it made before it was stopped. Read-only tools
         see base records uncloned; others clone each record they index.
         """

@@ -18,9 +18,9 @@ from importlib import resources
 from typing import Any
 
 from tau_bench_env.backends.protocol import Domain
-from tau_bench_env.episode_data import EpisodeData
-from tau_bench_env.hashing import HashIndex
-from tau_bench_env.tasks import Task, task_from_dict
+from tau_bench_env.data_model.episode_data import EpisodeData
+from tau_bench_env.data_model.hashing import HashIndex
+from tau_bench_env.data_model.tasks import Task, task_from_dict
 
 NAME = "tau2"
 DOMAINS = ("airline", "retail")

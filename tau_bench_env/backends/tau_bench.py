@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tau_bench_env.backends.protocol import Domain
-from tau_bench_env.episode_data import EpisodeData
-from tau_bench_env.hashing import HashIndex
-from tau_bench_env.tasks import Action, Task
+from tau_bench_env.data_model.episode_data import EpisodeData
+from tau_bench_env.data_model.hashing import HashIndex
+from tau_bench_env.data_model.tasks import Action, Task
 
 NAME = "tau_bench"
 DOMAINS = ("airline", "retail")

@@ -43,7 +43,7 @@ from skyrl_rewards.train.generator import (
 )
 from skyrl_rewards.train.registration import register_installed_envs
 from tau_bench_env.backends import load_domain
-from tau_bench_env.tasks import RESPOND
+from tau_bench_env.data_model.tasks import RESPOND
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "skyrl_rewards" / "sample_data"

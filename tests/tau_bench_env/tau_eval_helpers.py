@@ -24,8 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tau_bench_env.backends.protocol import Domain
-from tau_bench_env.tasks import RESPOND, Action, Task
-from tau_bench_env.users import STOP
+from tau_bench_env.data_model.tasks import RESPOND, Action, Task
+from tau_bench_env.users.simulators import STOP
 
 _TASK = re.compile(r"task ([\w-]+)\.")
 _EPISODE = re.compile(r"<think>episode (\d+)</think>")

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from tau_bench_env.backends import Domain
-from tau_bench_env.hashing import data_hash
-from tau_bench_env.reward import replay_hash
-from tau_bench_env.tasks import RESPOND, Action, Task
+from tau_bench_env.data_model.hashing import data_hash
+from tau_bench_env.data_model.tasks import RESPOND, Action, Task
+from tau_bench_env.episode.reward import replay_hash
 
 HAS_TAU_BENCH = importlib.util.find_spec("tau_bench") is not None
 tau_bench_only = [

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tau_bench_env.actions import parse_turn, strip_thinking
-from tau_bench_env.tasks import Action
+from tau_bench_env.data_model.tasks import Action
+from tau_bench_env.episode.actions import parse_turn, strip_thinking
 
 ARGS = {"order_id": "#W1", "item_ids": ["1", "2"]}
 CALL = json.dumps({"name": "get_order_details", "arguments": ARGS})

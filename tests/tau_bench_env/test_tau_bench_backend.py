@@ -9,11 +9,11 @@ import pytest
 from tau_helpers import action_texts, closing_reply, replay_env_config, run_episode, tau_bench_only
 
 from tau_bench_env.backends import load_domain
-from tau_bench_env.env import TauBenchEnv
-from tau_bench_env.episode import Episode
-from tau_bench_env.hashing import data_hash
-from tau_bench_env.reward import GroundTruthCache
-from tau_bench_env.tasks import Task
+from tau_bench_env.data_model.hashing import data_hash
+from tau_bench_env.data_model.tasks import Task
+from tau_bench_env.episode.env import TauBenchEnv
+from tau_bench_env.episode.episode import Episode
+from tau_bench_env.episode.reward import GroundTruthCache
 
 pytestmark = tau_bench_only
 

@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from tau_bench_env.config import TauBenchEnvConfig, env_config_from
+import skyrl_rewards.train.tau_bench_config as owned
+import tau_bench_env.config
+from tau_bench_env.backends import BACKENDS
+from tau_bench_env.config import BACKEND_NAMES, TauBenchEnvConfig, env_config_from
 
 CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("tau_bench*.yaml"))
 
@@ -16,6 +19,16 @@ CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("tau_bench*.yaml")
 def test_config_loads(path: Path) -> None:
     config = env_config_from(OmegaConf.load(path))
     assert isinstance(config, TauBenchEnvConfig)
+
+
+def test_config_names_a_backend_the_registry_has() -> None:
+    # the config (owned by skyrl_rewards) validates names; the registry maps them to modules
+    assert sorted(BACKEND_NAMES) == sorted(BACKENDS)
+
+
+def test_env_config_module_reexports_the_owned_section() -> None:
+    for name in tau_bench_env.config.__all__:
+        assert getattr(tau_bench_env.config, name) is getattr(owned, name)
 
 
 def test_default_config_matches_dataclass_defaults() -> None:

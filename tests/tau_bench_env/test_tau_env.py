@@ -12,8 +12,8 @@ from tau_helpers import action_texts, replay_env_config, run_episode, tool_text
 import tau_bench_env
 from tau_bench_env import backends
 from tau_bench_env.backends import BackendUnavailableError, load_domain
-from tau_bench_env.env import EpisodeEndedError, TauBenchEnv
-from tau_bench_env.tasks import Task
+from tau_bench_env.data_model.tasks import Task
+from tau_bench_env.episode.env import EpisodeEndedError, TauBenchEnv
 
 USER_TURNS = ["Hi, I want to cancel an order.", "My order id is #W1.", "Yes, please."]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tau_bench_env.backends import load_domain
-from tau_bench_env.episode_data import EpisodeData, clone
-from tau_bench_env.hashing import data_hash
+from tau_bench_env.data_model.episode_data import EpisodeData, clone
+from tau_bench_env.data_model.hashing import data_hash
 
 
 def _base() -> dict:

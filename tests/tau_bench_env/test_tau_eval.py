@@ -18,10 +18,11 @@ from tau_eval_helpers import MISTAKES, AgentServer, UserServer, closing_reply, u
 from tau_helpers import action_texts, run_episode
 
 from tau_bench_env.backends import load_domain
-from tau_bench_env.cli import main
+from tau_bench_env.cli.main import main
 from tau_bench_env.config import env_config_from
-from tau_bench_env.env import TauBenchEnv
-from tau_bench_env.evaluate import (
+from tau_bench_env.episode.env import TauBenchEnv
+from tau_bench_env.episode.reward import GROUND_TRUTH
+from tau_bench_env.evaluation.evaluate import (
     JOURNAL_FILE,
     PLOT_FILE,
     RESULTS_FILE,
@@ -31,9 +32,8 @@ from tau_bench_env.evaluate import (
     parse_selection,
     run_threads,
 )
-from tau_bench_env.policy import ChatPolicy, PolicyConfig, PolicyEndpointError
-from tau_bench_env.rescore import rescore, summarize
-from tau_bench_env.reward import GROUND_TRUTH
+from tau_bench_env.evaluation.policy import ChatPolicy, PolicyConfig, PolicyEndpointError
+from tau_bench_env.rescoring.rescore import rescore, summarize
 
 BACKEND = "tau2"
 

@@ -15,12 +15,12 @@ from ray.cluster_utils import Cluster
 from tau_eval_helpers import AgentServer, user_turns
 
 from tau_bench_env.backends import load_domain
-from tau_bench_env.cli import main
+from tau_bench_env.cli.main import main
 from tau_bench_env.config import env_config_from
-from tau_bench_env.eval_ray import run_ray
-from tau_bench_env.evaluate import JOURNAL_FILE, RESULTS_FILE, EvalSpec, evaluate
-from tau_bench_env.policy import PolicyConfig
-from tau_bench_env.rescore import rescore, summarize
+from tau_bench_env.evaluation.eval_ray import run_ray
+from tau_bench_env.evaluation.evaluate import JOURNAL_FILE, RESULTS_FILE, EvalSpec, evaluate
+from tau_bench_env.evaluation.policy import PolicyConfig
+from tau_bench_env.rescoring.rescore import rescore, summarize
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slow]
 
@@ -109,7 +109,7 @@ def test_a_killed_node_loses_no_episode(
                         agent.answering.set()
                 yield record
 
-    caplog.set_level(logging.INFO, logger="tau_bench_env.eval_ray")
+    caplog.set_level(logging.INFO, logger="tau_bench_env.evaluation.eval_ray")
     with AgentServer(domain, tasks).running() as agent:
         agent.delay_s = 0.02  # episodes are still running when the node goes
         spec = EvalSpec(

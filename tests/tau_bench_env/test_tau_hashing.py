@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from tau_bench_env.backends import load_domain
-from tau_bench_env.episode import Episode
-from tau_bench_env.episode_data import EpisodeData
-from tau_bench_env.hashing import HashIndex, data_hash, to_hashable
+from tau_bench_env.data_model.episode_data import EpisodeData
+from tau_bench_env.data_model.hashing import HashIndex, data_hash, to_hashable
+from tau_bench_env.episode.episode import Episode
 
 
 @pytest.mark.parametrize(

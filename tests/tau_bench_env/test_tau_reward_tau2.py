@@ -14,11 +14,16 @@ from tau_helpers import (
 )
 
 from tau_bench_env.backends import load_domain
-from tau_bench_env.env import TauBenchEnv
-from tau_bench_env.episode import Episode
-from tau_bench_env.hashing import data_hash
-from tau_bench_env.reward import GroundTruthCache, check_outputs, check_outputs_strict, replay_hash
-from tau_bench_env.tasks import Action, Task
+from tau_bench_env.data_model.hashing import data_hash
+from tau_bench_env.data_model.tasks import Action, Task
+from tau_bench_env.episode.env import TauBenchEnv
+from tau_bench_env.episode.episode import Episode
+from tau_bench_env.episode.reward import (
+    GroundTruthCache,
+    check_outputs,
+    check_outputs_strict,
+    replay_hash,
+)
 
 DOMAINS = ["retail", "airline"]
 

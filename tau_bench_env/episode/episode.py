@@ -13,16 +13,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from tau_bench_env.backends.protocol import Domain
-from tau_bench_env.hashing import UnhashableDataError
-from tau_bench_env.reward import (
+from tau_bench_env.config import DEFAULT_TOOL_TIMEOUT_S
+from tau_bench_env.data_model.hashing import UnhashableDataError
+from tau_bench_env.data_model.tasks import RESPOND, Action, Task
+from tau_bench_env.episode.reward import (
     GROUND_TRUTH,
     GroundTruthCache,
     RewardResult,
     run_action,
     score_episode,
 )
-from tau_bench_env.tasks import RESPOND, Action, Task
-from tau_bench_env.tool_limits import DEFAULT_TOOL_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Episode:
         self.domain = domain
         self.task = task
         self.tool_timeout_s = tool_timeout_s
-        """CPU-time budget of one tool call (see :mod:`tau_bench_env.tool_limits`)."""
+        """CPU-time budget of one tool call (see :mod:`tau_bench_env.backends.tool_limits`)."""
         self.data = domain.initial_data(task)
         self.actions: list[Action] = []
         self.user_calls: list[UserCall] = []
@@ -121,7 +121,7 @@ class Episode:
         strict_outputs: bool = False,
         cache: GroundTruthCache = GROUND_TRUTH,
     ) -> RewardResult:
-        """The binary reward for the episode as it stands (see :mod:`tau_bench_env.reward`)."""
+        """The binary reward for the episode as it stands (see :mod:`tau_bench_env.episode.reward`)."""
         return score_episode(
             self.domain,
             self.task,

@@ -33,8 +33,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-DEFAULT_TOOL_TIMEOUT_S = 3.0
-"""Default CPU-time budget of one tool call (real tool calls take well under 10 ms)."""
 MAX_ARGUMENT_DEPTH = 16
 """Deepest nesting of lists/dicts accepted in tool arguments (real calls use at most 3)."""
 MAX_INT_DIGITS = 100_000
@@ -67,7 +65,7 @@ def check_argument_shape(
     >>> check_argument_shape({"a": [[[1]]]}, max_depth=3)
     Traceback (most recent call last):
     ...
-    tau_bench_env.tool_limits.ToolLimitError: tool arguments are nested deeper than 3 levels
+    tau_bench_env.backends.tool_limits.ToolLimitError: tool arguments are nested deeper than 3 levels
     """
     stack: list[tuple[Any, int]] = [(arguments, 1)]
     while stack:
@@ -222,7 +220,7 @@ def check_calculate(arguments: Mapping[str, Any]) -> None:
     >>> check_calculate({"expression": "9**9**9"})
     Traceback (most recent call last):
     ...
-    tau_bench_env.tool_limits.ToolLimitError: calculate: the expression would compute an integer of more than 100,000 digits; it was not evaluated
+    tau_bench_env.backends.tool_limits.ToolLimitError: calculate: the expression would compute an integer of more than 100,000 digits; it was not evaluated
     """
     expression = arguments.get("expression")
     if not isinstance(expression, str):

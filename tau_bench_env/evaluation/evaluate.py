@@ -32,14 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tau_bench_env.actions import parse_turn
 from tau_bench_env.backends import load_domain
 from tau_bench_env.config import TauBenchEnvConfig
-from tau_bench_env.env import TauBenchEnv
-from tau_bench_env.policy import ChatPolicy, PolicyConfig, PolicyEndpointError
-from tau_bench_env.rescore import SUCCESS_TOLERANCE, RunScore, pass_hat_k
-from tau_bench_env.tasks import RESPOND
-from tau_bench_env.users import STOP, UserSimulatorError
+from tau_bench_env.data_model.tasks import RESPOND
+from tau_bench_env.episode.actions import parse_turn
+from tau_bench_env.episode.env import TauBenchEnv
+from tau_bench_env.evaluation.policy import ChatPolicy, PolicyConfig, PolicyEndpointError
+from tau_bench_env.rescoring.rescore import SUCCESS_TOLERANCE, RunScore, pass_hat_k
+from tau_bench_env.users.simulators import STOP, UserSimulatorError
 
 RESULTS_FILE = "results.json"
 JOURNAL_FILE = "episodes.jsonl"

@@ -6,7 +6,7 @@
 - ``tool_mode="native"`` sends the tool schemas as ``tools=`` and reads the
   reply's ``tool_calls``; only the first call is kept (tau-bench's
   tool-calling agent does the same), rendered as OpenAI JSON
-  (``{"tool_calls": [...]}``), a form :func:`~tau_bench_env.actions.parse_turn`
+  (``{"tool_calls": [...]}``), a form :func:`~tau_bench_env.episode.actions.parse_turn`
   accepts. A reply without tool calls is its ``content``.
 - ``tool_mode="text"`` sends no ``tools=``; the model writes its calls in the
   text (Hermes ``<tool_call>``, OpenAI JSON or bare JSON, as the system prompt

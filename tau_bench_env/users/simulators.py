@@ -27,6 +27,8 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from tau_bench_env.config import DEFAULT_MAX_TOOL_CALLS
+
 STOP = "###STOP###"
 """A user message containing this ends the episode."""
 
@@ -34,8 +36,6 @@ FIRST_AGENT_MESSAGE = "Hi! How can I help you today?"
 """The agent greeting tau-bench's user model answers first."""
 
 
-DEFAULT_MAX_TOOL_CALLS = 10
-"""User tool calls one user turn may make (dual control); then the user must answer in text."""
 MAX_TOOL_ARGUMENT_CHARS = 65_536
 """A user model's tool-call arguments beyond this many characters are refused unparsed."""
 

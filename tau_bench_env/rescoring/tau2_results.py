@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tau_bench_env.tasks import RESPOND, Action
+from tau_bench_env.data_model.tasks import RESPOND, Action
 
 STOP_REASONS = frozenset({"agent_stop", "user_stop"})
 """Termination reasons of a run that ended normally; any other pays 0.0 in tau2."""

@@ -1,6 +1,6 @@
 """Command line: ``tau-bench-env rescore RESULTS.json [--domain D] [--backend B] [--reward R] [--json]``.
 
-``tau-bench-env eval ...`` evaluates a policy endpoint (see :mod:`tau_bench_env.eval_cli`).
+``tau-bench-env eval ...`` evaluates a policy endpoint (see :mod:`tau_bench_env.cli.eval`).
 
 Re-scores recorded runs, tau-bench's results format or tau2-bench's
 (``Results`` JSON; detected, or forced with ``--format``), with this
@@ -13,7 +13,7 @@ from the recorded ones (*diverged*: left out of the figures unless
 recorded rewards; ``--json`` prints one JSON object with the keys ``runs``,
 ``success_rate``, ``agreement``, ``pass_hat_k``, ``disagreements``,
 ``scored``, ``diverged``, ``tool_results`` and ``divergences`` (see
-:func:`tau_bench_env.rescore.summarize`). ``--domain`` is required for
+:func:`tau_bench_env.rescoring.rescore.summarize`). ``--domain`` is required for
 tau-bench files; a tau2 file names its own
 (``info.environment_info.domain_name``). A file whose runs are
 not tasks of the domain (tools or users the domain does not have, or a tau2
@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tau_bench_env.backends import BACKENDS, load_domain
-from tau_bench_env.eval_cli import add_eval_parser, run_eval
-from tau_bench_env.rescore import (
+from tau_bench_env.cli.eval import add_eval_parser, run_eval
+from tau_bench_env.rescoring.rescore import (
     FORMATS,
     REWARDS,
     TAU2_REWARD_BACKEND,
@@ -39,7 +39,7 @@ from tau_bench_env.rescore import (
     rescore,
     summarize,
 )
-from tau_bench_env.tau2_results import recorded_domain
+from tau_bench_env.rescoring.tau2_results import recorded_domain
 
 DEFAULT_BACKEND = "tau2"
 

@@ -22,8 +22,8 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError
 
-from tau_bench_env.evaluate import EpisodeKey, EvalSpec, run_episode
-from tau_bench_env.policy import ChatPolicy
+from tau_bench_env.evaluation.evaluate import EpisodeKey, EvalSpec, run_episode
+from tau_bench_env.evaluation.policy import ChatPolicy
 
 logger = logging.getLogger(__name__)
 

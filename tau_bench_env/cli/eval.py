@@ -25,8 +25,14 @@ from omegaconf import OmegaConf
 
 from tau_bench_env.backends import BACKENDS, load_domain
 from tau_bench_env.config import USER_KINDS, env_config_from
-from tau_bench_env.evaluate import EvalSpec, Runner, evaluate, parse_selection, run_threads
-from tau_bench_env.policy import TOOL_MODES, PolicyConfig
+from tau_bench_env.evaluation.evaluate import (
+    EvalSpec,
+    Runner,
+    evaluate,
+    parse_selection,
+    run_threads,
+)
+from tau_bench_env.evaluation.policy import TOOL_MODES, PolicyConfig
 
 
 def add_eval_parser(commands: Any) -> None:
@@ -109,7 +115,7 @@ def _spec(args: argparse.Namespace) -> EvalSpec:
 def _runner(args: argparse.Namespace) -> Runner:
     if args.workers is None and args.address is None:
         return partial(run_threads, concurrency=args.concurrency)
-    from tau_bench_env.eval_ray import run_ray
+    from tau_bench_env.evaluation.eval_ray import run_ray
 
     workers = args.workers if args.workers is not None else 2
     return partial(run_ray, workers=workers, concurrency=args.concurrency, address=args.address)

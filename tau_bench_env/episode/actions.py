@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tau_bench_env.tasks import RESPOND, Action
+from tau_bench_env.config import DEFAULT_MAX_CHARS
+from tau_bench_env.data_model.tasks import RESPOND, Action
 
-DEFAULT_MAX_CHARS = 65_536
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 _FENCE = re.compile(r"\A```(?:json)?\s*(.*?)\s*```\Z", re.DOTALL)

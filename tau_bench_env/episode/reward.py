@@ -28,8 +28,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from tau_bench_env.backends.protocol import Domain
-from tau_bench_env.tasks import RESPOND, Action, Task
-from tau_bench_env.tool_limits import DEFAULT_TOOL_TIMEOUT_S
+from tau_bench_env.config import DEFAULT_TOOL_TIMEOUT_S
+from tau_bench_env.data_model.tasks import RESPOND, Action, Task
 
 
 def run_action(
@@ -45,7 +45,7 @@ def run_action(
     An unknown tool gives ``"Unknown action <name>"``; a tool that raises gives
     ``"Error: <message>"`` (tau-bench catches every exception from domain
     code and shows it to the agent; so do we, and only here). So does a call
-    refused or stopped by a bound (:mod:`tau_bench_env.tool_limits`; the CPU
+    refused or stopped by a bound (:mod:`tau_bench_env.backends.tool_limits`; the CPU
     budget is ``tool_timeout_s``), and then the episode goes on.
     ``requestor`` ``"user"`` runs a tool of the user's side (``domain.user_tools``).
     """

@@ -1,0 +1,1 @@
+"""The ``tau-bench-env`` command (``main``) and its ``eval`` subcommand (``eval``)."""
