@@ -19,7 +19,17 @@ import skyrl_rewards
 from skyrl_rewards.pool.config import load_pool_config
 
 PACKAGE = Path(skyrl_rewards.__file__).resolve().parent
-HEAVY = ("ray", "skyrl_gym", "skyrl", "pandas", "pyarrow", "torch", "transformers", "omegaconf")
+HEAVY = (
+    "ray",
+    "skyrl_gym",
+    "skyrl",
+    "pandas",
+    "pyarrow",
+    "torch",
+    "transformers",
+    "omegaconf",
+    "httpx",
+)
 
 # layer -> what its modules may not import (prefixes of module names)
 FORBIDDEN = {

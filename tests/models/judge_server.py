@@ -39,6 +39,11 @@ class Response:
     drop: bool = False
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # the default backlog of 5 refuses bursts of new connections
+
+
 class JudgeServer:
     """See the module docstring. Use as a context manager; ``url`` is the base URL (``.../v1``)."""
 
@@ -61,8 +66,7 @@ class JudgeServer:
         self.bodies: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._serving = threading.BoundedSemaphore(max_concurrent) if max_concurrent else None
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), self._handler_class())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property

@@ -338,10 +338,16 @@ def _message(item: Any) -> tuple[str, str]:
 
 
 def _join(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
-    """Plain text when there is no image part; else the parts without empty texts."""
+    """Plain text when there is no image part; else the parts, neighbouring texts joined, empty ones dropped."""
     if all(part["type"] == "text" for part in parts):
         return "".join(part["text"] for part in parts)
-    return [part for part in parts if part["type"] != "text" or part["text"]]
+    joined: list[dict[str, Any]] = []
+    for part in parts:
+        if part["type"] == "text" and joined and joined[-1]["type"] == "text":
+            joined[-1] = {"type": "text", "text": joined[-1]["text"] + part["text"]}
+        else:
+            joined.append(part)
+    return [part for part in joined if part["type"] != "text" or part["text"]]
 
 
 def _has_value(value: Any) -> bool:
