@@ -228,6 +228,7 @@ def test_failures_are_not_cached() -> None:
     "fields, match",
     [
         ({"model": ""}, "endpoint.model"),  # no model
+        ({"base_url": "127.0.0.1:8000/v1"}, "http:// or https://"),  # no scheme
         ({"limits": {"max_in_flight": 0}}, "max_in_flight"),  # a limit must be positive
         ({"limits": {"rpm": 10}}, "endpoint.limits.rpm: unknown"),  # a misspelt setting
         ({"api_key_env": ""}, "api_key_env"),  # the variable's name, not empty

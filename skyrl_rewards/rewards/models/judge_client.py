@@ -144,6 +144,11 @@ class EndpointConfig:
                 raise ValueError(
                     f"endpoint.{key}: expected a non-empty string, got {flat.get(key)!r}"
                 )
+        if not flat["base_url"].startswith(("http://", "https://")):
+            raise ValueError(
+                "endpoint.base_url: expected an http:// or https:// URL such as "
+                f"http://127.0.0.1:8000/v1, got {flat['base_url']!r}"
+            )
         endpoint = cls(**flat)
         endpoint.check()
         return endpoint
