@@ -45,8 +45,9 @@ def request(i: int) -> ModelRequest:
 def serve(concurrency: int, latency_s: float, urls: Any, stop: Any, counts: Any) -> None:
     with JudgeServer(latency_s=latency_s, max_concurrent=concurrency) as server:
         urls.put(server.url)
+        cpu = time.process_time()
         stop.wait()
-        counts.put({"calls": server.calls, "peak": server.peak})
+        counts.put({"calls": server.calls, "peak": server.peak, "cpu_s": time.process_time() - cpu})
 
 
 def throughput(args: argparse.Namespace) -> dict[str, Any]:
@@ -66,11 +67,12 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.gather(
             *(client.complete(request(-i)) for i in range(1, args.concurrency + 1))
         )
-        start = time.perf_counter()  # connections are open: time the steady state
+        start, cpu = time.perf_counter(), time.process_time()  # connections open: steady state
         outcomes = await asyncio.gather(
             *(client.complete(request(i)) for i in range(args.requests))
         )
         elapsed = time.perf_counter() - start
+        metrics = {**client.metrics(), "cpu_s": time.process_time() - cpu}
         kinds = Counter(o.failure or "ok" for o in outcomes)
         await client.aclose()
         return elapsed, metrics, kinds
@@ -95,6 +97,7 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
         "share_of_bound": round(rate / bound, 3),
         "server_peak_in_flight": server["peak"],
         "client_cpu_ms_per_request": round(metrics["cpu_s"] / args.requests * 1000, 3),
+        "server_cpu_ms_per_request": round(server["cpu_s"] / server["calls"] * 1000, 3),
         "load_average_1min": round(os.getloadavg()[0], 1),
         "cpus": os.cpu_count(),
         "latency_p50_s": metrics["latency_s"]["p50"],

@@ -54,6 +54,11 @@ IMAGE_TOKENS_ESTIMATE = 1024
 CHARS_PER_TOKEN_ESTIMATE = 4
 """Characters of prompt text counted as one token before the reply's ``usage`` is known."""
 
+CONNECTIONS_PER_SHARD = 16
+"""Connections per ``httpx.AsyncClient``: a client's pool does work quadratic in its
+connections on every request (httpcore 1.0), so ``max_in_flight`` connections are
+spread over clients of at most this many, each request going to the least busy one."""
+
 _ENDPOINT_SECTIONS = ("sampling", "extra_body", "limits", "retries", "breaker", "prices")
 
 
@@ -249,7 +254,8 @@ class JudgeClient:
         self.config = config
         self._api_key = config.api_key()
         self._transport = transport
-        self._http: Any = None
+        self._shards: list[Any] = []  # httpx.AsyncClient each, made on first use
+        self._shard_load: list[int] = []
         self._in_flight = InFlight(config.max_in_flight)
         self._requests_pacer = Pacer(config.requests_per_minute)
         self._tokens_pacer = Pacer(config.tokens_per_minute, burst=_completion_estimate(config))
@@ -320,9 +326,9 @@ class JudgeClient:
 
     async def aclose(self) -> None:
         """Close the HTTP connections (the client may not be used afterwards)."""
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
+        for shard in self._shards:
+            await shard.aclose()
+        self._shards, self._shard_load = [], []
 
     def _finish(self, key: tuple[str, bytes], task: asyncio.Task[ModelOutcome]) -> None:
         self._pending.pop(key, None)
@@ -428,19 +434,28 @@ class JudgeClient:
         body.update(model=self.config.model, messages=messages)
         return body
 
-    def _client(self) -> Any:
-        if self._http is None:
+    def _shard(self) -> int:
+        """The least busy HTTP client (made on first use): see :data:`CONNECTIONS_PER_SHARD`."""
+        if not self._shards:
             import httpx
 
             headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
             limit = self.config.max_in_flight
-            self._http = httpx.AsyncClient(
-                headers=headers,
-                timeout=httpx.Timeout(self.config.timeout_s),
-                limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
-                transport=self._transport,
-            )
-        return self._http
+            count = 1 if limit is None else -(-limit // CONNECTIONS_PER_SHARD)
+            per_shard = None if limit is None else -(-limit // count)
+            self._shards = [
+                httpx.AsyncClient(
+                    headers=headers,
+                    timeout=httpx.Timeout(self.config.timeout_s),
+                    limits=httpx.Limits(
+                        max_connections=per_shard, max_keepalive_connections=per_shard
+                    ),
+                    transport=self._transport,
+                )
+                for _ in range(count)
+            ]
+            self._shard_load = [0] * count
+        return min(range(len(self._shards)), key=self._shard_load.__getitem__)
 
     async def _call(self, body: dict[str, Any]) -> _Attempt:
         import httpx
@@ -448,8 +463,10 @@ class JudgeClient:
         url = self.config.base_url.rstrip("/") + "/chat/completions"
         self._counts["calls"] += 1
         start = time.monotonic()
+        shard = self._shard()
+        self._shard_load[shard] += 1
         try:
-            response = await self._client().post(url, json=body)
+            response = await self._shards[shard].post(url, json=body)
         except httpx.TimeoutException as error:
             return _Attempt(
                 failure="timeout",
@@ -464,6 +481,8 @@ class JudgeClient:
                 retryable=True,
                 endpoint_fault=True,
             )
+        finally:
+            self._shard_load[shard] -= 1
         elapsed = time.monotonic() - start
         self._latencies.append(elapsed)
         self._latency_sum_s += elapsed
