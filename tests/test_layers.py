@@ -24,7 +24,17 @@ from skyrl_rewards.pool.config import load_pool_config
 
 PACKAGE = Path(skyrl_rewards.__file__).resolve().parent
 TAU_PACKAGE = Path(tau_bench_env.__file__).resolve().parent
-HEAVY = ("ray", "skyrl_gym", "skyrl", "pandas", "pyarrow", "torch", "transformers", "omegaconf")
+HEAVY = (
+    "ray",
+    "skyrl_gym",
+    "skyrl",
+    "pandas",
+    "pyarrow",
+    "torch",
+    "transformers",
+    "omegaconf",
+    "httpx",
+)
 
 # layer -> what its modules may not import (prefixes of module names)
 FORBIDDEN = {

@@ -22,8 +22,14 @@ from skyrl_rewards.rewards.text import answer_span, cap, clean
 MAX_FUZZY_CHARS = 5_000
 """Both sides of a Levenshtein ratio are cut to this length (the ratio is quadratic)."""
 
-ACCURACY_METHODS = ("default", "mcq", "yes_no", "all_match", "weighted_sum", "math")
+ACCURACY_METHODS = ("default", "mcq", "yes_no", "all_match", "weighted_sum", "math", "llm")
 """Values of the per-row ``accu_reward_method`` column."""
+
+LLM_NEEDS_JUDGE = (
+    "accu_reward_method: 'llm' asks a chat-model judge, and none is configured; set "
+    "rewards.accuracy.judge (endpoint base_url and model; see docs/judges.md)"
+)
+"""Why an ``llm`` row cannot be scored by rules (it is masked, never scored by string equality)."""
 
 _YES_NO = re.compile(r"(yes|no)")
 
@@ -196,6 +202,8 @@ def accuracy_score(
 ) -> ComponentScore:
     """Dispatch on ``method`` (a value of ``accu_reward_method``; ``None`` means default)."""
     method = method or "default"
+    if method == "llm":
+        raise ValueError(LLM_NEEDS_JUDGE)
     scorers: dict[str, Callable[[], ComponentScore]] = {
         "default": lambda: default_accuracy_score(content, sol, guard=guard, timeout_s=timeout_s),
         "mcq": lambda: mcq_score(content, sol),

@@ -59,6 +59,10 @@ class BatchReward:
     ) -> list[float | None]:
         log_metric = kwargs.get("log_metric")
         columns = {key: values for key, values in kwargs.items() if key not in _TRL_ARGUMENTS}
+        if kwargs.get("prompts") is not None and "prompt" not in columns:
+            columns["prompt"] = kwargs[
+                "prompts"
+            ]  # a judge's {question} when the row has no problem
         contents = [completion_text(c) for c in completions]
         scores = [
             self._score(index, content, solution, columns) for index, content in enumerate(contents)

@@ -16,7 +16,7 @@ import re
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from skyrl_rewards.rewards.accuracy import ACCURACY_METHODS, accuracy_score
+from skyrl_rewards.rewards.accuracy import ACCURACY_METHODS, LLM_NEEDS_JUDGE, accuracy_score
 from skyrl_rewards.rewards.detection import (
     check_threshold,
     check_weights,
@@ -26,7 +26,7 @@ from skyrl_rewards.rewards.format_checks import has_rec_format, has_think_answer
 from skyrl_rewards.rewards.geometry import DEFAULT_PATCH_SIZE, scale_box
 from skyrl_rewards.rewards.hub import load_pretrained_tokenizer
 from skyrl_rewards.rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard
-from skyrl_rewards.rewards.models.lanes import ModelOutcome, ModelRequest
+from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelOutcome, ModelRequest
 from skyrl_rewards.rewards.rec import check_box_coords, iou_sample_score, row_scaling
 from skyrl_rewards.rewards.result import ComponentScore, Status
 from skyrl_rewards.rewards.shaping import (
@@ -137,12 +137,22 @@ class Component:
 
 
 class Accuracy(Component):
-    """Answer accuracy, dispatched on the row's ``accu_reward_method`` (default: ``default``)."""
+    """Answer accuracy, dispatched on the row's ``accu_reward_method`` (default: ``default``).
+
+    Rows whose method is ``llm`` are scored by a chat-model judge (``judge``:
+    the parameters of a :class:`~skyrl_rewards.rewards.models.judge.Judge`,
+    whose template defaults to VLM-R1's ``llm`` prompt and parser to
+    ``binary``) through the judge lane; without ``judge`` such a row is a
+    configuration error (masked), never a string comparison.
+    """
 
     name = "accuracy"
 
     def __init__(
-        self, math_guard: MathGuard | None = None, math_timeout_s: float = DEFAULT_TIMEOUT_S
+        self,
+        math_guard: MathGuard | None = None,
+        math_timeout_s: float = DEFAULT_TIMEOUT_S,
+        judge: Mapping[str, Any] | None = None,
     ) -> None:
         if math_guard not in (None, "subprocess", "inline"):
             raise ValueError(f"math_guard: expected 'subprocess' or 'inline', got {math_guard!r}")
@@ -150,6 +160,37 @@ class Accuracy(Component):
             raise ValueError(f"math_timeout_s: expected a positive number, got {math_timeout_s!r}")
         self.math_guard = math_guard
         self.math_timeout_s = float(math_timeout_s)
+        self.judge: Component | None = None
+        if judge is not None:
+            if not isinstance(judge, Mapping):
+                raise ValueError(f"judge: expected the judge's parameters, got {judge!r:.80}")
+            from skyrl_rewards.rewards.models.judge import Judge
+
+            try:
+                self.judge = Judge(**judge)
+            except TypeError as error:
+                raise ValueError(f"judge: bad parameters: {error}") from error
+            except ValueError as error:
+                raise ValueError(f"judge.{error}") from error
+
+    def _judged(self, sample: Mapping[str, Any]) -> bool:
+        return self.judge is not None and sample.get("accu_reward_method") == "llm"
+
+    def lane(self, sample: Mapping[str, Any]) -> str | None:
+        return JUDGE_LANE if self._judged(sample) else None
+
+    def lane_request(self, sample: Mapping[str, Any]) -> ModelRequest:
+        if self.judge is None:
+            raise ValueError(LLM_NEEDS_JUDGE)
+        return self.judge.lane_request(sample)
+
+    def settle(self, request: ModelRequest, outcome: ModelOutcome) -> ComponentScore:
+        if self.judge is None:
+            raise ValueError(LLM_NEEDS_JUDGE)
+        return self.judge.settle(request, outcome)
+
+    def endpoints(self) -> dict[str, dict[str, Any]]:
+        return self.judge.endpoints() if self.judge is not None else {}
 
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
         method = sample.get("accu_reward_method")
@@ -166,6 +207,8 @@ class Accuracy(Component):
         )
 
     def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        if self._judged(sample):
+            return self.judge.work_key(sample)  # type: ignore[union-attr]
         solution = sample.get("solution")
         if not isinstance(solution, str):
             return None
@@ -316,6 +359,12 @@ class Length(Component):
         self.accuracy = Accuracy(math_guard, math_timeout_s)
 
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        if sample.get("accu_reward_method") == "llm":
+            raise ValueError(
+                "length: accu_reward_method 'llm' is not supported (the length shaping needs its "
+                "accuracy in the same step; a judged accuracy runs in the judge lane); use another "
+                "method for these rows, or the accuracy reward with a judge and no length reward"
+            )
         accuracy = self.accuracy.compute(content, sample)
         value = cosine_reward(content, self.tokenizer, accuracy.value, schedule=self.schedule)
         return ComponentScore(value, accuracy.status, accuracy.error)

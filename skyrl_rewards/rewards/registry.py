@@ -1,7 +1,8 @@
 """Registry: config names to reward components and to TRL-style batch reward functions.
 
 Names: ``accuracy``, ``iou``, ``detection``, ``length`` (cosine shaping with
-the accuracy it depends on), ``repetition``, ``format``, ``format_rec``.
+the accuracy it depends on), ``repetition``, ``format``, ``format_rec``,
+``judge`` (a chat-model judge, :mod:`~skyrl_rewards.rewards.models.judge`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from skyrl_rewards.rewards.components import (
     Length,
     Repetition,
 )
+from skyrl_rewards.rewards.models.judge import Judge
 
 COMPONENTS: dict[str, type[Component]] = {
     "accuracy": Accuracy,
@@ -28,6 +30,7 @@ COMPONENTS: dict[str, type[Component]] = {
     "repetition": Repetition,
     "format": Format,
     "format_rec": FormatRec,
+    "judge": Judge,
 }
 
 

@@ -15,7 +15,8 @@ from skyrl_rewards.rewards.registry import COMPONENTS, build_component
 FORMATTED = "<think>t</think><answer>2</answer>"
 
 
-@pytest.mark.parametrize("name", sorted(COMPONENTS))
+# model-based rewards need an endpoint: tests/models/ pickles and scores them against one
+@pytest.mark.parametrize("name", sorted(set(COMPONENTS) - {"judge"}))
 def test_every_batch_reward_pickles_and_keeps_its_name(name: str) -> None:
     reward = make_reward(name)
     clone = pickle.loads(pickle.dumps(reward))

@@ -1,0 +1,180 @@
+"""Benchmark the judge client against a chat endpoint on loopback (tests/models/judge_server.py).
+
+Two measurements:
+
+- ``throughput``: the endpoint serves at most C requests at once, each taking L
+  seconds, so it cannot do better than C / L requests per second. One
+  :class:`JudgeClient` with ``max_in_flight = C`` sends N distinct requests;
+  the figure is its rate as a share of C / L (target: at least 90%). The
+  server runs in its own process so that it does not share a GIL with the client.
+- ``outage``: a steady stream of requests while the endpoint is down for
+  ``--outage-s`` seconds, then up again. Every request must get exactly one
+  outcome (none lost); the figure is how many calls reached the endpoint
+  while it was down (the breaker's failures plus its probes: a handful).
+
+    PYTHONPATH=$PWD python scripts/bench_judge.py throughput --concurrency 32 --latency-s 0.1
+    PYTHONPATH=$PWD python scripts/bench_judge.py outage --outage-s 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "models"))
+
+from judge_server import JudgeServer  # noqa: E402
+
+from skyrl_rewards.rewards.models.judge_client import EndpointConfig, JudgeClient  # noqa: E402
+from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelRequest  # noqa: E402
+
+
+def request(i: int) -> ModelRequest:
+    return ModelRequest(JUDGE_LANE, "bench", {"messages": [{"role": "user", "content": f"q{i}"}]})
+
+
+def serve(concurrency: int, latency_s: float, urls: Any, stop: Any, counts: Any) -> None:
+    with JudgeServer(latency_s=latency_s, max_concurrent=concurrency) as server:
+        urls.put(server.url)
+        cpu = time.process_time()
+        stop.wait()
+        counts.put({"calls": server.calls, "peak": server.peak, "cpu_s": time.process_time() - cpu})
+
+
+def throughput(args: argparse.Namespace) -> dict[str, Any]:
+    context = multiprocessing.get_context("spawn")
+    urls, counts, stop = context.Queue(), context.Queue(), context.Event()
+    process = context.Process(
+        target=serve, args=(args.concurrency, args.latency_s, urls, stop, counts)
+    )
+    process.start()
+    url = urls.get(timeout=60)
+    config = EndpointConfig.from_mapping(
+        {"base_url": url, "model": "bench", "limits": {"max_in_flight": args.concurrency}}
+    )
+
+    async def go() -> tuple[float, dict[str, Any], Counter[str]]:
+        client = JudgeClient(config)
+        await asyncio.gather(
+            *(client.complete(request(-i)) for i in range(1, args.concurrency + 1))
+        )
+        start, cpu = time.perf_counter(), time.process_time()  # connections open: steady state
+        outcomes = await asyncio.gather(
+            *(client.complete(request(i)) for i in range(args.requests))
+        )
+        elapsed = time.perf_counter() - start
+        metrics = {**client.metrics(), "cpu_s": time.process_time() - cpu}
+        kinds = Counter(o.failure or "ok" for o in outcomes)
+        await client.aclose()
+        return elapsed, metrics, kinds
+
+    try:
+        elapsed, metrics, kinds = asyncio.run(go())
+    finally:
+        stop.set()
+        server = counts.get(timeout=60)
+        process.join(timeout=30)
+    bound = args.concurrency / args.latency_s
+    rate = args.requests / elapsed
+    return {
+        "bench": "throughput",
+        "concurrency": args.concurrency,
+        "latency_s": args.latency_s,
+        "requests": args.requests,
+        "outcomes": dict(kinds),
+        "elapsed_s": round(elapsed, 3),
+        "requests_per_s": round(rate, 1),
+        "bound_per_s": round(bound, 1),
+        "share_of_bound": round(rate / bound, 3),
+        "server_peak_in_flight": server["peak"],
+        "client_cpu_ms_per_request": round(metrics["cpu_s"] / args.requests * 1000, 3),
+        "server_cpu_ms_per_request": round(server["cpu_s"] / server["calls"] * 1000, 3),
+        "load_average_1min": round(os.getloadavg()[0], 1),
+        "cpus": os.cpu_count(),
+        "latency_p50_s": metrics["latency_s"]["p50"],
+        "latency_p99_s": metrics["latency_s"]["p99"],
+    }
+
+
+def outage(args: argparse.Namespace) -> dict[str, Any]:
+    async def go(server: JudgeServer) -> dict[str, Any]:
+        config = EndpointConfig.from_mapping(
+            {
+                "base_url": server.url,
+                "model": "bench",
+                "timeout_s": 5.0,
+                "retries": {"max_retries": 3, "backoff_base_s": 0.2},
+                "breaker": {"failures": 5, "reset_s": args.breaker_reset_s},
+            }
+        )
+        client = JudgeClient(config)
+        tasks: list[asyncio.Task[Any]] = []
+        start = time.monotonic()
+        phases = {"before": args.warm_s, "down": args.warm_s + args.outage_s}
+        end = phases["down"] + args.after_s
+        calls_at: dict[str, int] = {}
+        i = 0
+        while (now := time.monotonic() - start) < end:
+            if now >= phases["before"] and "down" not in calls_at:
+                server.down = True
+                calls_at["down"] = server.calls
+            if now >= phases["down"] and "up" not in calls_at:
+                server.down = False
+                calls_at["up"] = server.calls
+            tasks.append(asyncio.ensure_future(client.complete(request(i))))
+            i += 1
+            await asyncio.sleep(1.0 / args.rate)
+        outcomes = await asyncio.gather(*tasks)
+        metrics = client.metrics()
+        await client.aclose()
+        return {
+            "bench": "outage",
+            "outage_s": args.outage_s,
+            "breaker_reset_s": args.breaker_reset_s,
+            "sent": len(tasks),
+            "outcomes": len(outcomes),
+            "lost": len(tasks) - len(outcomes),
+            "by_kind": dict(Counter(o.failure or "ok" for o in outcomes)),
+            "calls_while_down": calls_at["up"] - calls_at["down"],
+            "breaker_opens": metrics["breaker"]["opens"],
+            "last_10_ok": sum(o.ok for o in outcomes[-10:]),
+            "breaker_state_at_end": metrics["breaker"]["state"],
+        }
+
+    with JudgeServer(latency_s=args.latency_s) as server:
+        return asyncio.run(go(server))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="bench", required=True)
+    tp = sub.add_parser("throughput")
+    tp.add_argument("--concurrency", type=int, default=32)
+    tp.add_argument("--latency-s", type=float, default=0.1)
+    tp.add_argument("--requests", type=int, default=3000)
+    out = sub.add_parser("outage")
+    out.add_argument("--outage-s", type=float, default=60.0)
+    out.add_argument("--warm-s", type=float, default=3.0)
+    out.add_argument("--after-s", type=float, default=12.0)
+    out.add_argument("--rate", type=float, default=20.0, help="requests sent per second")
+    out.add_argument("--latency-s", type=float, default=0.05)
+    out.add_argument("--breaker-reset-s", type=float, default=10.0)
+    args = parser.parse_args()
+    result = throughput(args) if args.bench == "throughput" else outage(args)
+    json.dump(result, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
