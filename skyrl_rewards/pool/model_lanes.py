@@ -61,11 +61,11 @@ class JudgeLane:
     """Ray actor body (asynchronous). Build it with ``ray.remote(JudgeLane)``."""
 
     def __init__(self, rewards: Mapping[str, Mapping[str, Any]]) -> None:
-        from skyrl_rewards.rewards.models.judge_client import JudgeClient
+        from skyrl_rewards.rewards.models.judge_client import EndpointConfig, JudgeClient
 
         self._mix = RewardMix.from_config(rewards)
         self._clients = {
-            key: JudgeClient(config)
+            key: JudgeClient(EndpointConfig.from_mapping(config))
             for key, config in _lane_endpoints(self._mix, JUDGE_LANE).items()
         }
 
@@ -96,8 +96,11 @@ class JudgeLane:
         return _as_tuple(component.settle(request, outcome))
 
     async def metrics(self) -> dict[str, Any]:
-        """Per endpoint (``model@base_url``): the judge client's counters."""
-        return {client.label: client.metrics() for client in self._clients.values()}
+        """Per endpoint (``model@base_url``): the judge client's counters (see ``JudgeClient``)."""
+        return {
+            f"{client.config.model}@{client.config.base_url}": client.metrics()
+            for client in self._clients.values()
+        }
 
 
 class RewardModelWorker:

@@ -97,7 +97,8 @@ class RewardWorker:
         import ray
 
         for name in self._mix.names:
-            self._timed_score(name, WARMUP_SAMPLE)
+            if self._mix.lane(name, WARMUP_SAMPLE) is None:  # model lanes never reach a worker
+                self._timed_score(name, WARMUP_SAMPLE)
         return os.getpid(), ray.get_runtime_context().get_node_id()
 
     def score_tasks(

@@ -176,6 +176,9 @@ class Accuracy(Component):
     def _judged(self, sample: Mapping[str, Any]) -> bool:
         return self.judge is not None and sample.get("accu_reward_method") == "llm"
 
+    def lanes(self) -> frozenset[str]:
+        return frozenset({JUDGE_LANE}) if self.judge is not None else frozenset()
+
     def lane(self, sample: Mapping[str, Any]) -> str | None:
         return JUDGE_LANE if self._judged(sample) else None
 

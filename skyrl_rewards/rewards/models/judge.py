@@ -96,6 +96,9 @@ class Judge(Component):
         )
         self.verdict = Verdict.from_config(parser)
 
+    def lanes(self) -> frozenset[str]:
+        return frozenset({JUDGE_LANE})
+
     def lane(self, sample: Mapping[str, Any]) -> str | None:
         return JUDGE_LANE
 
