@@ -10,8 +10,11 @@ TRL's own ``rollout_func`` hook: the only stand-in, for the sampler.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,9 @@ from skyrl_rewards.rewards.batch import accuracy_reward, make_reward  # noqa: E4
 from skyrl_rewards.rewards.format_checks import format_reward  # noqa: E402
 from skyrl_rewards.rewards.rec import iou_reward  # noqa: E402
 from skyrl_rewards.rewards.text import completion_text  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent / "models"))
+from judge_server import JudgeServer, Response  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -327,3 +333,58 @@ def test_iou_reads_the_grid_column_and_masks_an_image_without_one(
     trainer.train()
     assert logged(trainer, "rewards/iou_reward/mean") == pytest.approx([1.0])  # scaled: exact
     assert logged(trainer, "rewards/iou_reward/masked_ratio") == [0.5]
+
+
+def test_judge_rewards_score_and_mask_inside_the_trainer(
+    tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    # a chat endpoint on loopback stands in for the judge model: 1.0 when the answer equals the
+    # reference; the rows of the second prompt get HTTP 500 (an outage of that row's calls)
+    bad_prompt = [{"role": "user", "content": "A row the judge fails on"}]
+
+    def grade(body: dict[str, Any]) -> str:
+        text = body["messages"][-1]["content"]
+        match = re.search(r"Student's response: (.*)\nCorrect solution: (.*)\n", text) or re.search(
+            r"A: (.*)\nRef: (.*)", text
+        )
+        assert match is not None, text
+        return "1.0" if match.group(1) == match.group(2) else "0.0"
+
+    def plan(number: int, body: dict[str, Any]) -> Response | None:
+        failing = bad_prompt[0]["content"] in json.dumps(
+            body
+        ) or "Correct solution: 43" in json.dumps(body)
+        return Response(500) if failing else None
+
+    tokenizer = load_tokenizer(tokenizer_dir)
+    dataset = Dataset.from_list(
+        [
+            {"prompt": PROMPT, "solution": "<answer>42</answer>", "accu_reward_method": "llm"},
+            {"prompt": bad_prompt, "solution": "<answer>43</answer>", "accu_reward_method": "llm"},
+        ]
+    )
+    with JudgeServer(reply=grade, plan=plan) as server:
+        endpoint = {"base_url": server.url, "model": "judge", "retries": {"max_retries": 0}}
+        judge = make_reward(
+            "judge",
+            template={"system": "Grade.", "user": "Q: {question}\nA: {answer}\nRef: {solution}"},
+            **endpoint,
+        )
+        trainer = GRPOTrainer(
+            model=tiny_model(tokenizer),
+            reward_funcs=[make_reward("accuracy", judge=endpoint), judge],
+            args=grpo_args(tmp_path, per_device_train_batch_size=8),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            rollout_func=fixed_rollout(tokenizer),
+        )
+        trainer.train()
+    assert trainer.state.global_step == 2
+    for name in ("accuracy_reward", "judge_reward"):
+        # the good group's verdicts only (ACCURACY: one right answer of four); the rest masked
+        assert logged(trainer, f"rewards/{name}/mean") == pytest.approx([0.25, 0.25]), name
+        assert logged(trainer, f"rewards/{name}/masked_ratio") == [0.5, 0.5], name
+    questions = [
+        m["content"] for b in server.bodies for m in b["messages"] if "Q: " in str(m["content"])
+    ]
+    assert any(q.startswith("Q: What is six times seven?") for q in questions)  # TRL's prompt

@@ -270,18 +270,22 @@ class JudgeClient:
         self._latency_sum_s = 0.0
 
     async def complete(self, request: ModelRequest) -> ModelOutcome:
-        """The outcome of ``request``: its reply, or a failure; never raises for the endpoint."""
+        """The outcome of ``request``: its reply, or a failure; never raises for the endpoint.
+
+        An identical request answered before, or in flight now, gives the same
+        outcome with ``cached`` set and no tokens (no call is made for it).
+        """
         self._counts["requests"] += 1
         key = request.cache_key()
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)
             self._counts["cache_hits"] += 1
-            return dataclasses.replace(cached, cached=True, latency_s=0.0)
+            return _from_cache(cached)
         task = self._pending.get(key)
         if task is not None:
             self._counts["cache_hits"] += 1
-            return dataclasses.replace(await asyncio.shield(task), cached=True)
+            return _from_cache(await asyncio.shield(task))
         task = asyncio.ensure_future(self._complete_once(request))
         self._pending[key] = task
         task.add_done_callback(lambda done: self._finish(key, done))
@@ -374,7 +378,8 @@ class JudgeClient:
             try:
                 attempt = await self._call(body)
             except asyncio.CancelledError:
-                self._breaker.failure()  # a probe or call abandoned by the deadline
+                if self._breaker.state == "half_open":
+                    self._breaker.failure()  # a probe abandoned by the deadline: probe again later
                 raise
             finally:
                 self._in_flight.release()
@@ -493,6 +498,11 @@ class JudgeClient:
         self._counts["tokens_in"] += attempt.tokens_in
         self._counts["tokens_out"] += attempt.tokens_out
         return attempt
+
+
+def _from_cache(outcome: ModelOutcome) -> ModelOutcome:
+    """An outcome answered without a call: no tokens spent, no latency."""
+    return dataclasses.replace(outcome, cached=True, tokens_in=0, tokens_out=0, latency_s=0.0)
 
 
 def _status_attempt(response: Any) -> _Attempt:
