@@ -135,6 +135,44 @@ def test_check_passes_on_the_sample(capsys) -> None:
     assert "checked 24 rows" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    ("config", "cwd", "used"),
+    [
+        ("configs/rec.yaml", ROOT, f"config: {CONFIGS / 'rec.yaml'}\n"),  # the README's path
+        ("rec.yaml", "tmp", f"config: {CONFIGS / 'rec.yaml'} (bundled)\n"),  # bare name
+        ("rec", "tmp", f"config: {CONFIGS / 'rec.yaml'} (bundled)\n"),  # bare, no suffix
+        ("bundled:rec.yaml", "tmp", f"config: {CONFIGS / 'rec.yaml'} (bundled)\n"),  # prefix
+    ],
+)
+def test_the_config_used_is_named(config, cwd, used, tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path if cwd == "tmp" else cwd)
+    code = main(["check", "--config", config, "--input", str(SAMPLE / "rec.jsonl")])
+    assert code == 0
+    assert capsys.readouterr().out.startswith(used)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        # issue 24: a wrong folder or a path that does not exist fell back to the bundled rec.yaml
+        (
+            "config/rec.yaml",
+            "config/rec.yaml: no such config file (for the bundled one, name it "
+            "rec.yaml or bundled:rec.yaml); bundled configs: detection.yaml, math.yaml, pool.yaml",
+        ),
+        ("/nope/rec.yaml", "/nope/rec.yaml: no such config file (for the bundled one"),
+        ("/nope/mine.yaml", "/nope/mine.yaml: no such config file; bundled configs:"),
+        ("bundled:nope.yaml", "no such config file and no bundled config of that name"),
+    ],
+)
+def test_a_config_path_that_does_not_exist_is_an_error(config: str, message: str, capsys) -> None:
+    code = main(["check", "--config", config, "--input", str(SAMPLE / "rec.jsonl")])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert message in captured.err
+    assert "checked" not in captured.out
+
+
 def test_check_lists_the_rows_that_would_be_dataset_errors(tmp_path: Path, capsys) -> None:
     good = read_rows(SAMPLE / "rec.jsonl")[0]
     (tmp_path / "images").mkdir()

@@ -75,6 +75,13 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> PoolConfig:
         raise ValueError(f"config {path} with overrides {list(overrides)}: {e}") from e
 
 
+def report_config(path: str | Path) -> None:
+    """Print which config file ``path`` named (a bundled one is marked so)."""
+    from skyrl_rewards.bundled import describe
+
+    print(f"config: {describe(path)}")
+
+
 def _one_line(error: Exception) -> str:
     return " ".join(str(error).split())
 
@@ -122,6 +129,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     from skyrl_rewards.rewards.mix import RewardMix
 
     cfg = load_config(args.config, args.overrides)
+    report_config(args.config)
     RewardMix.from_config(cfg.rewards)  # unknown names and bad parameters, before Ray
     input_path = Path(args.input)
     rows, lines = load_rows(input_path, "score")
@@ -179,6 +187,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from skyrl_rewards.rewards.mix import RewardMix
 
     cfg = load_config(args.config, args.overrides)
+    report_config(args.config)
     mix = RewardMix.from_config(cfg.rewards)
     input_path = Path(args.input)
     rows, lines = load_rows(input_path, "check")
@@ -214,6 +223,7 @@ def cmd_pool_start(args: argparse.Namespace) -> int:
     from skyrl_rewards.pool import service as pool_service
 
     cfg = load_config(args.config, args.overrides)
+    report_config(args.config)
     config = pool_service.start(cfg)
     print(
         f"reward pool {config['name']!r} started in namespace {config['namespace']!r}: "

@@ -168,7 +168,8 @@ def load_pool_config(
 ) -> PoolConfig:
     """Defaults <- ``source`` (YAML path, mapping or omegaconf node) <- ``key=value`` overrides.
 
-    A path that does not exist names a bundled config by its file name
+    A bare name (``rec.yaml``) or ``bundled:rec.yaml`` names a bundled config;
+    a path that does not exist is a ``FileNotFoundError``
     (:func:`skyrl_rewards.bundled.config_file`).
 
     Raises ``ValueError`` naming the key for an unknown key or a wrong type.
