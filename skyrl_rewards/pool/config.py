@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from skyrl_rewards.bundled import config_file
+from skyrl_rewards.suggest import did_you_mean
 
 PLACEMENTS = ("spread", "default")
 
@@ -188,9 +189,7 @@ def load_pool_config(
         plain = OmegaConf.to_container(loaded, resolve=True)
         if not isinstance(plain, dict):
             raise ValueError(f"pool config: expected a mapping, got {type(plain).__name__}")
-        unknown = set(plain) - {f.name for f in dataclasses.fields(PoolConfig)}
-        if unknown:
-            raise ValueError(f"pool config: unknown keys {sorted(unknown)}")
+        _refuse_unknown_keys(plain)
         if "rewards" in plain:  # a given mix replaces the default mix, it is not merged into it
             merged.rewards = {}
         merged = OmegaConf.merge(merged, loaded)
@@ -198,10 +197,17 @@ def load_pool_config(
         merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
     data = OmegaConf.to_container(merged, resolve=True)
     assert isinstance(data, dict)
-    unknown = set(data) - {f.name for f in dataclasses.fields(PoolConfig)}
-    if unknown:
-        raise ValueError(f"pool config: unknown keys {sorted(unknown)}")
+    _refuse_unknown_keys(data)
     return PoolConfig(**{str(k): v for k, v in data.items()})
+
+
+def _refuse_unknown_keys(data: Mapping[Any, Any]) -> None:
+    """Raise ``ValueError`` naming each key that is not a setting, with the nearest setting."""
+    known = [f.name for f in dataclasses.fields(PoolConfig)]
+    unknown = sorted(str(key) for key in data if key not in known)
+    if unknown:
+        named = ", ".join(f"{key!r}{did_you_mean(key, known)}" for key in unknown)
+        raise ValueError(f"pool config: unknown key{'s' * (len(unknown) > 1)} {named}")
 
 
 def _check_types(cfg: PoolConfig) -> None:

@@ -75,6 +75,18 @@ class PoolDirectory:
                 states.append("running")
         return states
 
+    def worker_errors(self) -> list[str]:
+        """The error of each failed worker (its exception's last line), in slot order; never waits."""
+        done, _ = ray.wait(self._ready, num_returns=len(self._ready), timeout=0)
+        errors = []
+        for ready in done:
+            try:
+                ray.get(ready, timeout=0)
+            except ray.exceptions.RayError as error:
+                lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+                errors.append(lines[-1] if lines else type(error).__name__)
+        return errors
+
     def replace(self, slot: int, generation: int, graceful: bool) -> tuple[int, ActorHandle]:
         """Replace slot ``slot`` if it still holds ``generation``; return the slot's worker.
 

@@ -25,6 +25,7 @@ from skyrl_rewards.pool.cluster import NoClusterError, check_free_cpus, join_clu
 from skyrl_rewards.pool.config import PoolConfig
 from skyrl_rewards.pool.directory import PoolDirectory
 from skyrl_rewards.pool.reward_pool import PoolStartError, refuse_taken_name
+from skyrl_rewards.rewards.mix import RewardMix
 
 __all__ = ["NoClusterError", "NoPoolError", "PoolStartError", "start", "status", "stop"]
 
@@ -51,12 +52,15 @@ def _directory(name: str, namespace: str) -> Any:
 def start(config: PoolConfig) -> dict[str, Any]:
     """Start the pool ``config.name`` detached on the cluster; return its settings.
 
-    Returns once every worker has loaded its rewards. Raises
-    ``PoolExistsError`` when the name is taken, ``NoClusterError`` without a
+    Returns once every worker has loaded its rewards. Raises ``ValueError``
+    naming the reward for a wrong reward name or parameter (before joining
+    the cluster), ``PoolExistsError`` when the name is taken, ``NoClusterError`` without a
     cluster, ``NotEnoughCpusError`` when the cluster has too few free CPUs, and
-    ``PoolStartError`` (after stopping what it started) when the workers are
-    not all running within ``start_timeout_s``.
+    ``PoolStartError`` (after stopping what it started) when a worker failed
+    to load the rewards (its error in the message) or the workers are not all
+    running within ``start_timeout_s``.
     """
+    RewardMix.from_config(config.rewards)  # a typo fails here, before any worker starts
     _connect(config.address, config.namespace)
     refuse_taken_name(config, f"`skyrl-rewards pool stop --name {config.name}` first")
     check_free_cpus(config.num_workers, config.num_cpus_per_worker)
@@ -76,17 +80,22 @@ def start(config: PoolConfig) -> dict[str, Any]:
         ray.kill(directory)
         raise
     if any(state != "running" for state in states):
+        errors = ray.get(directory.worker_errors.remote(), timeout=config.start_timeout_s)
         _stop(directory)
-        failed = states.count("failed")
-        cause = (
-            f"{failed} failed to load the rewards (see the Ray worker logs)"
-            if failed
-            else f"not all running within {config.start_timeout_s:g}s"
+        running = (
+            f"{states.count('running')} of {len(states)} workers running, "
+            f"{states.count('pending')} pending"
         )
+        if errors:
+            distinct = list(dict.fromkeys(errors))
+            raise PoolStartError(
+                f"the workers of pool {config.name!r} did not start: {len(errors)} failed to "
+                f"load the rewards: {'; '.join(distinct)} ({running}); the pool was stopped. "
+                "Fix: that error (a reward's file or package missing on a worker node?)"
+            )
         raise PoolStartError(
-            f"start_timeout_s: the workers of pool {config.name!r} did not start: {cause} "
-            f"({states.count('running')} of {len(states)} workers running, "
-            f"{states.count('pending')} pending; the cluster has "
+            f"start_timeout_s: the workers of pool {config.name!r} did not start: not all "
+            f"running within {config.start_timeout_s:g}s ({running}; the cluster has "
             f"{ray.available_resources().get('CPU', 0.0):g} CPUs free); the pool was stopped. "
             "Fix: free CPUs (stop another pool), lower num_workers, or raise start_timeout_s "
             "if the rewards load slowly"
