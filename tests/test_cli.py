@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -468,3 +470,77 @@ def test_bench_runs_the_pool_benchmark_with_its_own_options(ray_local, capsys) -
         for line in out.splitlines()
         if line.startswith("| loop") or line.startswith("| pool")
     ] == ["loop", "pool"]
+
+
+def _interrupt_score(tmp_path: Path, ready) -> tuple[subprocess.CompletedProcess[str], Path, int]:
+    """Run `score` on a long input in its own process group; SIGINT the group once ``ready``."""
+    rows = read_rows(SAMPLE / "math.jsonl")
+    data = tmp_path / "long.jsonl"
+    with data.open("w") as f:
+        for copy in range(150):  # distinct completions: no answer is served from the cache
+            for row in rows:
+                moved = {**row, "completion": row["completion"] + " " * copy}
+                if "image_path" in row:
+                    moved["image_path"] = str(SAMPLE / row["image_path"])
+                f.write(json.dumps(moved) + "\n")
+    output = tmp_path / "out" / "scores.jsonl"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    env.pop("RAY_ADDRESS", None)
+    args = _score_args("configs/math.yaml", data, output)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "skyrl_rewards.cli", *args, "--no-progress"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a terminal's Ctrl-C reaches the whole group: Ray's too
+    )
+    try:
+        ready(process, output)
+        os.killpg(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    return done, output, len(rows) * 150
+
+
+def _after_config_line(process: subprocess.Popen, output: Path) -> None:
+    assert process.stdout is not None
+    assert process.stdout.readline().startswith("config: ")  # Ray starts after this line
+
+
+def _after_first_rows(process: subprocess.Popen, output: Path) -> None:
+    deadline = time.monotonic() + 180
+    while not (output.exists() and output.stat().st_size) and time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+
+
+def test_ctrl_c_while_ray_starts_is_one_line(tmp_path: Path) -> None:
+    done, output, total = _interrupt_score(tmp_path, _after_config_line)
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("skyrl-rewards score: interrupted"), done.stderr
+    assert not output.exists()
+
+
+def test_ctrl_c_while_scoring_keeps_the_rows_written_and_says_how_to_go_on(
+    tmp_path: Path,
+) -> None:
+    done, output, total = _interrupt_score(tmp_path, _after_first_rows)
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr
+    written = read_rows(output)
+    assert 0 < len(written) < total
+    assert all("total" in row["reward"] for row in written)
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == (
+        f"skyrl-rewards score: interrupted: {len(written)} of {total} rows scored and written "
+        f"to {output} (input lines 1-{len(written)}); rerun the same command to score them all, "
+        f"or score the rest on its own: `tail -n +{len(written) + 1} {tmp_path / 'long.jsonl'} "
+        "> rest.jsonl`, then --input rest.jsonl"
+    )

@@ -49,6 +49,8 @@ from skyrl_rewards.pool.config import PoolConfig, load_pool_config
 from skyrl_rewards.rewards.result import RewardResult
 
 PROGRESS_CHUNK = 16
+INTERRUPTED = 130
+"""Exit code after Ctrl-C (128 + SIGINT), as a shell reports it."""
 POOL_COUNTERS = (
     "items",
     "worker_calls",
@@ -99,20 +101,41 @@ def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[start : start + size]
 
 
-def score_samples(
+def score_chunks(
     pool: Any, samples: Sequence[dict[str, Any]], *, progress: bool = True
-) -> list[RewardResult]:
-    """Score ``samples`` through ``pool`` in chunks, with a tqdm progress bar."""
+) -> Iterator[list[RewardResult]]:
+    """Score ``samples`` through ``pool`` in chunks, yielding each chunk's results (tqdm bar)."""
     from tqdm import tqdm
 
-    results: list[RewardResult] = []
     with tqdm(
         total=len(samples), unit="row", desc="scoring", disable=not progress, file=sys.stderr
     ) as bar:
         for chunk in _chunks(samples, PROGRESS_CHUNK):
-            results.extend(pool.score(list(chunk)))
+            results = pool.score(list(chunk))
             bar.update(len(chunk))
-    return results
+            yield results
+
+
+def _count_lines(path: Path) -> int:
+    with path.open("rb") as f:
+        return sum(1 for _ in f)
+
+
+def interrupted_message(scored: int, lines: Sequence[int], input_path: Path, output: Path) -> str:
+    """The one line ``score`` prints on Ctrl-C: which rows were written and how to go on."""
+    total = len(lines)
+    if not scored:
+        return (
+            f"skyrl-rewards score: interrupted before any row was scored (0 of {total}); "
+            f"nothing written to {output}; rerun the same command to score {input_path}"
+        )
+    rest = f"tail -n +{lines[scored]} {input_path} > rest.jsonl" if scored < total else ""
+    return (
+        f"skyrl-rewards score: interrupted: {scored} of {total} rows scored and written to "
+        f"{output} (input lines {lines[0]}-{lines[scored - 1]}); rerun the same command to "
+        f"score them all"
+        + (f", or score the rest on its own: `{rest}`, then --input rest.jsonl" if rest else "")
+    )
 
 
 MAX_LISTED_ROWS = 20
@@ -138,16 +161,28 @@ def cmd_score(args: argparse.Namespace) -> int:
 
     from skyrl_rewards.pool.reward_pool import RewardPool
 
-    pool = RewardPool.from_config(cfg)
+    results: list[RewardResult] = []
+    writing: list[bool] = []  # set once write_rows has opened the output
+
+    def scored_rows() -> Iterator[dict[str, Any]]:
+        writing.append(True)
+        for chunk in score_chunks(pool, samples, progress=not args.no_progress):
+            start = len(results)
+            results.extend(chunk)
+            for row, result in zip(rows[start : len(results)], chunk, strict=True):
+                yield {**row, "reward": result.to_dict()}
+
     try:
-        results = score_samples(pool, samples, progress=not args.no_progress)
-        metrics = pool.metrics()
-    finally:
-        pool.shutdown()
-    write_rows(
-        output,
-        ({**row, "reward": result.to_dict()} for row, result in zip(rows, results, strict=True)),
-    )
+        pool = RewardPool.from_config(cfg)
+        try:
+            write_rows(output, scored_rows())  # row by row: an interrupted run keeps what it has
+            metrics = pool.metrics()
+        finally:
+            pool.shutdown()
+    except KeyboardInterrupt:
+        written = _count_lines(output) if writing else 0
+        print(interrupted_message(written, lines, input_path, output), file=sys.stderr)
+        return INTERRUPTED
     weights = {n: float(e.get("weight", 1.0)) for n, e in cfg.rewards.items()}
     print(format_table(summarize(results, weights)))
     print(f"\nscored {len(results)} rows -> {output}")
@@ -342,6 +377,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args.func(args))
+    except KeyboardInterrupt:
+        print(f"skyrl-rewards {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return INTERRUPTED
     except (ValueError, OSError) as e:  # OSError: a missing or unreadable file, a refused address
         print(f"skyrl-rewards {args.command}: error: {e}", file=sys.stderr)
         return 2
