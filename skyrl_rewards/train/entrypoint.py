@@ -155,6 +155,7 @@ def _summary(cfg: Any) -> str:
             f"reward_pool: {asdict(cfg.reward_pool)}",
             f"generator.vision_language_generator: {cfg.generator.vision_language_generator}",
             f"trainer.strategy: {cfg.trainer.strategy}",
+            f"trainer.logger: {cfg.trainer.logger}",
             "config OK",
         ]
     )
