@@ -48,11 +48,13 @@ class PoolConfig:
     placement: str = "spread"
     """``spread``: workers across nodes (Ray SPREAD); ``default``: Ray decides (packs)."""
     worker_niceness: int | None = 0
-    """Niceness of the worker processes. Ray starts workers at 15, so next to a busy trainer
-    the rewards starve; 0 competes evenly. A pool that starts its own Ray has Ray start its
-    workers at this value (0 to 19). In a running cluster a worker lowers its own niceness,
-    which needs privileges (CAP_SYS_NICE): when refused, it logs a warning and keeps Ray's
-    value. ``None`` keeps Ray's value."""
+    """Steps nicer than the process that starts the pool the workers run (at most 19): 0
+    competes evenly with it (a trainer; a driver under ``nice -n 10`` gets workers at 10).
+    Ray starts workers 15 steps nicer, so next to a busy trainer the rewards starve. A pool that
+    starts its own Ray has Ray start its workers there (niceness is relative: no privileges
+    needed). In a running cluster a worker sets that niceness itself; lowering it needs
+    privileges (CAP_SYS_NICE): when refused, it logs a warning and keeps Ray's value. ``None``
+    keeps Ray's."""
     first_pass_s: float = 0.1
     """CPU seconds a math check may take in a worker's first pass (ordinary checks take
     milliseconds: 0.2 ms median, 18 ms p99 on the hang benchmark's answers); a task that needs

@@ -26,13 +26,26 @@ from skyrl_rewards.pool.config import PoolConfig
 from skyrl_rewards.pool.worker import SLOW_LANE, RewardWorker
 
 _STRATEGIES = {"spread": "SPREAD", "default": "DEFAULT"}
+MAX_NICENESS = 19
+
+
+def worker_niceness(steps: int | None, driver_niceness: int) -> int | None:
+    """The niceness a worker sets: ``steps`` nicer than the driver, at most 19; None: Ray's.
+
+    >>> worker_niceness(0, 10), worker_niceness(15, 10), worker_niceness(None, 10)
+    (10, 19, None)
+    """
+    return None if steps is None else min(MAX_NICENESS, driver_niceness + steps)
 
 
 class PoolDirectory:
     """Ray actor body. One per pool, named ``config.name`` in ``config.namespace``."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], driver_niceness: int = 0) -> None:
+        """``driver_niceness``: the niceness of the process that starts the pool; workers run
+        ``config["worker_niceness"]`` steps nicer than it (at most 19)."""
         self._config = PoolConfig(**config)
+        self._niceness = worker_niceness(self._config.worker_niceness, driver_niceness)
         self._worker_cls = ray.remote(concurrency_groups={SLOW_LANE: 1})(RewardWorker).options(
             num_cpus=self._config.num_cpus_per_worker,
             scheduling_strategy=_STRATEGIES[self._config.placement],
@@ -110,5 +123,5 @@ class PoolDirectory:
             ray.kill(worker, no_restart=True)
 
     def _start_worker(self) -> tuple[ActorHandle, ObjectRef]:
-        worker = self._worker_cls.remote(self._config.rewards, self._config.worker_niceness)
+        worker = self._worker_cls.remote(self._config.rewards, self._niceness)
         return worker, worker.ready.remote()

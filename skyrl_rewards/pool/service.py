@@ -16,6 +16,7 @@ do not start within ``start_timeout_s`` each end in an error naming the fix.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -67,7 +68,7 @@ def start(config: PoolConfig) -> dict[str, Any]:
     directory = (
         ray.remote(PoolDirectory)
         .options(name=config.name, namespace=config.namespace, num_cpus=0, lifetime="detached")
-        .remote(config.to_dict())
+        .remote(config.to_dict(), os.getpriority(os.PRIO_PROCESS, 0))
     )
     deadline = time.monotonic() + config.start_timeout_s
     try:
