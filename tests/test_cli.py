@@ -175,6 +175,19 @@ def test_a_config_path_that_does_not_exist_is_an_error(config: str, message: str
     assert "checked" not in captured.out
 
 
+def test_overrides_merge_into_the_mix_and_the_mix_is_printed(capsys) -> None:
+    # issue 24: docs showed `--config configs/pool.yaml rewards.iou.weight=1.0` as "iou alone"
+    args = ["check", "--config", "configs/pool.yaml", "--input", str(SAMPLE / "rec.jsonl")]
+    main([*args, "rewards.iou.weight=1.0"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == [
+        f"config: {CONFIGS / 'pool.yaml'}",
+        "rewards: accuracy (weight 1.0), format (weight 0.5), iou (weight 1.0)",
+    ]
+    main(["check", "--config", "configs/rec.yaml", "--input", str(SAMPLE / "rec.jsonl")])
+    assert "rewards: iou (weight 1.0), format_rec (weight 1.0)\n" in capsys.readouterr().out
+
+
 def test_check_lists_the_rows_that_would_be_dataset_errors(tmp_path: Path, capsys) -> None:
     good = read_rows(SAMPLE / "rec.jsonl")[0]
     (tmp_path / "images").mkdir()
@@ -439,6 +452,7 @@ def test_pool_start_status_stop_on_a_running_cluster(ray_local) -> None:
     )
     assert started.returncode == 0, started.stderr
     assert f"reward pool '{name}' started" in started.stdout
+    assert "rewards iou (weight 1.0), format_rec (weight 1.0)\n" in started.stdout
     samples = to_samples(read_rows(SAMPLE / "rec.jsonl"), SAMPLE)[:6]
     with RewardPool.connect(name) as client:  # the starting process is gone; the pool scores
         assert [r.total for r in client.score(samples)] == pytest.approx(expected_totals("rec")[:6])

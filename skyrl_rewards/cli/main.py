@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +77,27 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> PoolConfig:
         raise ValueError(f"config {path} with overrides {list(overrides)}: {e}") from e
 
 
-def report_config(path: str | Path) -> None:
-    """Print which config file ``path`` named (a bundled one is marked so)."""
+def report_config(path: str | Path, cfg: PoolConfig) -> None:
+    """Print which config file ``path`` named (a bundled one is marked so) and the mix it gives.
+
+    The mix is printed after the overrides: ``rewards.NAME.KEY=value`` changes
+    or adds one entry of the file's mix, it does not replace the mix.
+    """
     from skyrl_rewards.bundled import describe
 
     print(f"config: {describe(path)}")
+    print(f"rewards: {format_mix(cfg.rewards)}")
+
+
+def format_mix(rewards: Mapping[str, Mapping[str, Any]]) -> str:
+    """``iou (weight 1.0), format_rec (weight 1.0)``: the mix in config order.
+
+    >>> format_mix({"iou": {"weight": 2}, "format": {}})
+    'iou (weight 2), format (weight 1.0)'
+    """
+    return ", ".join(
+        f"{name} (weight {entry.get('weight', 1.0)})" for name, entry in rewards.items()
+    )
 
 
 def _one_line(error: Exception) -> str:
@@ -152,7 +168,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     from skyrl_rewards.rewards.mix import RewardMix
 
     cfg = load_config(args.config, args.overrides)
-    report_config(args.config)
+    report_config(args.config, cfg)
     RewardMix.from_config(cfg.rewards)  # unknown names and bad parameters, before Ray
     input_path = Path(args.input)
     rows, lines = load_rows(input_path, "score")
@@ -222,7 +238,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from skyrl_rewards.rewards.mix import RewardMix
 
     cfg = load_config(args.config, args.overrides)
-    report_config(args.config)
+    report_config(args.config, cfg)
     mix = RewardMix.from_config(cfg.rewards)
     input_path = Path(args.input)
     rows, lines = load_rows(input_path, "check")
@@ -258,11 +274,11 @@ def cmd_pool_start(args: argparse.Namespace) -> int:
     from skyrl_rewards.pool import service as pool_service
 
     cfg = load_config(args.config, args.overrides)
-    report_config(args.config)
+    report_config(args.config, cfg)
     config = pool_service.start(cfg)
     print(
         f"reward pool {config['name']!r} started in namespace {config['namespace']!r}: "
-        f"{config['num_workers']} workers running, rewards {', '.join(config['rewards'])}"
+        f"{config['num_workers']} workers running, rewards {format_mix(config['rewards'])}"
     )
     print(
         f"connect with RewardPool.connect({config['name']!r}); stop with "
@@ -284,12 +300,7 @@ def cmd_pool_status(args: argparse.Namespace) -> int:
         f"{info['workers_pending']} pending{failed})"
     )
     print(f"worker_replacements: {info['worker_replacements']}")
-    print(
-        "rewards: "
-        + ", ".join(
-            f"{name} (weight {entry.get('weight', 1.0)})" for name, entry in info["rewards"].items()
-        )
-    )
+    print(f"rewards: {format_mix(info['rewards'])}")
     for key in ("batch_size", "timeout_s", "max_retries", "fallback", "placement"):
         print(f"{key}: {info['config'][key]}")
     return 0
