@@ -80,7 +80,12 @@ def test_readme_command_scores_the_sample_in_a_fresh_process(tmp_path: Path) -> 
     )
     assert proc.returncode == 0, proc.stderr
     assert_scored_output(output, "rec", ["iou", "format_rec"])
-    table = proc.stdout.splitlines()
+    lines = proc.stdout.splitlines()
+    assert lines[:2] == [  # which file, and the mix after overrides
+        f"config: {CONFIGS / 'rec.yaml'}",
+        "rewards: iou (weight 1.0), format_rec (weight 1.0)",
+    ]
+    table = lines[2:]
     assert table[0].split() == [
         "component",
         "scored",
@@ -123,7 +128,8 @@ def test_score_through_a_pool_on_the_running_ray(
     assert code == 0
     assert_scored_output(output, task, components)
     out = capsys.readouterr().out
-    assert [line.split()[0] for line in out.splitlines()[2 : 3 + len(components)]] == [
+    table = out.splitlines()[2:]  # after the config and rewards lines
+    assert [line.split()[0] for line in table[2 : 3 + len(components)]] == [
         *components,
         "total",
     ]
