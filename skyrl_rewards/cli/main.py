@@ -11,8 +11,10 @@ Commands::
 
 ``CFG`` is an omegaconf YAML file: a reward mix (``configs/rec.yaml``,
 ``configs/detection.yaml``, ``configs/math.yaml``) and/or pool settings
-(``configs/pool.yaml``); ``key=value`` arguments override it
-(``num_workers=4 rewards.iou.weight=2``).
+(``configs/pool.yaml``), named by its path or, for a bundled one, by its
+bare name (``rec.yaml``) or ``bundled:rec.yaml``; ``key=value`` arguments
+override it (``num_workers=4 rewards.iou.weight=2``: merged into the mix).
+Each command prints the file it read and the resulting mix.
 
 ``score`` checks the config (every reward name and parameter), the input
 and the output path first, then starts a local reward pool (or joins
@@ -30,7 +32,8 @@ Exit codes: 0 success; 1 the dataset has problems (``check``) or some rows
 were masked (``score`` without ``--allow-errors``; the scores are still
 written); 2 bad usage, config or input (invalid YAML, an unknown reward, an
 empty input, an output that cannot be written; the message names the field
-and the line), reported before Ray starts.
+and the line), reported before Ray starts; 130 interrupted (Ctrl-C: one line,
+for ``score`` the rows written and how to go on).
 """
 
 from __future__ import annotations
