@@ -8,7 +8,9 @@ multi-node tests) shuts this one down first; the next test that asks for
 The session leaves the user's Ray state as it found it: Ray's "current
 cluster" file (``ray_current_cluster`` in Ray's temp dir, what
 ``address="auto"`` reads) is written by the test clusters (``ray start``,
-``ray.cluster_utils.Cluster``) and deleted by some of them, so it is saved at
+``ray.cluster_utils.Cluster``) and deleted by some of them, and Ray 2.60's
+``ray.init`` creates ``~/.ray/auth_token`` when there is none (after which a
+user's ``ray start --head`` turns on token authentication); both are saved at
 the start and put back at the end.
 """
 
@@ -63,10 +65,14 @@ def file_kept(path: Path) -> Iterator[None]:
             path.write_bytes(saved)
 
 
+RAY_TOKEN_FILE = Path.home() / ".ray" / "auth_token"
+"""Where ``ray.init`` writes a new token (Ray's default token path)."""
+
+
 @pytest.fixture(scope="session", autouse=True)
-def _users_ray_address_kept() -> Iterator[None]:
-    """The user's ``ray_current_cluster`` as it was before the session (see the module doc)."""
-    with file_kept(Path(get_ray_address_file(None))):
+def _users_ray_state_kept() -> Iterator[None]:
+    """The user's ``ray_current_cluster`` and Ray token as before the session (module doc)."""
+    with file_kept(Path(get_ray_address_file(None))), file_kept(RAY_TOKEN_FILE):
         yield
 
 
