@@ -26,9 +26,16 @@ find_python312() {
   return 1
 }
 
+# Each stage is announced with the time; pip prints its own lines (Collecting, Downloading,
+# Installing): the last stage writes about 9 GB and may print nothing for minutes.
+stage() { echo "[$(date -u +%H:%M:%S)] make_skyrl_venv: $*"; }
+
 PY=$(find_python312)
 if [[ "${1:-}" == "--which-python" ]]; then echo "$PY"; exit 0; fi
+stage "1/3 creating $VENV with $("$PY" --version) ($PY)"
 "$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q -e ".[skyrl,dev]"
-echo "$VENV ready: $("$VENV/bin/python" --version)"
+stage "2/3 upgrading pip"
+"$VENV/bin/python" -m pip install --progress-bar off --upgrade pip
+stage "3/3 installing this project with SkyRL 0.4, torch and vLLM (about 4 GB to download, 9 GB on disk; minutes)"
+"$VENV/bin/python" -m pip install --progress-bar off -e ".[skyrl,dev]"
+stage "$VENV ready: $("$VENV/bin/python" --version), $(du -sh "$VENV" | cut -f1) on disk"

@@ -4,6 +4,14 @@
 shuts it down at the end of the session. A test that needs its own cluster (the
 multi-node tests) shuts this one down first; the next test that asks for
 ``ray_local`` starts it again.
+
+The session leaves the user's Ray state as it found it: Ray's "current
+cluster" file (``ray_current_cluster`` in Ray's temp dir, what
+``address="auto"`` reads) is written by the test clusters (``ray start``,
+``ray.cluster_utils.Cluster``) and deleted by some of them, and Ray 2.60's
+``ray.init`` creates ``~/.ray/auth_token`` when there is none (after which a
+user's ``ray start --head`` turns on token authentication); both are saved at
+the start and put back at the end.
 """
 
 from __future__ import annotations
@@ -11,6 +19,8 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 # Before Ray is imported: keep every Ray address on 127.0.0.1. Without this Ray swaps a
 # loopback node address for the host's IP, and a multi-node test cluster cannot reach itself.
@@ -18,6 +28,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import pytest  # noqa: E402
 import ray  # noqa: E402
+from ray._common.utils import get_ray_address_file  # noqa: E402
 
 # tests/skyrl_trainer needs the skyrl package (Python 3.12); test_skyrl_trainer_py312.py runs it
 # in a venv of its own when this interpreter does not have it.
@@ -38,6 +49,31 @@ def start_local_ray() -> None:
             namespace=RAY_NAMESPACE,
             log_to_driver=False,
         )
+
+
+@contextmanager
+def file_kept(path: Path) -> Iterator[None]:
+    """Put ``path`` back as it was on exit: its bytes, or no file when there was none."""
+    saved = path.read_bytes() if path.is_file() else None
+    try:
+        yield
+    finally:
+        if saved is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(saved)
+
+
+RAY_TOKEN_FILE = Path.home() / ".ray" / "auth_token"
+"""Where ``ray.init`` writes a new token (Ray's default token path)."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _users_ray_state_kept() -> Iterator[None]:
+    """The user's ``ray_current_cluster`` and Ray token as before the session (module doc)."""
+    with file_kept(Path(get_ray_address_file(None))), file_kept(RAY_TOKEN_FILE):
+        yield
 
 
 @pytest.fixture(scope="session")

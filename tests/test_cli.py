@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,7 +80,12 @@ def test_readme_command_scores_the_sample_in_a_fresh_process(tmp_path: Path) -> 
     )
     assert proc.returncode == 0, proc.stderr
     assert_scored_output(output, "rec", ["iou", "format_rec"])
-    table = proc.stdout.splitlines()
+    lines = proc.stdout.splitlines()
+    assert lines[:2] == [  # which file, and the mix after overrides
+        f"config: {CONFIGS / 'rec.yaml'}",
+        "rewards: iou (weight 1.0), format_rec (weight 1.0)",
+    ]
+    table = lines[2:]
     assert table[0].split() == [
         "component",
         "scored",
@@ -121,7 +128,8 @@ def test_score_through_a_pool_on_the_running_ray(
     assert code == 0
     assert_scored_output(output, task, components)
     out = capsys.readouterr().out
-    assert [line.split()[0] for line in out.splitlines()[2 : 3 + len(components)]] == [
+    table = out.splitlines()[2:]  # after the config and rewards lines
+    assert [line.split()[0] for line in table[2 : 3 + len(components)]] == [
         *components,
         "total",
     ]
@@ -133,6 +141,57 @@ def test_check_passes_on_the_sample(capsys) -> None:
     )
     assert code == 0
     assert "checked 24 rows" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("config", "cwd", "used"),
+    [
+        ("configs/rec.yaml", ROOT, f"config: {CONFIGS / 'rec.yaml'}\n"),  # the README's path
+        ("rec.yaml", "tmp", f"config: {CONFIGS / 'rec.yaml'} (bundled)\n"),  # bare name
+        ("rec", "tmp", f"config: {CONFIGS / 'rec.yaml'} (bundled)\n"),  # bare, no suffix
+        ("bundled:rec.yaml", "tmp", f"config: {CONFIGS / 'rec.yaml'} (bundled)\n"),  # prefix
+    ],
+)
+def test_the_config_used_is_named(config, cwd, used, tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path if cwd == "tmp" else cwd)
+    code = main(["check", "--config", config, "--input", str(SAMPLE / "rec.jsonl")])
+    assert code == 0
+    assert capsys.readouterr().out.startswith(used)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        # issue 24: a wrong folder or a path that does not exist fell back to the bundled rec.yaml
+        (
+            "config/rec.yaml",
+            "config/rec.yaml: no such config file (for the bundled one, name it "
+            "rec.yaml or bundled:rec.yaml); bundled configs: detection.yaml, math.yaml, pool.yaml",
+        ),
+        ("/nope/rec.yaml", "/nope/rec.yaml: no such config file (for the bundled one"),
+        ("/nope/mine.yaml", "/nope/mine.yaml: no such config file; bundled configs:"),
+        ("bundled:nope.yaml", "no such config file and no bundled config of that name"),
+    ],
+)
+def test_a_config_path_that_does_not_exist_is_an_error(config: str, message: str, capsys) -> None:
+    code = main(["check", "--config", config, "--input", str(SAMPLE / "rec.jsonl")])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert message in captured.err
+    assert "checked" not in captured.out
+
+
+def test_overrides_merge_into_the_mix_and_the_mix_is_printed(capsys) -> None:
+    # issue 24: docs showed `--config configs/pool.yaml rewards.iou.weight=1.0` as "iou alone"
+    args = ["check", "--config", "configs/pool.yaml", "--input", str(SAMPLE / "rec.jsonl")]
+    main([*args, "rewards.iou.weight=1.0"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == [
+        f"config: {CONFIGS / 'pool.yaml'}",
+        "rewards: accuracy (weight 1.0), format (weight 0.5), iou (weight 1.0)",
+    ]
+    main(["check", "--config", "configs/rec.yaml", "--input", str(SAMPLE / "rec.jsonl")])
+    assert "rewards: iou (weight 1.0), format_rec (weight 1.0)\n" in capsys.readouterr().out
 
 
 def test_check_lists_the_rows_that_would_be_dataset_errors(tmp_path: Path, capsys) -> None:
@@ -399,6 +458,7 @@ def test_pool_start_status_stop_on_a_running_cluster(ray_local) -> None:
     )
     assert started.returncode == 0, started.stderr
     assert f"reward pool '{name}' started" in started.stdout
+    assert "rewards iou (weight 1.0), format_rec (weight 1.0)\n" in started.stdout
     samples = to_samples(read_rows(SAMPLE / "rec.jsonl"), SAMPLE)[:6]
     with RewardPool.connect(name) as client:  # the starting process is gone; the pool scores
         assert [r.total for r in client.score(samples)] == pytest.approx(expected_totals("rec")[:6])
@@ -430,3 +490,77 @@ def test_bench_runs_the_pool_benchmark_with_its_own_options(ray_local, capsys) -
         for line in out.splitlines()
         if line.startswith("| loop") or line.startswith("| pool")
     ] == ["loop", "pool"]
+
+
+def _interrupt_score(tmp_path: Path, ready) -> tuple[subprocess.CompletedProcess[str], Path, int]:
+    """Run `score` on a long input in its own process group; SIGINT the group once ``ready``."""
+    rows = read_rows(SAMPLE / "math.jsonl")
+    data = tmp_path / "long.jsonl"
+    with data.open("w") as f:
+        for copy in range(150):  # distinct completions: no answer is served from the cache
+            for row in rows:
+                moved = {**row, "completion": row["completion"] + " " * copy}
+                if "image_path" in row:
+                    moved["image_path"] = str(SAMPLE / row["image_path"])
+                f.write(json.dumps(moved) + "\n")
+    output = tmp_path / "out" / "scores.jsonl"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    env.pop("RAY_ADDRESS", None)
+    args = _score_args("configs/math.yaml", data, output)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "skyrl_rewards.cli", *args, "--no-progress"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a terminal's Ctrl-C reaches the whole group: Ray's too
+    )
+    try:
+        ready(process, output)
+        os.killpg(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    return done, output, len(rows) * 150
+
+
+def _after_config_line(process: subprocess.Popen, output: Path) -> None:
+    assert process.stdout is not None
+    assert process.stdout.readline().startswith("config: ")  # Ray starts after this line
+
+
+def _after_first_rows(process: subprocess.Popen, output: Path) -> None:
+    deadline = time.monotonic() + 180
+    while not (output.exists() and output.stat().st_size) and time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+
+
+def test_ctrl_c_while_ray_starts_is_one_line(tmp_path: Path) -> None:
+    done, output, total = _interrupt_score(tmp_path, _after_config_line)
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("skyrl-rewards score: interrupted"), done.stderr
+    assert not output.exists()
+
+
+def test_ctrl_c_while_scoring_keeps_the_rows_written_and_says_how_to_go_on(
+    tmp_path: Path,
+) -> None:
+    done, output, total = _interrupt_score(tmp_path, _after_first_rows)
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr
+    written = read_rows(output)
+    assert 0 < len(written) < total
+    assert all("total" in row["reward"] for row in written)
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == (
+        f"skyrl-rewards score: interrupted: {len(written)} of {total} rows scored and written "
+        f"to {output} (input lines 1-{len(written)}); rerun the same command to score them all, "
+        f"or score the rest on its own: `tail -n +{len(written) + 1} {tmp_path / 'long.jsonl'} "
+        "> rest.jsonl`, then --input rest.jsonl"
+    )

@@ -227,7 +227,7 @@ def test_facade_resolves_every_public_name() -> None:
 
 @pytest.mark.slow
 def test_plain_wheel_carries_the_configs_and_the_sample_data(tmp_path: Path) -> None:
-    # `pip install .` (not editable): the wheel alone must find `configs/rec.yaml` from any directory
+    # `pip install .` (not editable): the wheel alone finds the bundled `rec.yaml` from any directory
     root = PACKAGE.parent
     source = tmp_path / "source"  # a copy: pip builds in the source tree (build/, *.egg-info)
     for name in ("skyrl_rewards", "tau_bench_env", "configs"):
@@ -248,7 +248,7 @@ def test_plain_wheel_carries_the_configs_and_the_sample_data(tmp_path: Path) -> 
     assert (site / "skyrl_rewards" / "sample_data" / "rec.jsonl").is_file()
     probe = (
         "from skyrl_rewards.pool.config import load_pool_config\n"
-        "cfg = load_pool_config('configs/rec.yaml')\n"
+        "cfg = load_pool_config('rec.yaml')\n"
         "print(sorted(cfg.rewards))"
     )
     out = subprocess.run(

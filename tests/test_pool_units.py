@@ -56,7 +56,8 @@ def test_a_given_mix_replaces_the_default_mix() -> None:
         ({"alarm_error_rate": 0}, "alarm_error_rate"),
         ({"rewards": {}}, "rewards: the reward mix is empty"),
         ({"rewards": {"format": 1}}, "rewards.format: expected a mapping"),
-        ({"workers": 2}, "unknown keys"),
+        ({"workers": 2}, "unknown key 'workers'"),
+        ({"num_worker": 2}, r"unknown key 'num_worker' \(did you mean 'num_workers'\?\)"),
     ],
 )
 def test_bad_settings_name_the_key(source: dict, message: str) -> None:

@@ -11,8 +11,10 @@ Commands::
 
 ``CFG`` is an omegaconf YAML file: a reward mix (``configs/rec.yaml``,
 ``configs/detection.yaml``, ``configs/math.yaml``) and/or pool settings
-(``configs/pool.yaml``); ``key=value`` arguments override it
-(``num_workers=4 rewards.iou.weight=2``).
+(``configs/pool.yaml``), named by its path or, for a bundled one, by its
+bare name (``rec.yaml``) or ``bundled:rec.yaml``; ``key=value`` arguments
+override it (``num_workers=4 rewards.iou.weight=2``: merged into the mix).
+Each command prints the file it read and the resulting mix.
 
 ``score`` checks the config (every reward name and parameter), the input
 and the output path first, then starts a local reward pool (or joins
@@ -30,14 +32,15 @@ Exit codes: 0 success; 1 the dataset has problems (``check``) or some rows
 were masked (``score`` without ``--allow-errors``; the scores are still
 written); 2 bad usage, config or input (invalid YAML, an unknown reward, an
 empty input, an output that cannot be written; the message names the field
-and the line), reported before Ray starts.
+and the line), reported before Ray starts; 130 interrupted (Ctrl-C: one line,
+for ``score`` the rows written and how to go on).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,8 @@ from skyrl_rewards.pool.config import PoolConfig, load_pool_config
 from skyrl_rewards.rewards.result import RewardResult
 
 PROGRESS_CHUNK = 16
+INTERRUPTED = 130
+"""Exit code after Ctrl-C (128 + SIGINT), as a shell reports it."""
 POOL_COUNTERS = (
     "items",
     "worker_calls",
@@ -75,6 +80,29 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> PoolConfig:
         raise ValueError(f"config {path} with overrides {list(overrides)}: {e}") from e
 
 
+def report_config(path: str | Path, cfg: PoolConfig) -> None:
+    """Print which config file ``path`` named (a bundled one is marked so) and the mix it gives.
+
+    The mix is printed after the overrides: ``rewards.NAME.KEY=value`` changes
+    or adds one entry of the file's mix, it does not replace the mix.
+    """
+    from skyrl_rewards.bundled import describe
+
+    print(f"config: {describe(path)}")
+    print(f"rewards: {format_mix(cfg.rewards)}")
+
+
+def format_mix(rewards: Mapping[str, Mapping[str, Any]]) -> str:
+    """``iou (weight 1.0), format_rec (weight 1.0)``: the mix in config order.
+
+    >>> format_mix({"iou": {"weight": 2}, "format": {}})
+    'iou (weight 2), format (weight 1.0)'
+    """
+    return ", ".join(
+        f"{name} (weight {entry.get('weight', 1.0)})" for name, entry in rewards.items()
+    )
+
+
 def _one_line(error: Exception) -> str:
     return " ".join(str(error).split())
 
@@ -92,20 +120,41 @@ def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[start : start + size]
 
 
-def score_samples(
+def score_chunks(
     pool: Any, samples: Sequence[dict[str, Any]], *, progress: bool = True
-) -> list[RewardResult]:
-    """Score ``samples`` through ``pool`` in chunks, with a tqdm progress bar."""
+) -> Iterator[list[RewardResult]]:
+    """Score ``samples`` through ``pool`` in chunks, yielding each chunk's results (tqdm bar)."""
     from tqdm import tqdm
 
-    results: list[RewardResult] = []
     with tqdm(
         total=len(samples), unit="row", desc="scoring", disable=not progress, file=sys.stderr
     ) as bar:
         for chunk in _chunks(samples, PROGRESS_CHUNK):
-            results.extend(pool.score(list(chunk)))
+            results = pool.score(list(chunk))
             bar.update(len(chunk))
-    return results
+            yield results
+
+
+def _count_lines(path: Path) -> int:
+    with path.open("rb") as f:
+        return sum(1 for _ in f)
+
+
+def interrupted_message(scored: int, lines: Sequence[int], input_path: Path, output: Path) -> str:
+    """The one line ``score`` prints on Ctrl-C: which rows were written and how to go on."""
+    total = len(lines)
+    if not scored:
+        return (
+            f"skyrl-rewards score: interrupted before any row was scored (0 of {total}); "
+            f"nothing written to {output}; rerun the same command to score {input_path}"
+        )
+    rest = f"tail -n +{lines[scored]} {input_path} > rest.jsonl" if scored < total else ""
+    return (
+        f"skyrl-rewards score: interrupted: {scored} of {total} rows scored and written to "
+        f"{output} (input lines {lines[0]}-{lines[scored - 1]}); rerun the same command to "
+        f"score them all"
+        + (f", or score the rest on its own: `{rest}`, then --input rest.jsonl" if rest else "")
+    )
 
 
 MAX_LISTED_ROWS = 20
@@ -122,6 +171,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     from skyrl_rewards.rewards.mix import RewardMix
 
     cfg = load_config(args.config, args.overrides)
+    report_config(args.config, cfg)
     RewardMix.from_config(cfg.rewards)  # unknown names and bad parameters, before Ray
     input_path = Path(args.input)
     rows, lines = load_rows(input_path, "score")
@@ -130,16 +180,28 @@ def cmd_score(args: argparse.Namespace) -> int:
 
     from skyrl_rewards.pool.reward_pool import RewardPool
 
-    pool = RewardPool.from_config(cfg)
+    results: list[RewardResult] = []
+    writing: list[bool] = []  # set once write_rows has opened the output
+
+    def scored_rows() -> Iterator[dict[str, Any]]:
+        writing.append(True)
+        for chunk in score_chunks(pool, samples, progress=not args.no_progress):
+            start = len(results)
+            results.extend(chunk)
+            for row, result in zip(rows[start : len(results)], chunk, strict=True):
+                yield {**row, "reward": result.to_dict()}
+
     try:
-        results = score_samples(pool, samples, progress=not args.no_progress)
-        metrics = pool.metrics()
-    finally:
-        pool.shutdown()
-    write_rows(
-        output,
-        ({**row, "reward": result.to_dict()} for row, result in zip(rows, results, strict=True)),
-    )
+        pool = RewardPool.from_config(cfg)
+        try:
+            write_rows(output, scored_rows())  # row by row: an interrupted run keeps what it has
+            metrics = pool.metrics()
+        finally:
+            pool.shutdown()
+    except KeyboardInterrupt:
+        written = _count_lines(output) if writing else 0
+        print(interrupted_message(written, lines, input_path, output), file=sys.stderr)
+        return INTERRUPTED
     weights = {n: float(e.get("weight", 1.0)) for n, e in cfg.rewards.items()}
     print(format_table(summarize(results, weights)))
     print(f"\nscored {len(results)} rows -> {output}")
@@ -179,6 +241,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from skyrl_rewards.rewards.mix import RewardMix
 
     cfg = load_config(args.config, args.overrides)
+    report_config(args.config, cfg)
     mix = RewardMix.from_config(cfg.rewards)
     input_path = Path(args.input)
     rows, lines = load_rows(input_path, "check")
@@ -214,10 +277,11 @@ def cmd_pool_start(args: argparse.Namespace) -> int:
     from skyrl_rewards.pool import service as pool_service
 
     cfg = load_config(args.config, args.overrides)
+    report_config(args.config, cfg)
     config = pool_service.start(cfg)
     print(
         f"reward pool {config['name']!r} started in namespace {config['namespace']!r}: "
-        f"{config['num_workers']} workers running, rewards {', '.join(config['rewards'])}"
+        f"{config['num_workers']} workers running, rewards {format_mix(config['rewards'])}"
     )
     print(
         f"connect with RewardPool.connect({config['name']!r}); stop with "
@@ -239,12 +303,7 @@ def cmd_pool_status(args: argparse.Namespace) -> int:
         f"{info['workers_pending']} pending{failed})"
     )
     print(f"worker_replacements: {info['worker_replacements']}")
-    print(
-        "rewards: "
-        + ", ".join(
-            f"{name} (weight {entry.get('weight', 1.0)})" for name, entry in info["rewards"].items()
-        )
-    )
+    print(f"rewards: {format_mix(info['rewards'])}")
     for key in ("batch_size", "timeout_s", "max_retries", "fallback", "placement"):
         print(f"{key}: {info['config'][key]}")
     return 0
@@ -332,6 +391,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args.func(args))
+    except KeyboardInterrupt:
+        print(f"skyrl-rewards {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return INTERRUPTED
     except (ValueError, OSError) as e:  # OSError: a missing or unreadable file, a refused address
         print(f"skyrl-rewards {args.command}: error: {e}", file=sys.stderr)
         return 2

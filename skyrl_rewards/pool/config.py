@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from skyrl_rewards.bundled import config_file
+from skyrl_rewards.suggest import did_you_mean
 
 PLACEMENTS = ("spread", "default")
 
@@ -93,11 +94,13 @@ class PoolConfig:
     placement: str = "spread"
     """``spread``: workers across nodes (Ray SPREAD); ``default``: Ray decides (packs)."""
     worker_niceness: int | None = 0
-    """Niceness of the worker processes. Ray starts workers at 15, so next to a busy trainer
-    the rewards starve; 0 competes evenly. A pool that starts its own Ray has Ray start its
-    workers at this value (0 to 19). In a running cluster a worker lowers its own niceness,
-    which needs privileges (CAP_SYS_NICE): when refused, it logs a warning and keeps Ray's
-    value. ``None`` keeps Ray's value."""
+    """Steps nicer than the process that starts the pool the workers run (at most 19): 0
+    competes evenly with it (a trainer; a driver under ``nice -n 10`` gets workers at 10).
+    Ray starts workers 15 steps nicer, so next to a busy trainer the rewards starve. A pool that
+    starts its own Ray has Ray start its workers there (niceness is relative: no privileges
+    needed). In a running cluster a worker sets that niceness itself; lowering it needs
+    privileges (CAP_SYS_NICE): when refused, it logs a warning and keeps Ray's value. ``None``
+    keeps Ray's."""
     first_pass_s: float = 0.1
     """CPU seconds a math check may take in a worker's first pass (ordinary checks take
     milliseconds: 0.2 ms median, 18 ms p99 on the hang benchmark's answers); a task that needs
@@ -223,7 +226,8 @@ def load_pool_config(
 ) -> PoolConfig:
     """Defaults <- ``source`` (YAML path, mapping or omegaconf node) <- ``key=value`` overrides.
 
-    A path that does not exist names a bundled config by its file name
+    A bare name (``rec.yaml``) or ``bundled:rec.yaml`` names a bundled config;
+    a path that does not exist is a ``FileNotFoundError``
     (:func:`skyrl_rewards.bundled.config_file`).
 
     Raises ``ValueError`` naming the key for an unknown key or a wrong type.
@@ -242,9 +246,7 @@ def load_pool_config(
         plain = OmegaConf.to_container(loaded, resolve=True)
         if not isinstance(plain, dict):
             raise ValueError(f"pool config: expected a mapping, got {type(plain).__name__}")
-        unknown = set(plain) - {f.name for f in dataclasses.fields(PoolConfig)}
-        if unknown:
-            raise ValueError(f"pool config: unknown keys {sorted(unknown)}")
+        _refuse_unknown_keys(plain)
         if "rewards" in plain:  # a given mix replaces the default mix, it is not merged into it
             merged.rewards = {}
         merged = OmegaConf.merge(merged, loaded)
@@ -252,18 +254,17 @@ def load_pool_config(
         merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
     data = OmegaConf.to_container(merged, resolve=True)
     assert isinstance(data, dict)
-    unknown = set(data) - {f.name for f in dataclasses.fields(PoolConfig)}
-    if unknown:
-        raise ValueError(f"pool config: unknown keys {sorted(unknown)}")
+    _refuse_unknown_keys(data)
     return PoolConfig(**{str(k): v for k, v in data.items()})
 
 
 def _section(key: str, section: type, value: Mapping[str, Any]) -> Any:
     """Build a nested settings section from a mapping; ``ValueError`` names an unknown key."""
-    known = {f.name for f in dataclasses.fields(section)}
-    unknown = sorted(set(value) - known)
+    known = [f.name for f in dataclasses.fields(section)]
+    unknown = sorted(str(name) for name in value if name not in known)
     if unknown:
-        raise ValueError(f"{key}: unknown keys {unknown}; known: {sorted(known)}")
+        named = ", ".join(f"{name!r}{did_you_mean(name, known)}" for name in unknown)
+        raise ValueError(f"{key}: unknown key{'s' * (len(unknown) > 1)} {named}; known: {known}")
     built = section(**{str(k): v for k, v in value.items()})
     _check_types(built, prefix=f"{key}.")
     return built
@@ -294,6 +295,15 @@ def _check_sections(cfg: PoolConfig) -> None:
         raise ValueError(
             f"model_workers.placement: expected one of {PLACEMENTS}, got {workers.placement!r}"
         )
+
+
+def _refuse_unknown_keys(data: Mapping[Any, Any]) -> None:
+    """Raise ``ValueError`` naming each key that is not a setting, with the nearest setting."""
+    known = [f.name for f in dataclasses.fields(PoolConfig)]
+    unknown = sorted(str(key) for key in data if key not in known)
+    if unknown:
+        named = ", ".join(f"{key!r}{did_you_mean(key, known)}" for key in unknown)
+        raise ValueError(f"pool config: unknown key{'s' * (len(unknown) > 1)} {named}")
 
 
 def _check_types(cfg: Any, prefix: str = "") -> None:

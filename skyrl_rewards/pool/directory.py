@@ -33,13 +33,29 @@ from skyrl_rewards.pool.worker import SLOW_LANE, RewardWorker
 from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, LANES, REWARD_MODEL_LANE
 
 _STRATEGIES = {"spread": "SPREAD", "default": "DEFAULT"}
+MAX_NICENESS = 19
+
+
+def worker_niceness(steps: int | None, driver_niceness: int) -> int | None:
+    """The niceness a worker sets: ``steps`` nicer than the driver, at most 19; None: Ray's.
+
+    >>> worker_niceness(0, 10), worker_niceness(15, 10), worker_niceness(None, 10)
+    (10, 19, None)
+    """
+    return None if steps is None else min(MAX_NICENESS, driver_niceness + steps)
 
 
 class PoolDirectory:
     """Ray actor body. One per pool, named ``config.name`` in ``config.namespace``."""
 
-    def __init__(self, config: dict[str, Any], lanes: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, config: dict[str, Any], lanes: tuple[str, ...] = (), driver_niceness: int = 0
+    ) -> None:
+        """``lanes``: the model lanes to start (those the mix may use); ``driver_niceness``: the
+        niceness of the process that starts the pool; workers run ``config["worker_niceness"]``
+        steps nicer than it (at most 19)."""
         self._config = PoolConfig(**config)
+        self._niceness = worker_niceness(self._config.worker_niceness, driver_niceness)
         unknown = set(lanes) - set(LANES)
         if unknown:
             raise ValueError(f"unknown model lanes {sorted(unknown)}; expected some of {LANES}")
@@ -85,18 +101,10 @@ class PoolDirectory:
         return {lane: _states(ready) for lane, ready in self._lane_ready.items()}
 
     def lane_errors(self) -> dict[str, str]:
-        """Per model lane whose actor failed to start: the first line of its error."""
-        errors = {}
-        for lane, refs in self._lane_ready.items():
-            done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            for ref in done:
-                try:
-                    ray.get(ref, timeout=0)
-                except ray.exceptions.RayError as error:
-                    lines = [line for line in str(error).splitlines() if line.strip()]
-                    errors[lane] = (lines[-1] if lines else type(error).__name__)[:300]
-                    break
-        return errors
+        """Per model lane whose actor failed to start: its error's last line; never waits."""
+        return {
+            lane: errors[0] for lane, refs in self._lane_ready.items() if (errors := _errors(refs))
+        }
 
     def lane_actors(self, lane: str) -> list[tuple[int, ActorHandle]]:
         """``(generation, actor)`` for every actor of a model lane (empty: not started)."""
@@ -111,6 +119,10 @@ class PoolDirectory:
         new_actor, self._lane_ready[lane][index] = self._start_lane_actor(lane)
         self._lanes[lane][index] = (generation + 1, new_actor)
         return self._lanes[lane][index]
+
+    def worker_errors(self) -> list[str]:
+        """The error of each failed worker (its exception's last line); never waits."""
+        return _errors(self._ready)
 
     def replace(self, slot: int, generation: int, graceful: bool) -> tuple[int, ActorHandle]:
         """Replace slot ``slot`` if it still holds ``generation``; return the slot's worker.
@@ -138,7 +150,7 @@ class PoolDirectory:
                 ray.kill(actor, no_restart=True)
 
     def _start_worker(self) -> tuple[ActorHandle, ObjectRef]:
-        worker = self._worker_cls.remote(self._config.rewards, self._config.worker_niceness)
+        worker = self._worker_cls.remote(self._config.rewards, self._niceness)
         return worker, worker.ready.remote()
 
     def _lane_actor_class(self, lane: str) -> Any:
@@ -178,3 +190,16 @@ def _states(refs: list[ObjectRef]) -> list[str]:
         else:
             states.append("running")
     return states
+
+
+def _errors(refs: list[ObjectRef]) -> list[str]:
+    """The last line of the error of each finished readiness reference that failed."""
+    done, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
+    errors = []
+    for ready in done:
+        try:
+            ray.get(ready, timeout=0)
+        except ray.exceptions.RayError as error:
+            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+            errors.append(lines[-1] if lines else type(error).__name__)
+    return errors

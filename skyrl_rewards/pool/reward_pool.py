@@ -23,6 +23,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -103,7 +104,9 @@ class RewardPool:
             .options(
                 name=config.name, namespace=config.namespace, num_cpus=0, scheduling_strategy=here
             )
-            .remote(config.to_dict(), tuple(sorted(mix.lanes())))
+            .remote(
+                config.to_dict(), tuple(sorted(mix.lanes())), os.getpriority(os.PRIO_PROCESS, 0)
+            )
         )
         self._open(config, directory, owner=True, mix=mix)
 

@@ -16,6 +16,7 @@ do not start within ``start_timeout_s`` each end in an error naming the fix.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -52,20 +53,23 @@ def _directory(name: str, namespace: str) -> Any:
 def start(config: PoolConfig) -> dict[str, Any]:
     """Start the pool ``config.name`` detached on the cluster; return its settings.
 
-    Returns once every worker has loaded its rewards. Raises
-    ``PoolExistsError`` when the name is taken, ``NoClusterError`` without a
+    Returns once every worker has loaded its rewards. Raises ``ValueError``
+    naming the reward for a wrong reward name or parameter (before joining
+    the cluster), ``PoolExistsError`` when the name is taken, ``NoClusterError`` without a
     cluster, ``NotEnoughCpusError`` when the cluster has too few free CPUs, and
-    ``PoolStartError`` (after stopping what it started) when the workers are
-    not all running within ``start_timeout_s``.
+    ``PoolStartError`` (after stopping what it started) when a worker failed
+    to load the rewards (its error in the message) or the workers are not all
+    running within ``start_timeout_s``.
     """
-    lanes = tuple(sorted(RewardMix.from_config(config.rewards).lanes()))  # a bad mix fails here
+    # a typo fails here, before any worker starts
+    lanes = tuple(sorted(RewardMix.from_config(config.rewards).lanes()))
     _connect(config.address, config.namespace)
     refuse_taken_name(config, f"`skyrl-rewards pool stop --name {config.name}` first")
     check_free_cpus(config.num_workers, config.num_cpus_per_worker)
     directory = (
         ray.remote(PoolDirectory)
         .options(name=config.name, namespace=config.namespace, num_cpus=0, lifetime="detached")
-        .remote(config.to_dict(), lanes)
+        .remote(config.to_dict(), lanes, os.getpriority(os.PRIO_PROCESS, 0))
     )
     deadline = time.monotonic() + config.start_timeout_s
     try:
@@ -96,17 +100,22 @@ def start(config: PoolConfig) -> dict[str, Any]:
             "num_gpus_per_worker, num_cpus_per_worker), or the error above"
         )
     if any(state != "running" for state in states):
+        errors = ray.get(directory.worker_errors.remote(), timeout=config.start_timeout_s)
         _stop(directory)
-        failed = states.count("failed")
-        cause = (
-            f"{failed} failed to load the rewards (see the Ray worker logs)"
-            if failed
-            else f"not all running within {config.start_timeout_s:g}s"
+        running = (
+            f"{states.count('running')} of {len(states)} workers running, "
+            f"{states.count('pending')} pending"
         )
+        if errors:
+            distinct = list(dict.fromkeys(errors))
+            raise PoolStartError(
+                f"the workers of pool {config.name!r} did not start: {len(errors)} failed to "
+                f"load the rewards: {'; '.join(distinct)} ({running}); the pool was stopped. "
+                "Fix: that error (a reward's file or package missing on a worker node?)"
+            )
         raise PoolStartError(
-            f"start_timeout_s: the workers of pool {config.name!r} did not start: {cause} "
-            f"({states.count('running')} of {len(states)} workers running, "
-            f"{states.count('pending')} pending; the cluster has "
+            f"start_timeout_s: the workers of pool {config.name!r} did not start: not all "
+            f"running within {config.start_timeout_s:g}s ({running}; the cluster has "
             f"{ray.available_resources().get('CPU', 0.0):g} CPUs free); the pool was stopped. "
             "Fix: free CPUs (stop another pool), lower num_workers, or raise start_timeout_s "
             "if the rewards load slowly"

@@ -7,6 +7,7 @@ the accuracy it depends on), ``repetition``, ``format``, ``format_rec``,
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +22,7 @@ from skyrl_rewards.rewards.components import (
     Repetition,
 )
 from skyrl_rewards.rewards.models.judge import Judge
+from skyrl_rewards.suggest import did_you_mean
 
 COMPONENTS: dict[str, type[Component]] = {
     "accuracy": Accuracy,
@@ -44,8 +46,16 @@ def build_component(name: str, params: Mapping[str, Any] | None = None) -> Compo
     """
     if name not in COMPONENTS:
         raise ValueError(
-            f"rewards.{name}: unknown reward; registered rewards: {', '.join(COMPONENTS)}"
+            f"rewards.{name}: unknown reward{did_you_mean(name, COMPONENTS)}; "
+            f"registered rewards: {', '.join(COMPONENTS)}"
         )
+    known = ["weight", *inspect.signature(COMPONENTS[name]).parameters]
+    for key in params or {}:
+        if key not in known:
+            raise ValueError(
+                f"rewards.{name}.{key}: unknown parameter{did_you_mean(str(key), known)}; "
+                f"parameters of {name}: {', '.join(known)}"
+            )
     try:
         return COMPONENTS[name](**dict(params or {}))
     except TypeError as error:

@@ -12,6 +12,8 @@ unknown keys; new settings come from subclassing. :class:`TrainConfig` is
   the trajectory scores 0.0 with an all-zero loss mask and is counted;
   ``raise``: the step fails, SkyRL's own behaviour),
 
+a ``trainer.logger`` that defaults to ``console`` (SkyRL's default, ``wandb``,
+stops a run without ``WANDB_API_KEY``; ``trainer.logger=wandb`` asks for it),
 and a top-level ``reward_pool`` section that starts the named reward pool
 before training. So ``TrainConfig.from_cli_overrides([...])`` takes
 ``environment.skyrl_gym.tau_bench.user.kind=replay`` or
@@ -23,7 +25,7 @@ SkyRL's dataclass walker reads ``Field.type`` and needs real classes.
 
 from dataclasses import dataclass, field
 
-from skyrl.train.config import EnvironmentConfig, SkyRLGymConfig, SkyRLTrainConfig
+from skyrl.train.config import EnvironmentConfig, SkyRLGymConfig, SkyRLTrainConfig, TrainerConfig
 
 from skyrl_rewards.train.env import RewardEnvConfig
 from skyrl_rewards.train.tau_bench_config import TauBenchEnvConfig
@@ -70,13 +72,23 @@ class RewardsEnvironmentConfig(EnvironmentConfig):
 
 
 @dataclass
+class ConsoleTrainerConfig(TrainerConfig):
+    """SkyRL's ``trainer`` section, logging to the console unless told otherwise."""
+
+    logger: str = "console"
+    """``console`` by default: runs on a machine without W&B; ``wandb``, ``mlflow``,
+    ``swanlab`` or ``tensorboard`` as SkyRL offers."""
+
+
+@dataclass
 class TrainConfig(SkyRLTrainConfig):
     """SkyRL's training config with this project's sections (see the module docstring).
 
     >>> cfg = TrainConfig.from_cli_overrides(["environment.skyrl_gym.tau_bench.user.kind=replay"])
-    >>> cfg.environment.skyrl_gym.tau_bench.user.kind
-    'replay'
+    >>> cfg.environment.skyrl_gym.tau_bench.user.kind, cfg.trainer.logger
+    ('replay', 'console')
     """
 
+    trainer: ConsoleTrainerConfig = field(default_factory=ConsoleTrainerConfig)
     environment: RewardsEnvironmentConfig = field(default_factory=RewardsEnvironmentConfig)
     reward_pool: RewardPoolLaunchConfig = field(default_factory=RewardPoolLaunchConfig)

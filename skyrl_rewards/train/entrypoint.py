@@ -18,6 +18,8 @@ What SkyRL's own ``main_base`` does, with four differences:
 and exits: no Ray, no GPU (what the launch scripts' ``--check`` runs).
 """
 
+import importlib.util
+import platform
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, fields, is_dataclass
@@ -32,6 +34,13 @@ this project's sections:
 {sections}
 --check   parse and validate the config, print this project's sections, exit (no Ray, no GPU)
 """
+
+NO_SKYRL = (
+    "python -m skyrl_rewards.train: needs SkyRL 0.4 on Python 3.12, and this Python {python} "
+    "has no skyrl package; install it in a venv of its own (as the README says): "
+    "python3.12 -m venv .venv-skyrl && . .venv-skyrl/bin/activate && "
+    'pip install -e ".[skyrl]" "skyrl[fsdp]==0.4.0"'
+)
 
 
 def _field_lines(cls: type, prefix: str) -> list[str]:
@@ -146,6 +155,7 @@ def _summary(cfg: Any) -> str:
             f"reward_pool: {asdict(cfg.reward_pool)}",
             f"generator.vision_language_generator: {cfg.generator.vision_language_generator}",
             f"trainer.strategy: {cfg.trainer.strategy}",
+            f"trainer.logger: {cfg.trainer.logger}",
             "config OK",
         ]
     )
@@ -154,6 +164,9 @@ def _summary(cfg: Any) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the entry point (see the module docstring); returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if importlib.util.find_spec("skyrl") is None:
+        print(NO_SKYRL.format(python=platform.python_version()), file=sys.stderr)
+        return 2
     if {"-h", "--help"} & set(args):
         print(usage())
         return 0

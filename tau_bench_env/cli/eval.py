@@ -9,7 +9,7 @@ Without ``--workers``/``--address`` the episodes run in this process
 each ``--concurrency`` episodes at once). ``--resume`` continues a run in
 ``--out``. Prints the summary (``--json``: one JSON object); exit status 0
 when every episode was judged, 1 when some ended in endpoint errors (rerun
-with ``--resume``), 2 on bad input.
+with ``--resume``), 2 on bad input, 130 after Ctrl-C (finished episodes kept).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from omegaconf import OmegaConf
 from tau_bench_env.backends import BACKENDS, load_domain
 from tau_bench_env.config import USER_KINDS, env_config_from
 from tau_bench_env.evaluation.evaluate import (
+    JOURNAL_FILE,
+    RESULTS_FILE,
     EvalSpec,
     Runner,
     evaluate,
@@ -33,6 +35,9 @@ from tau_bench_env.evaluation.evaluate import (
     run_threads,
 )
 from tau_bench_env.evaluation.policy import TOOL_MODES, PolicyConfig
+
+INTERRUPTED = 130
+"""Exit status after Ctrl-C (128 + SIGINT)."""
 
 
 def add_eval_parser(commands: Any) -> None:
@@ -172,6 +177,16 @@ def run_eval(args: argparse.Namespace) -> int:
             resume=args.resume,
             progress=not args.no_progress,
         )
+    except KeyboardInterrupt:
+        journal = args.out / JOURNAL_FILE
+        kept = sum(1 for _ in journal.open("rb")) if journal.is_file() else 0
+        print(  # noqa: T201 - CLI output
+            f"tau-bench-env eval: interrupted; {kept} finished episodes are kept in {journal} "
+            f"(judged runs in {args.out / RESULTS_FILE}); rerun the same command with --resume "
+            "to run the rest",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
     except (OSError, ValueError) as error:
         print(f"tau-bench-env: error: {error}", file=sys.stderr)  # noqa: T201 - CLI output
         return 2

@@ -108,6 +108,40 @@ def test_env_sections_take_plain_overrides() -> None:
         TrainConfig.from_cli_overrides(["environment.skyrl_gym.on_env_error=ignore"])
 
 
+def test_the_readme_command_checks_without_wandb(tmp_path: Path) -> None:
+    """The README's SkyRL command, as written (no trainer.logger), on a machine without W&B."""
+    prepared = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "prepare_skyrl_data.py")]
+        + ["--input", str(SAMPLE / "rec.jsonl"), "--out-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert prepared.returncode == 0, prepared.stderr[-3000:]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB")}
+    readme = [
+        f"data.train_data=['{tmp_path / 'train.parquet'}']",
+        "environment.env_class=skyrl_rewards",
+        "environment.skyrl_gym.skyrl_rewards.pool=vlm_rewards",
+        "reward_pool.config=configs/pool.yaml",
+        "reward_pool.rewards=configs/rec.yaml",
+        "reward_pool.overrides=[name=vlm_rewards]",
+        "generator.vision_language_generator=true",
+    ]
+    out = subprocess.run(
+        [sys.executable, "-m", "skyrl_rewards.train", *readme, "--check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "trainer.logger: console\nconfig OK" in out.stdout
+    assert TrainConfig.from_cli_overrides([]).trainer.logger == "console"
+    assert TrainConfig.from_cli_overrides(["trainer.logger=wandb"]).trainer.logger == "wandb"
+
+
 def test_help_runs() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "skyrl_rewards.train", "--help"],

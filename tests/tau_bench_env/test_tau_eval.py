@@ -8,6 +8,11 @@ making known mistakes, and servers failing chosen tasks.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator, Sequence
 from functools import partial
 from pathlib import Path
@@ -36,6 +41,7 @@ from tau_bench_env.evaluation.policy import ChatPolicy, PolicyConfig, PolicyEndp
 from tau_bench_env.rescoring.rescore import rescore, summarize
 
 BACKEND = "tau2"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _spec(
@@ -264,3 +270,47 @@ def test_policy_client_errors() -> None:
     policy = ChatPolicy(PolicyConfig(base_url="http://127.0.0.1:9/v1", max_retries=1, backoff_s=0))
     with pytest.raises(PolicyEndpointError, match="after 2 attempts"):
         policy.act([{"role": "user", "content": "hi"}], [], 1)
+
+
+def test_ctrl_c_keeps_the_finished_episodes_and_says_so_in_one_line(tmp_path: Path) -> None:
+    """A real `tau-bench-env eval` process group gets SIGINT after its first episode."""
+    domain = load_domain(BACKEND, "airline")
+    tasks = domain.tasks("test")
+    out = tmp_path / "run"
+    journal = out / JOURNAL_FILE
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with AgentServer(domain, tasks).running() as agent, UserServer(tasks).running() as user:
+        agent.delay_s = 0.2  # episodes of a few seconds: the run is still going at the signal
+        args = ["eval", "--domain", "airline", "--backend", BACKEND, "--tasks", "0-9"]
+        args += ["--trials", "4", "--out", str(out), "--concurrency", "1", "--no-progress"]
+        args += ["--agent-base-url", agent.base_url, "--agent-model", "scripted"]
+        args += ["--user-kind", "openai", "--user-base-url", user.base_url, "--user-model", "u"]
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tau_bench_env.cli", *args],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # a terminal's Ctrl-C reaches the whole group
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while not (journal.exists() and journal.stat().st_size) and time.monotonic() < deadline:
+                assert process.poll() is None, process.communicate()
+                time.sleep(0.05)
+            os.killpg(process.pid, signal.SIGINT)
+            _, stderr = process.communicate(timeout=120)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    kept = len(journal.read_text().splitlines())
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    assert 0 < kept < 40
+    assert stderr.strip().splitlines()[-1] == (
+        f"tau-bench-env eval: interrupted; {kept} finished episodes are kept in {journal} "
+        f"(judged runs in {out / RESULTS_FILE}); rerun the same command with --resume to run "
+        "the rest"
+    )
+    assert len(json.loads((out / RESULTS_FILE).read_text())) == kept

@@ -1,0 +1,80 @@
+"""The test session leaves the user's Ray "current cluster" file and token as it found them.
+
+A nested pytest session (with this suite's conftest), in a Ray temp dir and a
+home of its own, writes the current-cluster file as a test cluster does
+(``ray start`` and ``ray.cluster_utils.Cluster`` call ``write_ray_address``)
+and starts a real local Ray (which writes ``~/.ray/auth_token`` when there is
+none); afterwards both files must be the user's again, or absent when they were.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+
+A_TEST_CLUSTER = """
+import os
+
+import ray
+import ray._private.utils
+from ray._common.utils import get_ray_address_file
+
+
+def test_test_clusters_write_the_current_cluster_file_and_a_token() -> None:
+    os.makedirs(os.path.dirname(get_ray_address_file(None)), exist_ok=True)  # as Ray's start does
+    ray._private.utils.write_ray_address("127.0.0.1:9")  # a test cluster, since stopped
+    ray.init(address="local", num_cpus=1, include_dashboard=False, _node_ip_address="127.0.0.1")
+    ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "users_files",
+    [
+        (b"10.0.0.5:6379", b"users-token"),  # the user's own `ray start --head`, and its token
+        (None, None),  # no cluster of the user's, no token: no files
+    ],
+)
+def test_a_session_leaves_the_users_ray_files_as_they_were(
+    users_files: tuple[bytes | None, bytes | None], tmp_path: Path
+) -> None:
+    with tempfile.TemporaryDirectory(prefix="skr_", dir="/tmp") as ray_tmp:  # Ray wants short paths
+        home = tmp_path / "home"
+        files = [Path(ray_tmp) / "ray" / "ray_current_cluster", home / ".ray" / "auth_token"]
+        for path, content in zip(files, users_files, strict=True):
+            if content is not None:
+                path.parent.mkdir(parents=True)
+                path.write_bytes(content)
+        (tmp_path / "test_nested.py").write_text(A_TEST_CLUSTER)
+        env = dict(
+            os.environ,
+            RAY_TMPDIR=ray_tmp,
+            HOME=str(home),
+            PYTHONPATH=f"{TESTS}{os.pathsep}{TESTS.parent}",
+        )
+        for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_ADDRESS"):
+            env.pop(name, None)
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider"]
+            + [str(tmp_path / "test_nested.py")],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert done.returncode == 0, done.stdout[-3000:]
+        assert "1 passed" in done.stdout
+        for path, content in zip(files, users_files, strict=True):
+            if content is None:
+                assert not path.exists(), path
+            else:
+                assert path.read_bytes() == content, path
