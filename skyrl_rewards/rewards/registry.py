@@ -49,8 +49,10 @@ def build_component(name: str, params: Mapping[str, Any] | None = None) -> Compo
             f"rewards.{name}: unknown reward{did_you_mean(name, COMPONENTS)}; "
             f"registered rewards: {', '.join(COMPONENTS)}"
         )
-    known = ["weight", *inspect.signature(COMPONENTS[name]).parameters]
-    for key in params or {}:
+    signature = inspect.signature(COMPONENTS[name]).parameters.values()
+    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature)
+    known = ["weight", *(p.name for p in signature if p.kind is not inspect.Parameter.VAR_KEYWORD)]
+    for key in () if open_ended else params or {}:  # open-ended: the component checks its own
         if key not in known:
             raise ValueError(
                 f"rewards.{name}.{key}: unknown parameter{did_you_mean(str(key), known)}; "
