@@ -1,7 +1,9 @@
 """Registry: config names to reward components and to TRL-style batch reward functions.
 
 Names: ``accuracy``, ``iou``, ``detection``, ``length`` (cosine shaping with
-the accuracy it depends on), ``repetition``, ``format``, ``format_rec``.
+the accuracy it depends on), ``repetition``, ``format``, ``format_rec``,
+``reward_model`` (a sequence-classification reward model, see
+:mod:`~skyrl_rewards.rewards.models.reward_model_component`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from skyrl_rewards.rewards.components import (
     Length,
     Repetition,
 )
+from skyrl_rewards.rewards.models.reward_model_component import RewardModel
 
 COMPONENTS: dict[str, type[Component]] = {
     "accuracy": Accuracy,
@@ -28,6 +31,7 @@ COMPONENTS: dict[str, type[Component]] = {
     "repetition": Repetition,
     "format": Format,
     "format_rec": FormatRec,
+    "reward_model": RewardModel,
 }
 
 
