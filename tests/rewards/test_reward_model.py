@@ -14,15 +14,17 @@ from unittest import mock
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import (
     AutoModelForSequenceClassification,
+    AutoTokenizer,
     LlamaConfig,
     LlamaForSequenceClassification,
     PreTrainedTokenizerFast,
 )
 
-from skyrl_rewards import make_reward
+from skyrl_rewards import RewardMix, make_reward
 from skyrl_rewards.rewards.models.lanes import REWARD_MODEL_LANE, ModelOutcome, ModelRequest
 from skyrl_rewards.rewards.models.reward_model import (
     RewardModelConfig,
@@ -123,7 +125,7 @@ def _direct(folder: Path, ids: list[int]) -> float:
 
 
 def _template_ids(folder: Path, messages: list[dict[str, str]]) -> list[int]:
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
     text = tokenizer.apply_chat_template(messages, tokenize=False)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
@@ -152,7 +154,7 @@ def test_the_chat_template_is_applied(model_dir: Path, plain_model_dir: Path) ->
     messages = _chat(PROMPTS[0], COMPLETIONS[0])
     request = ModelRequest(REWARD_MODEL_LANE, "e", {"messages": messages})
     (templated,) = RewardModelRunner({"model": str(model_dir)}).score([request])
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     rendered = tokenizer.apply_chat_template(messages, tokenize=False)
     assert rendered.startswith("<|user|>") and "<|assistant|>42<|end|>" in rendered
     concatenated = tokenizer(f"{PROMPTS[0]}\n{COMPLETIONS[0]}")["input_ids"]
@@ -162,9 +164,9 @@ def test_the_chat_template_is_applied(model_dir: Path, plain_model_dir: Path) ->
     assert templated.value != pytest.approx(_direct(model_dir, concatenated), abs=1e-3)
     # a tokenizer without a template: the contents joined by a newline
     (plain,) = RewardModelRunner({"model": str(plain_model_dir)}).score([request])
-    plain_ids = PreTrainedTokenizerFast.from_pretrained(plain_model_dir)(
-        f"{PROMPTS[0]}\n{COMPLETIONS[0]}"
-    )["input_ids"]
+    plain_ids = AutoTokenizer.from_pretrained(plain_model_dir)(f"{PROMPTS[0]}\n{COMPLETIONS[0]}")[
+        "input_ids"
+    ]
     assert plain.value == pytest.approx(_direct(plain_model_dir, plain_ids), abs=1e-5)
     # a text payload is tokenized as it is
     (text,) = RewardModelRunner({"model": str(model_dir)}).score(
@@ -283,6 +285,24 @@ def test_unreadable_payloads_are_model_errors(
     assert outcome.failure == "model_error" and message in outcome.message and fine.ok
 
 
+def test_a_template_that_refuses_the_messages_fails_that_input(tmp_path: Path) -> None:
+    strict = (
+        "{% for m in messages %}{% if m['role'] == 'system' %}"
+        "{{ raise_exception('system messages are not supported') }}{% endif %}"
+        "<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+    )
+    folder = _save_model(tmp_path / "strict", _tokenizer(strict))
+    system = [{"role": "system", "content": "be brief"}, *_chat("a", "b")]
+    refused, fine = RewardModelRunner({"model": str(folder)}).score(
+        [
+            ModelRequest(REWARD_MODEL_LANE, "e", {"messages": system}),
+            ModelRequest(REWARD_MODEL_LANE, "e", {"messages": _chat("a", "b")}),
+        ]
+    )
+    assert refused.failure == "model_error" and fine.ok
+    assert refused.message == "chat template: TemplateError: system messages are not supported"
+
+
 def test_a_load_error_fails_every_request(tmp_path: Path, model_dir: Path) -> None:
     missing = RewardModelRunner({"model": str(tmp_path / "nothing")})
     assert "failed to load" in missing.load_error
@@ -294,8 +314,26 @@ def test_a_load_error_fails_every_request(tmp_path: Path, model_dir: Path) -> No
     model.config.num_labels = 2
     two = tmp_path / "two_labels"
     LlamaForSequenceClassification(model.config).save_pretrained(two)
-    PreTrainedTokenizerFast.from_pretrained(model_dir).save_pretrained(two)
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(two)
     assert "has 2 labels" in RewardModelRunner({"model": str(two)}).load_error
+
+
+@pytest.mark.parametrize(
+    "device, message",
+    [
+        ("no_such_device", "failed to load: RuntimeError"),  # torch does not know it
+        pytest.param(
+            "cuda",
+            "is not usable here",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is there"),
+        ),
+    ],
+)
+def test_an_unusable_device_is_a_load_error(model_dir: Path, device: str, message: str) -> None:
+    runner = RewardModelRunner({"model": str(model_dir), "device": device})
+    assert message in runner.load_error
+    (outcome,) = runner.score(_requests()[:1])
+    assert outcome.failure == "model_error" and message in outcome.message
 
 
 @pytest.mark.parametrize(
@@ -441,6 +479,8 @@ def test_work_keys_follow_the_input_and_the_normalisation() -> None:
     assert plain.work_key(sample) != plain.work_key({"prompt": "p", "completion": "d"})
     assert plain.work_key(sample) != RewardModel("m2").work_key(sample)
     assert plain.work_key({"completion": "c"}) is None  # no prompt: not keyed
+    # the component itself pickles (a pool ships it to its workers)
+    assert pickle.loads(pickle.dumps(squashed)).work_key(sample) == squashed.work_key(sample)
 
 
 def test_component_score_runs_in_process(model_dir: Path, tmp_path: Path) -> None:
@@ -453,6 +493,31 @@ def test_component_score_runs_in_process(model_dir: Path, tmp_path: Path) -> Non
     missing = build_component("reward_model", {"model": str(tmp_path / "none")})
     failed = missing.score({"prompt": "p", "completion": "c"})
     assert failed.status is Status.ERROR and "failed to load" in failed.error
+
+
+def test_a_mix_from_yaml_scores_with_the_reward_model(model_dir: Path) -> None:
+    config = OmegaConf.create(
+        f"""
+        reward_model:
+          weight: 0.5
+          model: {model_dir}
+          normalize: {{affine: {{scale: 2.0, shift: 1.0}}}}
+          clip: [-100, 100]
+        format:
+          weight: 1.0
+        """
+    )
+    mix = RewardMix.from_config(config)
+    result = mix.score({"problem": PROMPTS[0], "completion": COMPLETIONS[0]})
+    raw = _direct(model_dir, _template_ids(model_dir, _chat(PROMPTS[0], COMPLETIONS[0])))
+    assert result.status == {"reward_model": "ok", "format": "ok"}
+    assert result.components["reward_model"] == pytest.approx(2 * raw + 1, abs=1e-5)
+    assert result.total == pytest.approx(0.5 * (2 * raw + 1), abs=1e-5)
+    masked = mix.score({"completion": "no prompt here"})
+    assert masked.should_mask and "missing from the row" in masked.errors["reward_model"]
+    # the omegaconf nodes themselves are accepted too (a config not converted first)
+    clip = OmegaConf.create({"c": [0, 1]}).c
+    assert RewardModel("m", clip=clip).normalization.clip == (0.0, 1.0)
 
 
 def test_trl_batch_reward_gives_floats_and_none(model_dir: Path) -> None:

@@ -175,6 +175,11 @@ class RewardModelRunner:
                 "Give a local folder written by save_pretrained (model and tokenizer)"
             )
             return
+        except AssertionError as error:  # torch's CPU-only build asked for CUDA
+            self.load_error = (
+                f"reward model {path!r}: device {self.config.device!r} is not usable here: {error}"
+            )
+            return
         if model.config.num_labels != 1:
             self.load_error = (
                 f"reward model {path!r} has {model.config.num_labels} labels; a reward model "
@@ -206,21 +211,34 @@ class RewardModelRunner:
             self.metrics.failures += len(requests)
             return [_failure(self.load_error) for _ in requests]
         outcomes: list[ModelOutcome | None] = [None] * len(requests)
-        items = []
+        texts: dict[bool, list[tuple[int, str]]] = {True: [], False: []}
         for index, request in enumerate(requests):
             try:
-                items.append(self._encode(index, request.payload))
+                text, add_special_tokens = _render(self._tokenizer, request.payload)
             except _InputError as error:
                 outcomes[index] = _failure(str(error))
+            else:
+                texts[add_special_tokens].append((index, text))
+        items = []
+        for add_special_tokens, group in texts.items():
+            if not group:
+                continue
+            encoded = self._tokenizer(
+                [text for _, text in group], add_special_tokens=add_special_tokens
+            )["input_ids"]
+            for (index, _), ids in zip(group, encoded, strict=True):
+                try:
+                    items.append(self._fit(index, list(ids)))
+                except _InputError as error:
+                    outcomes[index] = _failure(str(error))
         for batch in self._batches(items):
             self._run(batch, outcomes)
         self.metrics.failures += sum(1 for o in outcomes if o is not None and not o.ok)
         assert all(outcome is not None for outcome in outcomes)
         return outcomes  # type: ignore[return-value]
 
-    def _encode(self, index: int, payload: Any) -> _Item:
-        """Token ids of one payload, cut or refused per ``truncation``."""
-        ids = _token_ids(self._tokenizer, payload)
+    def _fit(self, index: int, ids: list[int]) -> _Item:
+        """An input's ids within ``max_length``: cut or refused per ``truncation``."""
         limit = self.config.max_length
         if len(ids) <= limit:
             return _Item(index, ids)
@@ -255,25 +273,31 @@ class RewardModelRunner:
         try:
             values = self._forward(batch)
         except (RuntimeError, ValueError, IndexError, TypeError) as error:
-            if _is_out_of_memory(error):
-                if self._device.startswith("cuda"):
-                    torch.cuda.empty_cache()
-                if len(batch) > 1:
+            # Only text is kept: the exception's traceback holds the failed pass's tensors,
+            # which must be freed before the retries below.
+            out_of_memory = _is_out_of_memory(error)
+            problem = f"{type(error).__name__}: {error}"
+        else:
+            out_of_memory, problem = False, ""
+        if problem:
+            if out_of_memory and self._device.startswith("cuda"):
+                torch.cuda.empty_cache()
+            if len(batch) > 1:
+                if out_of_memory:
                     self.metrics.oom_splits += 1
                     half = len(batch) // 2
-                    self._run(batch[:half], outcomes)
-                    self._run(batch[half:], outcomes)
-                    return
-                message = (
-                    f"out of memory on one input of {len(batch[0].ids)} tokens; lower max_length "
-                    "or use a device with more memory"
-                )
-            elif len(batch) > 1:
-                for item in batch:
-                    self._run([item], outcomes)
+                    parts = [batch[:half], batch[half:]]
+                else:
+                    parts = [[item] for item in batch]
+                for part in parts:
+                    self._run(part, outcomes)
                 return
-            else:
-                message = f"forward pass failed: {type(error).__name__}: {error}"
+            message = (
+                f"out of memory on one input of {len(batch[0].ids)} tokens; lower max_length "
+                "or use a device with more memory"
+                if out_of_memory
+                else f"forward pass failed: {problem}"
+            )
             outcomes[batch[0].index] = _failure(message, tokens_in=len(batch[0].ids))
             return
         elapsed = time.perf_counter() - started
@@ -304,15 +328,18 @@ class RewardModelRunner:
         return [float(v) for v in logits[:, 0].float().cpu().tolist()]
 
 
-def _token_ids(tokenizer: Any, payload: Any) -> list[int]:
-    """The token ids of a payload (see the module doc); ``_InputError`` for one that cannot be read."""
+def _render(tokenizer: Any, payload: Any) -> tuple[str, bool]:
+    """A payload's text and whether the tokenizer adds its special tokens (see the module doc).
+
+    ``_InputError`` for a payload that cannot be read or that the chat template refuses.
+    """
     if not isinstance(payload, Mapping):
         raise _InputError(f"payload: expected a mapping, got {type(payload).__name__}")
     if "text" in payload:
         text = payload["text"]
         if not isinstance(text, str):
             raise _InputError(f"payload.text: expected a string, got {type(text).__name__}")
-        return list(tokenizer(text, add_special_tokens=True)["input_ids"])
+        return text, True
     messages = payload.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _InputError("payload: expected 'messages' (a non-empty list) or 'text'")
@@ -326,8 +353,7 @@ def _token_ids(tokenizer: Any, payload: Any) -> list[int]:
                 f"payload.messages[{position}]: expected {{'role': str, 'content': str}}"
             )
     if not getattr(tokenizer, "chat_template", None):
-        text = "\n".join(message["content"] for message in messages)
-        return list(tokenizer(text, add_special_tokens=True)["input_ids"])
+        return "\n".join(message["content"] for message in messages), True
     from jinja2 import TemplateError
 
     try:
@@ -336,7 +362,9 @@ def _token_ids(tokenizer: Any, payload: Any) -> list[int]:
         )
     except (TemplateError, ValueError, TypeError, KeyError) as error:
         raise _InputError(f"chat template: {type(error).__name__}: {error}") from error
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if not isinstance(text, str):
+        raise _InputError(f"chat template: rendered {type(text).__name__}, not text")
+    return text, False
 
 
 def _is_out_of_memory(error: BaseException) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +60,8 @@ class Normalization:
         bounds = None
         if clip is not None:
             if (
-                not isinstance(clip, (list, tuple))
+                not isinstance(clip, Sequence)
+                or isinstance(clip, str)
                 or len(clip) != 2
                 or not all(_is_number(v) for v in clip)
                 or not clip[0] <= clip[1]
