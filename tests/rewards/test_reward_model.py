@@ -150,6 +150,17 @@ def test_values_equal_a_direct_transformers_forward(model_dir: Path) -> None:
     ]
 
 
+def test_bfloat16_runs_and_gives_float_values(model_dir: Path) -> None:
+    # bf16 is the default on CUDA; on CPU it can be asked for (the default there is fp32)
+    full = RewardModelRunner({"model": str(model_dir)})
+    half = RewardModelRunner({"model": str(model_dir), "dtype": "bfloat16"})
+    assert full._model.dtype == torch.float32 and half._model.dtype == torch.bfloat16
+    outcomes = half.score(_requests())
+    assert all(o.ok and isinstance(o.value, float) for o in outcomes)
+    reference = [o.value for o in full.score(_requests())]
+    assert [o.value for o in outcomes] == pytest.approx(reference, abs=0.1)
+
+
 def test_the_chat_template_is_applied(model_dir: Path, plain_model_dir: Path) -> None:
     messages = _chat(PROMPTS[0], COMPLETIONS[0])
     request = ModelRequest(REWARD_MODEL_LANE, "e", {"messages": messages})

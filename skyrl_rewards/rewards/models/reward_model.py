@@ -153,6 +153,8 @@ class RewardModelRunner:
         path = self.config.model
         try:
             import torch
+            import transformers
+            from packaging.version import Version
             from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
             device = self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -160,8 +162,12 @@ class RewardModelRunner:
                 "bfloat16" if device.startswith("cuda") else "float32"
             )
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            # transformers 4.56 renamed torch_dtype to dtype
+            dtype_key = (
+                "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+            )
             model = AutoModelForSequenceClassification.from_pretrained(
-                path, dtype=getattr(torch, dtype_name), local_files_only=True
+                path, local_files_only=True, **{dtype_key: getattr(torch, dtype_name)}
             )
             model.to(device).eval()
         except ImportError as error:
