@@ -388,3 +388,55 @@ def test_judge_rewards_score_and_mask_inside_the_trainer(
         m["content"] for b in server.bodies for m in b["messages"] if "Q: " in str(m["content"])
     ]
     assert any(q.startswith("Q: What is six times seven?") for q in questions)  # TRL's prompt
+
+
+def test_a_reward_model_scores_inside_the_trainer(tokenizer_dir: Path, tmp_path: Path) -> None:
+    # A tiny random Qwen2 reward model with the policy's tokenizer (and its Qwen3 template):
+    # what the trainer logs is the model's own score of the chat prompt + completion.
+    from transformers import AutoTokenizer, Qwen2ForSequenceClassification
+
+    tokenizer = load_tokenizer(tokenizer_dir)
+    torch.manual_seed(1)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        pad_token_id=tokenizer.pad_token_id,
+        num_labels=1,
+        initializer_range=0.5,
+    )
+    rm_dir = tmp_path / "rm"
+    Qwen2ForSequenceClassification(config).save_pretrained(rm_dir)
+    tokenizer.save_pretrained(rm_dir)
+    dataset = Dataset.from_list([{"prompt": PROMPT, "solution": "<answer>42</answer>"}] * 8)
+    trainer = GRPOTrainer(
+        model=tiny_model(tokenizer),
+        reward_funcs=[make_reward("reward_model", model=str(rm_dir), normalize="sigmoid")],
+        args=grpo_args(tmp_path / "out"),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rollout_func=fixed_rollout(tokenizer),
+    )
+    trainer.train()
+    # the reference loads the reward model's folder the usual way: AutoTokenizer picks the
+    # Qwen2 tokenizer class from its config (digits split one by one), not the policy's class
+    rm_tokenizer = AutoTokenizer.from_pretrained(rm_dir)
+    reward_model = Qwen2ForSequenceClassification.from_pretrained(rm_dir).eval()
+    expected = []
+    for answer in FIXED:
+        chat = [*PROMPT, {"role": "assistant", "content": answer}]
+        text = rm_tokenizer.apply_chat_template(chat, tokenize=False)
+        ids = rm_tokenizer(text, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            raw = float(reward_model(input_ids=torch.tensor([ids])).logits[0, 0])
+        expected.append(1 / (1 + math.exp(-raw)))
+    assert len(set(expected)) == 4  # the four answers get four different scores
+    values = list(trainer._logs["rewards"]["reward_model_reward"])
+    assert values[:4] == pytest.approx(expected, abs=1e-5)
+    assert logged(trainer, "rewards/reward_model_reward/mean") == pytest.approx(
+        [sum(expected) / 4] * 2, abs=1e-5
+    )

@@ -111,11 +111,17 @@ class RewardModelWorker:
         self._endpoints = _lane_endpoints(self._mix, REWARD_MODEL_LANE)
 
     def ready(self) -> tuple[int, str]:
-        """Load every reward model of the mix; ``(pid, node_id)`` of this worker."""
-        from skyrl_rewards.rewards.models.reward_model import load_runner
+        """Load every reward model of the mix; ``(pid, node_id)`` of this worker.
 
-        for config in self._endpoints.values():
-            load_runner(config)
+        Raises ``RuntimeError`` with the cause when a model does not load, so the
+        pool's start fails and says why instead of masking every item.
+        """
+        from skyrl_rewards.rewards.models.reward_model import runner_for
+
+        for key, config in self._endpoints.items():
+            runner = runner_for(key, config)
+            if runner.load_error:
+                raise RuntimeError(f"reward model {config.get('model')!r}: {runner.load_error}")
         return _where()
 
     def score_tasks(

@@ -59,10 +59,8 @@ class BatchReward:
     ) -> list[float | None]:
         log_metric = kwargs.get("log_metric")
         columns = {key: values for key, values in kwargs.items() if key not in _TRL_ARGUMENTS}
-        if kwargs.get("prompts") is not None and "prompt" not in columns:
-            columns["prompt"] = kwargs[
-                "prompts"
-            ]  # a judge's {question} when the row has no problem
+        if "prompt" not in columns and kwargs.get("prompts") is not None:
+            columns["prompt"] = kwargs["prompts"]  # TRL passes the prompt column as `prompts`
         contents = [completion_text(c) for c in completions]
         scores = [
             self._score(index, content, solution, columns) for index, content in enumerate(contents)

@@ -2,7 +2,9 @@
 
 Names: ``accuracy``, ``iou``, ``detection``, ``length`` (cosine shaping with
 the accuracy it depends on), ``repetition``, ``format``, ``format_rec``,
-``judge`` (a chat-model judge, :mod:`~skyrl_rewards.rewards.models.judge`).
+``judge`` (a chat-model judge, :mod:`~skyrl_rewards.rewards.models.judge`),
+``reward_model`` (a sequence-classification reward model, see
+:mod:`~skyrl_rewards.rewards.models.reward_model_component`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from skyrl_rewards.rewards.components import (
     Repetition,
 )
 from skyrl_rewards.rewards.models.judge import Judge
+from skyrl_rewards.rewards.models.reward_model_component import RewardModel
 from skyrl_rewards.suggest import did_you_mean
 
 COMPONENTS: dict[str, type[Component]] = {
@@ -33,6 +36,7 @@ COMPONENTS: dict[str, type[Component]] = {
     "format": Format,
     "format_rec": FormatRec,
     "judge": Judge,
+    "reward_model": RewardModel,
 }
 
 

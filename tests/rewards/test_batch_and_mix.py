@@ -13,10 +13,11 @@ from skyrl_rewards.rewards.components import WordTokenizer
 from skyrl_rewards.rewards.registry import COMPONENTS, build_component
 
 FORMATTED = "<think>t</think><answer>2</answer>"
+RULE_BASED = sorted(set(COMPONENTS) - {"judge", "reward_model"})
+"""Rewards scored by rules (model-based ones need a model; their own tests pickle them)."""
 
 
-# model-based rewards need an endpoint: tests/models/ pickles and scores them against one
-@pytest.mark.parametrize("name", sorted(set(COMPONENTS) - {"judge"}))
+@pytest.mark.parametrize("name", RULE_BASED)
 def test_every_batch_reward_pickles_and_keeps_its_name(name: str) -> None:
     reward = make_reward(name)
     clone = pickle.loads(pickle.dumps(reward))

@@ -1,0 +1,423 @@
+"""Run a Hugging Face sequence-classification reward model: one scalar per prompt and completion.
+
+A :class:`RewardModelRunner` loads ``AutoModelForSequenceClassification`` and
+its tokenizer once, from a local folder (``local_files_only``: never the
+network), and scores :class:`~skyrl_rewards.rewards.models.lanes.ModelRequest`
+s of the reward-model lane. It is what a pool's reward-model worker holds, and
+what :func:`run_reward_model_requests` keeps, one per endpoint, in this process.
+
+Inputs (the request's payload):
+
+- ``{"messages": [{"role": ..., "content": str}, ...]}``: rendered with the
+  tokenizer's chat template (``apply_chat_template(..., tokenize=False)``, then
+  tokenized without adding special tokens: the template writes them). A
+  tokenizer without a chat template gets plain concatenation instead: the
+  messages' contents joined by a newline, tokenized with the tokenizer's own
+  special tokens;
+- ``{"text": str}``: tokenized as is, with the tokenizer's special tokens.
+
+Scoring: inputs are sorted by length (longest first) and packed into batches
+whose padded size (items x longest) stays within ``max_tokens_per_batch``;
+each batch is padded on the right with the model's pad token (the model reads
+the last token that is not padding, so padding changes no value). The value is
+the model's raw logit, in float32; normalisation is the reward component's job.
+An input longer than ``max_length`` tokens is, per ``truncation``, a failure
+(``"error"``, the default) or cut (``"left"`` keeps its end, ``"right"`` its
+start), the cut recorded in the outcome's ``message``.
+
+Failures never raise: a load error, an input that cannot be rendered or is too
+long, an out-of-memory batch (split in halves and retried; a single item that
+still does not fit fails) or any other error of the forward pass (the batch is
+retried item by item, so only the bad item fails) become outcomes with
+``failure="model_error"`` and a message naming the cause.
+
+``torch`` and ``transformers`` are imported when a runner is built.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from skyrl_rewards.rewards.models.lanes import ModelOutcome, ModelRequest
+
+DTYPES = ("bfloat16", "float16", "float32")
+"""Values of :attr:`RewardModelConfig.dtype` (``None``: bfloat16 on CUDA, float32 elsewhere)."""
+
+TRUNCATIONS = ("error", "left", "right")
+"""Values of :attr:`RewardModelConfig.truncation`."""
+
+
+@dataclass(frozen=True)
+class RewardModelConfig:
+    """How to load and run one reward model (an endpoint of the reward-model lane)."""
+
+    model: str
+    """Local folder holding the model and its tokenizer (``save_pretrained``), or a name in the local HF cache."""
+    device: str | None = None
+    """``"cuda"``, ``"cuda:1"``, ``"cpu"``...; ``None``: ``cuda`` when available, else ``cpu``."""
+    dtype: str | None = None
+    """One of :data:`DTYPES`; ``None``: bfloat16 on CUDA, float32 elsewhere."""
+    max_length: int = 4096
+    """Longest input in tokens (prompt, completion and template together)."""
+    max_tokens_per_batch: int = 16384
+    """Most padded tokens (items x longest item) in one forward pass."""
+    truncation: str = "error"
+    """An input past ``max_length``: ``"error"`` (a failure), ``"left"`` (keep the end), ``"right"`` (keep the start)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model:
+            raise ValueError(f"model: expected a folder path, got {self.model!r}")
+        if self.device is not None and (not isinstance(self.device, str) or not self.device):
+            raise ValueError(f"device: expected 'cuda', 'cpu' or None, got {self.device!r}")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ValueError(f"dtype: expected one of {DTYPES} or None, got {self.dtype!r}")
+        for name in ("max_length", "max_tokens_per_batch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        if self.truncation not in TRUNCATIONS:
+            raise ValueError(f"truncation: expected one of {TRUNCATIONS}, got {self.truncation!r}")
+
+    @classmethod
+    def from_mapping(cls, config: Mapping[str, Any]) -> RewardModelConfig:
+        """The config from an endpoint's plain mapping; ``ValueError`` for an unknown key."""
+        try:
+            return cls(**dict(config))
+        except TypeError as error:
+            raise ValueError(f"reward model endpoint: bad configuration: {error}") from error
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The plain, JSON-able form (what a component's ``endpoints()`` carries)."""
+        return asdict(self)
+
+
+class _InputError(Exception):
+    """An input that cannot be scored (unreadable payload, too long)."""
+
+
+@dataclass
+class _Item:
+    index: int
+    ids: list[int]
+    note: str = ""
+
+
+@dataclass
+class RunnerMetrics:
+    """Counters since the runner was built (plain numbers, for a pool's metrics)."""
+
+    requests: int = 0
+    batches: int = 0
+    tokens: int = 0
+    padded_tokens: int = 0
+    truncated: int = 0
+    oom_splits: int = 0
+    failures: int = 0
+    forward_s: float = 0.0
+
+
+class RewardModelRunner:
+    """A reward model loaded once; :meth:`score` gives one outcome per request, in order.
+
+    Building never raises for the model: a load error is kept in
+    :attr:`load_error` and every request then fails with it. Thread-safe (one
+    forward pass at a time).
+    """
+
+    def __init__(self, config: RewardModelConfig | Mapping[str, Any]) -> None:
+        self.config = (
+            config
+            if isinstance(config, RewardModelConfig)
+            else RewardModelConfig.from_mapping(config)
+        )
+        self.load_error = ""
+        """Why the model did not load (empty when it did)."""
+        self.metrics = RunnerMetrics()
+        self._lock = threading.Lock()
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._pad_id: int | None = None
+        self._device = ""
+        self._load()
+
+    @property
+    def device(self) -> str:
+        """Where the model runs (empty when it did not load)."""
+        return self._device
+
+    def _load(self) -> None:
+        path = self.config.model
+        try:
+            import torch
+            import transformers
+            from packaging.version import Version
+            from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+            device = self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            dtype_name = self.config.dtype or (
+                "bfloat16" if device.startswith("cuda") else "float32"
+            )
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            # transformers 4.56 renamed torch_dtype to dtype
+            dtype_key = (
+                "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+            )
+            model = AutoModelForSequenceClassification.from_pretrained(
+                path, local_files_only=True, **{dtype_key: getattr(torch, dtype_name)}
+            )
+            model.to(device).eval()
+        except ImportError as error:
+            self.load_error = (
+                f"reward model {path!r}: {error}; install torch and transformers where it runs"
+            )
+            return
+        except (OSError, ValueError, RuntimeError, KeyError) as error:
+            self.load_error = (
+                f"reward model {path!r} failed to load: {type(error).__name__}: {error}. "
+                "Give a local folder written by save_pretrained (model and tokenizer)"
+            )
+            return
+        except AssertionError as error:  # torch's CPU-only build asked for CUDA
+            self.load_error = (
+                f"reward model {path!r}: device {self.config.device!r} is not usable here: {error}"
+            )
+            return
+        if model.config.num_labels != 1:
+            self.load_error = (
+                f"reward model {path!r} has {model.config.num_labels} labels; a reward model "
+                "has one (num_labels=1, a scalar score)"
+            )
+            return
+        text_config = model.config.get_text_config()
+        pad_id = text_config.pad_token_id
+        if pad_id is None:
+            pad_id = tokenizer.pad_token_id
+        if pad_id is None:
+            pad_id = tokenizer.eos_token_id
+        if pad_id is not None:
+            text_config.pad_token_id = pad_id  # the model finds each row's last token by it
+        self._model, self._tokenizer, self._pad_id = model, tokenizer, pad_id
+        self._device = device
+
+    def score(self, requests: Sequence[ModelRequest]) -> list[ModelOutcome]:
+        """One outcome per request, in order: ``value`` the raw scalar, or ``failure="model_error"``.
+
+        Never raises for an input or for the model (see the module doc).
+        """
+        with self._lock:
+            return self._score(requests)
+
+    def _score(self, requests: Sequence[ModelRequest]) -> list[ModelOutcome]:
+        self.metrics.requests += len(requests)
+        if self.load_error:
+            self.metrics.failures += len(requests)
+            return [_failure(self.load_error) for _ in requests]
+        outcomes: list[ModelOutcome | None] = [None] * len(requests)
+        texts: dict[bool, list[tuple[int, str]]] = {True: [], False: []}
+        for index, request in enumerate(requests):
+            try:
+                text, add_special_tokens = _render(self._tokenizer, request.payload)
+            except _InputError as error:
+                outcomes[index] = _failure(str(error))
+            else:
+                texts[add_special_tokens].append((index, text))
+        items = []
+        for add_special_tokens, group in texts.items():
+            if not group:
+                continue
+            encoded = self._tokenizer(
+                [text for _, text in group], add_special_tokens=add_special_tokens
+            )["input_ids"]
+            for (index, _), ids in zip(group, encoded, strict=True):
+                try:
+                    items.append(self._fit(index, list(ids)))
+                except _InputError as error:
+                    outcomes[index] = _failure(str(error))
+        for batch in self._batches(items):
+            self._run(batch, outcomes)
+        self.metrics.failures += sum(1 for o in outcomes if o is not None and not o.ok)
+        assert all(outcome is not None for outcome in outcomes)
+        return outcomes  # type: ignore[return-value]
+
+    def _fit(self, index: int, ids: list[int]) -> _Item:
+        """An input's ids within ``max_length``: cut or refused per ``truncation``."""
+        limit = self.config.max_length
+        if len(ids) <= limit:
+            return _Item(index, ids)
+        if self.config.truncation == "error":
+            raise _InputError(
+                f"input of {len(ids)} tokens is longer than max_length={limit}; raise "
+                "max_length or set truncation to 'left' (keep the end) or 'right'"
+            )
+        self.metrics.truncated += 1
+        kept = ids[-limit:] if self.config.truncation == "left" else ids[:limit]
+        where = "end" if self.config.truncation == "left" else "start"
+        return _Item(index, kept, f"truncated from {len(ids)} to {limit} tokens (kept the {where})")
+
+    def _batches(self, items: list[_Item]) -> list[list[_Item]]:
+        """Items, longest first, packed so that items x longest <= max_tokens_per_batch."""
+        if self._pad_id is None:  # the model reads the last position: no padding possible
+            return [[item] for item in items]
+        budget = self.config.max_tokens_per_batch
+        batches: list[list[_Item]] = []
+        for item in sorted(items, key=lambda it: len(it.ids), reverse=True):
+            if batches and (len(batches[-1]) + 1) * len(batches[-1][0].ids) <= budget:
+                batches[-1].append(item)
+            else:
+                batches.append([item])
+        return batches
+
+    def _run(self, batch: list[_Item], outcomes: list[ModelOutcome | None]) -> None:
+        """Score one batch into ``outcomes``; split it on OOM, isolate a failing item."""
+        import torch
+
+        started = time.perf_counter()
+        try:
+            values = self._forward(batch)
+        except (RuntimeError, ValueError, IndexError, TypeError) as error:
+            # Only text is kept: the exception's traceback holds the failed pass's tensors,
+            # which must be freed before the retries below.
+            out_of_memory = _is_out_of_memory(error)
+            problem = f"{type(error).__name__}: {error}"
+        else:
+            out_of_memory, problem = False, ""
+        if problem:
+            if out_of_memory and self._device.startswith("cuda"):
+                torch.cuda.empty_cache()
+            if len(batch) > 1:
+                if out_of_memory:
+                    self.metrics.oom_splits += 1
+                    half = len(batch) // 2
+                    parts = [batch[:half], batch[half:]]
+                else:
+                    parts = [[item] for item in batch]
+                for part in parts:
+                    self._run(part, outcomes)
+                return
+            message = (
+                f"out of memory on one input of {len(batch[0].ids)} tokens; lower max_length "
+                "or use a device with more memory"
+                if out_of_memory
+                else f"forward pass failed: {problem}"
+            )
+            outcomes[batch[0].index] = _failure(message, tokens_in=len(batch[0].ids))
+            return
+        elapsed = time.perf_counter() - started
+        self.metrics.batches += 1
+        self.metrics.forward_s += elapsed
+        self.metrics.tokens += sum(len(item.ids) for item in batch)
+        self.metrics.padded_tokens += len(batch) * max(len(item.ids) for item in batch)
+        for item, value in zip(batch, values, strict=True):
+            outcomes[item.index] = ModelOutcome(
+                value=value, message=item.note, tokens_in=len(item.ids), latency_s=elapsed
+            )
+
+    def _forward(self, batch: list[_Item]) -> list[float]:
+        import torch
+
+        width = max(len(item.ids) for item in batch)
+        pad = self._pad_id if self._pad_id is not None else 0
+        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, item in enumerate(batch):
+            input_ids[row, : len(item.ids)] = torch.tensor(item.ids, dtype=torch.long)
+            attention_mask[row, : len(item.ids)] = 1
+        with torch.inference_mode():
+            logits = self._model(
+                input_ids=input_ids.to(self._device),
+                attention_mask=attention_mask.to(self._device),
+            ).logits
+        return [float(v) for v in logits[:, 0].float().cpu().tolist()]
+
+
+def _render(tokenizer: Any, payload: Any) -> tuple[str, bool]:
+    """A payload's text and whether the tokenizer adds its special tokens (see the module doc).
+
+    ``_InputError`` for a payload that cannot be read or that the chat template refuses.
+    """
+    if not isinstance(payload, Mapping):
+        raise _InputError(f"payload: expected a mapping, got {type(payload).__name__}")
+    if "text" in payload:
+        text = payload["text"]
+        if not isinstance(text, str):
+            raise _InputError(f"payload.text: expected a string, got {type(text).__name__}")
+        return text, True
+    messages = payload.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _InputError("payload: expected 'messages' (a non-empty list) or 'text'")
+    for position, message in enumerate(messages):
+        if not (
+            isinstance(message, Mapping)
+            and isinstance(message.get("role"), str)
+            and isinstance(message.get("content"), str)
+        ):
+            raise _InputError(
+                f"payload.messages[{position}]: expected {{'role': str, 'content': str}}"
+            )
+    if not getattr(tokenizer, "chat_template", None):
+        return "\n".join(message["content"] for message in messages), True
+    from jinja2 import TemplateError
+
+    try:
+        text = tokenizer.apply_chat_template(
+            [dict(message) for message in messages], tokenize=False
+        )
+    except (TemplateError, ValueError, TypeError, KeyError) as error:
+        raise _InputError(f"chat template: {type(error).__name__}: {error}") from error
+    if not isinstance(text, str):
+        raise _InputError(f"chat template: rendered {type(text).__name__}, not text")
+    return text, False
+
+
+def _is_out_of_memory(error: BaseException) -> bool:
+    import torch
+
+    oom_type = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    text = str(error)
+    return isinstance(error, oom_type) or "out of memory" in text or "can't allocate" in text
+
+
+def _failure(message: str, *, tokens_in: int = 0) -> ModelOutcome:
+    return ModelOutcome(failure="model_error", message=message, tokens_in=tokens_in)
+
+
+_RUNNERS: dict[str, RewardModelRunner] = {}
+_RUNNERS_LOCK = threading.Lock()
+
+
+def runner_for(key: str, config: Mapping[str, Any]) -> RewardModelRunner:
+    """This process's runner for endpoint ``key``, built (the model loaded) on first use.
+
+    A runner whose model failed to load is kept too: every later request fails
+    at once with the same message instead of loading again.
+    """
+    with _RUNNERS_LOCK:
+        runner = _RUNNERS.get(key)
+        if runner is None:
+            runner = _RUNNERS[key] = RewardModelRunner(RewardModelConfig.from_mapping(config))
+        return runner
+
+
+def run_reward_model_requests(
+    requests: Sequence[ModelRequest], endpoints: Mapping[str, Mapping[str, Any]]
+) -> list[ModelOutcome]:
+    """Score reward-model requests in this process: one outcome per request, in order.
+
+    Requests are grouped by endpoint; each endpoint's model is loaded once per
+    process (:func:`runner_for`) and its requests scored in token-budget
+    batches. ``endpoints`` maps each key to a :class:`RewardModelConfig` mapping.
+    """
+    outcomes: list[ModelOutcome | None] = [None] * len(requests)
+    for key in dict.fromkeys(request.endpoint for request in requests):
+        indices = [i for i, request in enumerate(requests) if request.endpoint == key]
+        runner = runner_for(key, endpoints[key])
+        for index, outcome in zip(
+            indices, runner.score([requests[i] for i in indices]), strict=True
+        ):
+            outcomes[index] = outcome
+    assert all(outcome is not None for outcome in outcomes)
+    return outcomes  # type: ignore[return-value]
