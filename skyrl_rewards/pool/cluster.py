@@ -12,8 +12,9 @@
   unset and a token is available (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``
   or ``~/.ray/auth_token``). A cluster without authentication accepts a
   token too.
-- :func:`check_free_cpus` refuses a pool that asks for more CPUs than the
-  cluster has free, instead of leaving its workers pending for ever.
+- :func:`check_free_cpus` (and :func:`check_free_gpus`, for reward-model
+  workers) refuses a pool that asks for more CPUs (GPUs) than the cluster has
+  free, instead of leaving its workers pending for ever.
 
 Every failure raises an error naming the cause and the fix.
 """
@@ -52,6 +53,10 @@ class ClusterAuthError(NoClusterError):
 
 class NotEnoughCpusError(ValueError):
     """The pool asks for more CPUs than the cluster has free."""
+
+
+class NotEnoughGpusError(ValueError):
+    """The pool's reward-model workers ask for more GPUs than the cluster has free."""
 
 
 def token_available() -> bool:
@@ -216,25 +221,35 @@ def start_local_ray(namespace: str, *, worker_niceness: int | None = None) -> No
         )
 
 
+def _free(resource: str, needed: float, settle_s: float) -> float | None:
+    """``None`` when ``needed`` of ``resource`` is free now; else how much is free.
+
+    Ray's view of free resources lags about a second behind actors that just
+    ended (a pool stopped right before), so a shortfall is looked at again for
+    up to ``settle_s`` seconds before it counts.
+    """
+    deadline = time.monotonic() + settle_s
+    while True:
+        free = ray.available_resources().get(resource, 0.0)
+        if needed <= free + 1e-9:
+            return None
+        if time.monotonic() >= deadline:
+            return free
+        time.sleep(_SETTLE_POLL_S)
+
+
 def check_free_cpus(
     num_workers: int, num_cpus_per_worker: float, *, settle_s: float = CPU_SETTLE_S
 ) -> None:
     """Raise :class:`NotEnoughCpusError` when the workers cannot all be placed now.
 
     Compares ``num_workers * num_cpus_per_worker`` with the CPUs the cluster
-    has free. Ray's view of free CPUs lags about a second behind actors that
-    just ended (a pool stopped right before), so a shortfall is looked at
-    again for up to ``settle_s`` seconds before it is an error.
+    has free (after ``settle_s``, see :func:`_free`).
     """
     needed = num_workers * num_cpus_per_worker
-    deadline = time.monotonic() + settle_s
-    while True:
-        free = ray.available_resources().get("CPU", 0.0)
-        if needed <= free + 1e-9:
-            return
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(_SETTLE_POLL_S)
+    free = _free("CPU", needed, settle_s)
+    if free is None:
+        return
     total = ray.cluster_resources().get("CPU", 0.0)
     raise NotEnoughCpusError(
         f"num_workers: the pool asks for {needed:g} CPUs ({num_workers} workers x "
@@ -242,4 +257,23 @@ def check_free_cpus(
         f"{total:g} CPUs free (other pools or jobs hold the rest); lower num_workers or "
         "num_cpus_per_worker, stop another pool (`skyrl-rewards pool stop --name NAME`), "
         "or add nodes"
+    )
+
+
+def check_free_gpus(
+    num_workers: int, num_gpus_per_worker: float, *, settle_s: float = CPU_SETTLE_S
+) -> None:
+    """Raise :class:`NotEnoughGpusError` when the reward-model workers' GPUs are not free now."""
+    needed = num_workers * num_gpus_per_worker
+    if needed <= 0:
+        return
+    free = _free("GPU", needed, settle_s)
+    if free is None:
+        return
+    total = ray.cluster_resources().get("GPU", 0.0)
+    raise NotEnoughGpusError(
+        f"model_workers.num_gpus_per_worker: the reward-model workers ask for {needed:g} GPUs "
+        f"({num_workers} workers x {num_gpus_per_worker:g}) but the cluster has {free:g} of "
+        f"{total:g} GPUs free; lower model_workers.num_workers or num_gpus_per_worker "
+        "(0.5 packs two workers on a GPU; 0 runs the model on the CPU), or add GPU nodes"
     )

@@ -35,7 +35,12 @@ from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from skyrl_rewards.pool.batching import MicroBatcher
-from skyrl_rewards.pool.cluster import check_free_cpus, join_cluster, start_local_ray
+from skyrl_rewards.pool.cluster import (
+    check_free_cpus,
+    check_free_gpus,
+    join_cluster,
+    start_local_ray,
+)
 from skyrl_rewards.pool.config import PoolConfig, load_pool_config
 from skyrl_rewards.pool.directory import PoolDirectory
 from skyrl_rewards.pool.lane_dispatch import LaneStartError
@@ -43,7 +48,7 @@ from skyrl_rewards.pool.metrics import ErrorRateAlarm, PoolMetrics
 from skyrl_rewards.pool.replay_log import ReplayLog
 from skyrl_rewards.pool.scheduler import Item, Scheduler, record_results
 from skyrl_rewards.rewards.mix import RewardMix
-from skyrl_rewards.rewards.models.lanes import JUDGE_LANE
+from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, REWARD_MODEL_LANE
 from skyrl_rewards.rewards.result import RewardResult
 
 logger = logging.getLogger(__name__)
@@ -97,6 +102,9 @@ class RewardPool:
         _ensure_ray(config.address, config.namespace, worker_niceness=config.worker_niceness)
         refuse_taken_name(config, "use RewardPool.connect")
         check_free_cpus(config.num_workers, config.num_cpus_per_worker)
+        if REWARD_MODEL_LANE in mix.lanes():
+            workers = config.model_workers
+            check_free_gpus(workers.num_workers, workers.num_gpus_per_worker)
         # the directory lives on the creator's node: it shares the creator's fate anyway
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         directory = (
@@ -189,12 +197,24 @@ class RewardPool:
         config = self._config
         try:
             states = ray.get(self._directory.worker_states.remote(), timeout=_STATES_WAIT_S)
+            lanes = ray.get(self._directory.lane_states.remote(), timeout=_STATES_WAIT_S)
+        except (ray.exceptions.RayError, TimeoutError) as error:
+            states, lanes = [], {}
+            counts = f"the directory did not answer ({type(error).__name__})"
+        else:
             counts = (
                 f"{states.count('running')} of {len(states)} workers running, "
                 f"{states.count('pending')} pending"
             )
-        except (ray.exceptions.RayError, TimeoutError) as error:
-            counts = f"the directory did not answer ({type(error).__name__})"
+        stuck = [lane for lane, lane_states in lanes.items() if "running" not in lane_states]
+        if states and all(s == "running" for s in states) and stuck:
+            return (
+                f"start_timeout_s: the {stuck[0]} lane of pool {config.name!r} did not start "
+                f"within {config.start_timeout_s:g}s ({counts}; its actors are pending: no "
+                "free GPU or CPU for them, or the model loads slowly; see `ray status`). Fix: "
+                "free the resources (model_workers.num_gpus_per_worker, num_cpus_per_worker) "
+                "or raise start_timeout_s"
+            )
         free = ray.available_resources().get("CPU", 0.0)
         return (
             f"start_timeout_s: the workers of pool {config.name!r} did not all start within "

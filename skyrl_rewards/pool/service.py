@@ -22,11 +22,17 @@ from typing import Any
 
 import ray
 
-from skyrl_rewards.pool.cluster import NoClusterError, check_free_cpus, join_cluster
+from skyrl_rewards.pool.cluster import (
+    NoClusterError,
+    check_free_cpus,
+    check_free_gpus,
+    join_cluster,
+)
 from skyrl_rewards.pool.config import PoolConfig
 from skyrl_rewards.pool.directory import PoolDirectory
 from skyrl_rewards.pool.reward_pool import PoolStartError, refuse_taken_name
 from skyrl_rewards.rewards.mix import RewardMix
+from skyrl_rewards.rewards.models.lanes import REWARD_MODEL_LANE
 
 __all__ = ["NoClusterError", "NoPoolError", "PoolStartError", "start", "status", "stop"]
 
@@ -66,6 +72,9 @@ def start(config: PoolConfig) -> dict[str, Any]:
     _connect(config.address, config.namespace)
     refuse_taken_name(config, f"`skyrl-rewards pool stop --name {config.name}` first")
     check_free_cpus(config.num_workers, config.num_cpus_per_worker)
+    if REWARD_MODEL_LANE in lanes:
+        workers = config.model_workers
+        check_free_gpus(workers.num_workers, workers.num_gpus_per_worker)
     directory = (
         ray.remote(PoolDirectory)
         .options(name=config.name, namespace=config.namespace, num_cpus=0, lifetime="detached")

@@ -15,13 +15,17 @@ from unittest import mock
 import pytest
 import torch
 from omegaconf import OmegaConf
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from tiny_reward_model import (
+    CHAT_TEMPLATE,
+    build_tokenizer,
+    direct_value,
+    save_model,
+    template_ids,
+)
 from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
-    LlamaConfig,
     LlamaForSequenceClassification,
-    PreTrainedTokenizerFast,
 )
 
 from skyrl_rewards import RewardMix, make_reward
@@ -34,17 +38,6 @@ from skyrl_rewards.rewards.models.reward_model import (
 from skyrl_rewards.rewards.models.reward_model_component import Normalization, RewardModel
 from skyrl_rewards.rewards.registry import build_component
 from skyrl_rewards.rewards.result import Status
-
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
-SPECIALS = ["[PAD]", "[UNK]", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
-CORPUS = [
-    "what is six times seven ? the answer is 42 because six times seven is forty two",
-    "<think> reasoning about the picture </think> <answer> [10, 20, 30, 40] </answer>",
-    "a cat sits on a mat and a dog runs in the park while the sun shines",
-] * 30
 
 PROMPTS = [
     "what is six times seven ?",
@@ -62,48 +55,16 @@ COMPLETIONS = [
 ]
 
 
-def _tokenizer(chat_template: str | None) -> PreTrainedTokenizerFast:
-    bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
-    bpe.pre_tokenizer = pre_tokenizers.Whitespace()
-    bpe.train_from_iterator(
-        CORPUS, trainer=trainers.BpeTrainer(vocab_size=200, special_tokens=SPECIALS)
-    )
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, unk_token="[UNK]", pad_token="[PAD]", eos_token="<|end|>"
-    )
-    tokenizer.chat_template = chat_template
-    return tokenizer
-
-
-def _save_model(folder: Path, tokenizer: PreTrainedTokenizerFast) -> Path:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        num_labels=1,
-        pad_token_id=tokenizer.pad_token_id,
-        initializer_range=0.2,  # values of order 1, so a 1e-5 tolerance means something
-    )
-    LlamaForSequenceClassification(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny reward model whose tokenizer has a chat template."""
-    return _save_model(tmp_path_factory.mktemp("rm"), _tokenizer(CHAT_TEMPLATE))
+    return save_model(tmp_path_factory.mktemp("rm"), build_tokenizer(CHAT_TEMPLATE))
 
 
 @pytest.fixture(scope="module")
 def plain_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same kind of model, its tokenizer without a chat template."""
-    return _save_model(tmp_path_factory.mktemp("rm_plain"), _tokenizer(None))
+    return save_model(tmp_path_factory.mktemp("rm_plain"), build_tokenizer(None))
 
 
 def _chat(prompt: str, completion: str) -> list[dict[str, str]]:
@@ -117,25 +78,12 @@ def _requests(endpoint: str = "e") -> list[ModelRequest]:
     ]
 
 
-def _direct(folder: Path, ids: list[int]) -> float:
-    """A plain ``transformers`` forward on one unpadded input: the reference value."""
-    model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32).eval()
-    with torch.no_grad():
-        return float(model(input_ids=torch.tensor([ids])).logits[0, 0])
-
-
-def _template_ids(folder: Path, messages: list[dict[str, str]]) -> list[int]:
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    text = tokenizer.apply_chat_template(messages, tokenize=False)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
 def test_values_equal_a_direct_transformers_forward(model_dir: Path) -> None:
     runner = RewardModelRunner({"model": str(model_dir), "device": "cpu"})
     assert runner.load_error == "" and runner.device == "cpu"
     outcomes = runner.score(_requests())
     expected = [
-        _direct(model_dir, _template_ids(model_dir, _chat(p, c)))
+        direct_value(model_dir, template_ids(model_dir, _chat(p, c)))
         for p, c in zip(PROMPTS, COMPLETIONS, strict=True)
     ]
     assert all(o.ok for o in outcomes)
@@ -145,8 +93,7 @@ def test_values_equal_a_direct_transformers_forward(model_dir: Path) -> None:
     # one batch for all five (the budget is large), padded on the right
     assert runner.metrics.batches == 1 and runner.metrics.padded_tokens > runner.metrics.tokens
     assert [o.tokens_in for o in outcomes] == [
-        len(_template_ids(model_dir, _chat(p, c)))
-        for p, c in zip(PROMPTS, COMPLETIONS, strict=True)
+        len(template_ids(model_dir, _chat(p, c))) for p, c in zip(PROMPTS, COMPLETIONS, strict=True)
     ]
 
 
@@ -170,15 +117,15 @@ def test_the_chat_template_is_applied(model_dir: Path, plain_model_dir: Path) ->
     assert rendered.startswith("<|user|>") and "<|assistant|>42<|end|>" in rendered
     concatenated = tokenizer(f"{PROMPTS[0]}\n{COMPLETIONS[0]}")["input_ids"]
     assert templated.value == pytest.approx(
-        _direct(model_dir, _template_ids(model_dir, messages)), abs=1e-5
+        direct_value(model_dir, template_ids(model_dir, messages)), abs=1e-5
     )
-    assert templated.value != pytest.approx(_direct(model_dir, concatenated), abs=1e-3)
+    assert templated.value != pytest.approx(direct_value(model_dir, concatenated), abs=1e-3)
     # a tokenizer without a template: the contents joined by a newline
     (plain,) = RewardModelRunner({"model": str(plain_model_dir)}).score([request])
     plain_ids = AutoTokenizer.from_pretrained(plain_model_dir)(f"{PROMPTS[0]}\n{COMPLETIONS[0]}")[
         "input_ids"
     ]
-    assert plain.value == pytest.approx(_direct(plain_model_dir, plain_ids), abs=1e-5)
+    assert plain.value == pytest.approx(direct_value(plain_model_dir, plain_ids), abs=1e-5)
     # a text payload is tokenized as it is
     (text,) = RewardModelRunner({"model": str(model_dir)}).score(
         [ModelRequest(REWARD_MODEL_LANE, "e", {"text": rendered})]
@@ -238,7 +185,7 @@ def test_a_failing_item_does_not_fail_its_batch(model_dir: Path) -> None:
     runner = RewardModelRunner({"model": str(model_dir)})
     expected = [o.value for o in runner.score(_requests())]
     forward = RewardModelRunner._forward
-    bad = len(_template_ids(model_dir, _chat(PROMPTS[1], COMPLETIONS[1])))
+    bad = len(template_ids(model_dir, _chat(PROMPTS[1], COMPLETIONS[1])))
 
     def fails_on_one(self: RewardModelRunner, batch: list) -> list[float]:
         if any(len(item.ids) == bad for item in batch):
@@ -256,7 +203,7 @@ def test_a_failing_item_does_not_fail_its_batch(model_dir: Path) -> None:
 
 def test_too_long_inputs_fail_or_are_truncated_and_recorded(model_dir: Path) -> None:
     messages = _chat(PROMPTS[4], COMPLETIONS[3])
-    ids = _template_ids(model_dir, messages)
+    ids = template_ids(model_dir, messages)
     request = ModelRequest(REWARD_MODEL_LANE, "e", {"messages": messages})
     short = ModelRequest(REWARD_MODEL_LANE, "e", {"messages": _chat("a", "b")})
     limit = 12
@@ -275,7 +222,7 @@ def test_too_long_inputs_fail_or_are_truncated_and_recorded(model_dir: Path) -> 
         cut, _ = runner.score([request, short])
         assert cut.ok and cut.tokens_in == limit and runner.metrics.truncated == 1
         assert cut.message.startswith(f"truncated from {len(ids)} to {limit} tokens")
-        assert cut.value == pytest.approx(_direct(model_dir, kept), abs=1e-5)
+        assert cut.value == pytest.approx(direct_value(model_dir, kept), abs=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -302,7 +249,7 @@ def test_a_template_that_refuses_the_messages_fails_that_input(tmp_path: Path) -
         "{{ raise_exception('system messages are not supported') }}{% endif %}"
         "<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
     )
-    folder = _save_model(tmp_path / "strict", _tokenizer(strict))
+    folder = save_model(tmp_path / "strict", build_tokenizer(strict))
     system = [{"role": "system", "content": "be brief"}, *_chat("a", "b")]
     refused, fine = RewardModelRunner({"model": str(folder)}).score(
         [
@@ -434,7 +381,7 @@ def test_failures_settle_masked_never_as_a_score(
         ({"clip": [1, 0]}, "clip: expected"),
         ({"prompt_field": 3}, "prompt_field"),
         ({"max_length": -1}, "max_length"),
-        ({"temperature": 1}, "bad parameters"),
+        ({"temperature": 1}, "unknown parameter"),
     ],
 )
 def test_bad_component_parameters_raise(params: dict, message: str) -> None:
@@ -497,7 +444,7 @@ def test_work_keys_follow_the_input_and_the_normalisation() -> None:
 def test_component_score_runs_in_process(model_dir: Path, tmp_path: Path) -> None:
     component = build_component("reward_model", {"model": model_dir, "normalize": "sigmoid"})
     score = component.score({"prompt": PROMPTS[0], "completion": COMPLETIONS[0]})
-    raw = _direct(model_dir, _template_ids(model_dir, _chat(PROMPTS[0], COMPLETIONS[0])))
+    raw = direct_value(model_dir, template_ids(model_dir, _chat(PROMPTS[0], COMPLETIONS[0])))
     assert score.status is Status.OK and score.value == pytest.approx(
         1 / (1 + math.exp(-raw)), abs=1e-6
     )
@@ -520,7 +467,7 @@ def test_a_mix_from_yaml_scores_with_the_reward_model(model_dir: Path) -> None:
     )
     mix = RewardMix.from_config(config)
     result = mix.score({"problem": PROMPTS[0], "completion": COMPLETIONS[0]})
-    raw = _direct(model_dir, _template_ids(model_dir, _chat(PROMPTS[0], COMPLETIONS[0])))
+    raw = direct_value(model_dir, template_ids(model_dir, _chat(PROMPTS[0], COMPLETIONS[0])))
     assert result.status == {"reward_model": "ok", "format": "ok"}
     assert result.components["reward_model"] == pytest.approx(2 * raw + 1, abs=1e-5)
     assert result.total == pytest.approx(0.5 * (2 * raw + 1), abs=1e-5)
@@ -537,7 +484,7 @@ def test_trl_batch_reward_gives_floats_and_none(model_dir: Path) -> None:
     prompts = [_chat(p, "")[:1] for p in PROMPTS]  # TRL's conversational prompts
     values = reward(COMPLETIONS, prompts=prompts, solution=[None] * 5)
     expected = [
-        _direct(model_dir, _template_ids(model_dir, _chat(p, c)))
+        direct_value(model_dir, template_ids(model_dir, _chat(p, c)))
         for p, c in zip(PROMPTS, COMPLETIONS, strict=True)
     ]
     assert all(isinstance(v, float) for v in values)
