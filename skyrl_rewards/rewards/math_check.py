@@ -26,9 +26,11 @@ bounded another way, chosen by ``guard``:
   that enforce a hard deadline themselves.
 
 Before anything is parsed, answers nested deeper than :data:`MAX_MATH_NESTING`,
-or holding a numeric exponent that is itself a power or product, an exponent of
-a million or more, or the factorial of a large number or of a power or product,
-are refused (:attr:`MathStatus.TOO_COMPLEX`). Length alone is not a reason
+or holding a power of numbers with :data:`MAX_POWER_DIGITS` digits or more, or
+the factorial of a large number (:data:`MAX_FACTORIAL_ARGUMENT`), are refused
+(:attr:`MathStatus.TOO_COMPLEX`); a numeric exponent or factorial argument is
+evaluated (bounded, in floating point) to tell ``(1.025)^{4 \\cdot 5}`` from
+``10^{99 \\cdot 99 \\cdot 99}``. Length alone is not a reason
 (long correct answers exist, and math-verify judges them in milliseconds): only
 past :data:`MAX_MATH_CHARS`, far above any real answer, to bound memory. A pair
 that timed out is answered as a timeout at once when asked again with no larger
@@ -43,6 +45,7 @@ import atexit
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 import select
@@ -220,11 +223,22 @@ def _pair_key(gold: str, student: str) -> bytes:
     return digest.digest()
 
 
+MAX_POWER_DIGITS = 100_000
+"""A power of numbers is refused when its value would have this many digits or more.
+
+Digits are ``|exponent| * max(1, log10|base|)``; a base that is not a plain
+number (``x``, ``\\left(1.025\\right)``) counts as 10, so ``x^{99999}`` passes
+and ``x^{100000}`` does not, as before; ``2^{2023}`` and ``(1.025)^{4 \\cdot 5}``
+pass, ``10^{99 \\cdot 99 \\cdot 99}`` and ``(10^{99999})^{99999}`` do not.
+"""
+
+MAX_FACTORIAL_ARGUMENT = 1_000
+"""A factorial of a number this large or larger is refused (``1000!`` has 2,568 digits)."""
+
 _BIG_FACTORIAL = re.compile(r"\d{4,}\s*!")
 _BARE_TOWER = re.compile(r"\d\s*\^\s*\d+\s*\^")
 _NUMERIC_OPERAND = re.compile(r"^[\d\s.+\-*/^(){}]*$")
-_POWER_OR_PRODUCT = re.compile(r"[\^*]")
-_LONG_NUMBER = re.compile(r"\d{6,}")
+_NUMERIC_TOKEN = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+|[-+*/^(){}])")
 _PRODUCT_WORDS = re.compile(r"\\(?:cdot|times)")
 _BRACKETS = {"{": "}", "(": ")"}
 
@@ -232,11 +246,14 @@ _BRACKETS = {"{": "}", "(": ")"}
 def too_complex(text: str) -> bool:
     """Whether ``text`` is past the memory cap, too deep, or a known way to make SymPy build a giant number.
 
-    Refused: an exponent made only of numbers and operators that holds a power
-    or product (``9^{9^9}``, ``9^{(9^9)}``, ``10^{99*99}``, ``9^9^9``) or a number of six
-    digits or more; a factorial of a number of four digits or more, or of a
-    bracketed group holding a power, product or factorial (``(10^{100})!``,
-    ``(999!)!``, ``(99 \\cdot 99)!``). Symbolic exponents (``e^{-x^2}``) pass.
+    Refused: a power of numbers whose value would have :data:`MAX_POWER_DIGITS`
+    digits or more (``9^{9^9}``, ``9^{(9^9)}``, ``10^{99*99*99}``,
+    ``10^{1000000}``), a bare tower ``9^9^9``; a factorial of a number of
+    :data:`MAX_FACTORIAL_ARGUMENT` or more, written or computed (``5000!``,
+    ``(10^{100})!``), or of a bracketed group that is not plain arithmetic and
+    holds a power, product or factorial (``(999!)!``). A numeric exponent is
+    evaluated, so worked answers such as ``(1.025)^{4 \\cdot 5}`` pass;
+    symbolic exponents (``e^{-x^2}``) pass.
     """
     if len(text) > MAX_MATH_CHARS or _nesting(text) > MAX_MATH_NESTING:
         return True
@@ -244,7 +261,7 @@ def too_complex(text: str) -> bool:
     if _BIG_FACTORIAL.search(text) or _BARE_TOWER.search(text):
         return True
     for index, char in enumerate(text):
-        if char == "^" and _explosive_exponent(_operand_after(text, index + 1)):
+        if char == "^" and _explosive_power(text, index):
             return True
         if char == "!" and _explosive_factorial(_operand_before(text, index)):
             return True
@@ -262,14 +279,144 @@ def _nesting(text: str) -> int:
     return deepest
 
 
-def _explosive_exponent(operand: str) -> bool:
-    if not _NUMERIC_OPERAND.match(operand):
+def _explosive_power(text: str, caret: int) -> bool:
+    """Whether the power at ``text[caret] == "^"`` would have :data:`MAX_POWER_DIGITS` digits or more."""
+    exponent = _numeric_value(_operand_after(text, caret + 1))
+    if exponent is None:
         return False
-    return bool(_POWER_OR_PRODUCT.search(operand) or _LONG_NUMBER.search(operand))
+    base = _numeric_value(_base_before(text, caret))
+    base_digits = math.log10(abs(base)) if base is not None and base != 0 else 1.0
+    return abs(exponent) * max(1.0, base_digits) >= MAX_POWER_DIGITS
 
 
 def _explosive_factorial(operand: str) -> bool:
-    return len(operand) > 1 and operand[0] in "({" and bool(re.search(r"[\^*!]|\d{4,}", operand))
+    if len(operand) <= 1 or operand[0] not in "({":
+        return False
+    value = _numeric_value(operand)
+    if value is not None:
+        return abs(value) >= MAX_FACTORIAL_ARGUMENT
+    return bool(re.search(r"[\^*!]|\d{4,}", operand))
+
+
+def _base_before(text: str, caret: int) -> str:
+    """The bracketed group or run of digits (with its decimal point) that ends just before ``caret``."""
+    bracketed = _operand_before(text, caret)
+    if bracketed:
+        return bracketed
+    start = caret
+    while start > 0 and text[start - 1].isspace():
+        start -= 1
+    end = start
+    while start > 0 and (text[start - 1].isdigit() or text[start - 1] == "."):
+        start -= 1
+    return text[start:end]
+
+
+def _numeric_value(operand: str) -> float | None:
+    """``operand`` evaluated as plain arithmetic, ``inf`` past float range; ``None`` if not arithmetic.
+
+    Numbers, ``+ - * / ^``, brackets and juxtaposition (a product); no names.
+    Evaluated in floating point, so the cost is linear in the operand whatever
+    the number it denotes.
+    """
+    if not operand or not _NUMERIC_OPERAND.match(operand) or not any(c.isdigit() for c in operand):
+        return None
+    tokens = _NUMERIC_TOKEN.findall(operand)
+    if "".join(tokens) != "".join(operand.split()):
+        return None
+    parser = _Arithmetic(tokens)
+    try:
+        value = parser.sum()
+    except (ValueError, ZeroDivisionError):
+        return None
+    except RecursionError:  # a tower too deep to evaluate is too deep for SymPy too
+        return math.inf
+    return value if parser.done() else None
+
+
+class _Arithmetic:
+    """A recursive-descent evaluator over the tokens of a numeric operand (depth bounded by nesting)."""
+
+    def __init__(self, tokens: list[str]) -> None:
+        self.tokens = tokens
+        self.position = 0
+
+    def done(self) -> bool:
+        return self.position == len(self.tokens)
+
+    def _peek(self) -> str:
+        return self.tokens[self.position] if self.position < len(self.tokens) else ""
+
+    def _take(self) -> str:
+        token = self._peek()
+        if not token:
+            raise ValueError("unexpected end")
+        self.position += 1
+        return token
+
+    def sum(self) -> float:
+        value = self.product()
+        while self._peek() in ("+", "-"):
+            right = self.product() if self._take() == "+" else -self.product()
+            value = _finite_or_inf(value + right)
+        return value
+
+    def product(self) -> float:
+        value = self.unary()
+        while self._peek() and self._peek() not in "+-)}":
+            if self._peek() == "/":
+                self._take()
+                value = _finite_or_inf(value / self.unary())
+            else:
+                if self._peek() == "*":
+                    self._take()
+                value = _finite_or_inf(value * self.unary())
+        return value
+
+    def unary(self) -> float:
+        sign = 1.0
+        while self._peek() in ("+", "-"):
+            sign = -sign if self._take() == "-" else sign
+        return sign * self.power()
+
+    def power(self) -> float:
+        base = self.atom()
+        if self._peek() != "^":
+            return base
+        self._take()
+        exponent = self.unary()
+        return _power(base, exponent)
+
+    def atom(self) -> float:
+        token = self._take()
+        if token in _BRACKETS:
+            value = self.sum()
+            if self._take() != _BRACKETS[token]:
+                raise ValueError("unbalanced bracket")
+            return value
+        if token[0].isdigit() or token[0] == ".":
+            return float(token)
+        raise ValueError(f"unexpected {token!r}")
+
+
+def _finite_or_inf(value: float) -> float:
+    return value if not math.isnan(value) else math.inf
+
+
+def _power(base: float, exponent: float) -> float:
+    """``|base| ** exponent`` with the sign of an odd integer power, ``inf`` past float range."""
+    if math.isinf(base) or math.isinf(exponent):
+        return math.inf
+    if base == 0:
+        if exponent < 0:
+            raise ZeroDivisionError("0 to a negative power")
+        return 0.0
+    try:
+        magnitude = abs(base) ** exponent
+    except OverflowError:
+        return math.inf
+    odd = exponent.is_integer() and int(exponent) % 2 == 1
+    return -magnitude if base < 0 and odd else magnitude
 
 
 def _operand_after(text: str, start: int) -> str:
