@@ -490,3 +490,39 @@ def test_batch_forms_score_mask_and_log_like_trl() -> None:
     ] + [None]
     with pytest.raises(ValueError, match="rewards.coco_map: method"):
         make_reward("coco_map", method="mAP")
+
+
+# --- where the reference differs, shown side by side (docs/rewards.md, "COCO mAP")
+
+_BIG_INT = "9" * 400
+_INVERTED_GT = '<answer>```json [{"bbox_2d": [200, 100, 100, 200], "label": "cat"}] ```</answer>'
+
+
+@pytest.mark.parametrize(
+    ("answer", "solution", "ours", "theirs"),
+    [
+        # a NaN box written first: the reference counts it as a false positive
+        ('[{"bbox_2d": [NaN, 0, 10, 10], "label": "cat"}, CAT]', GT, 0.5, 0.25),
+        # one integer past float range: the reference crashes (None here)
+        (f'[CAT, {{"bbox_2d": [0, 0, {_BIG_INT}, 10], "label": "dog"}}]', GT, 0.5, None),
+        # JSON null against an empty ground truth: the reference reads it as no boxes
+        ("null", "<answer>None</answer>", 0.0, 1.0),
+    ],
+)
+def test_where_the_reference_differs(
+    answer: str, solution: str, ours: float, theirs: float | None
+) -> None:
+    completion = f"<answer>```json {answer.replace('CAT', json.dumps(CAT))} ```</answer>"
+    assert coco_map(completion, solution, "od_ap") == pytest.approx(ours)
+    if theirs is None:
+        with pytest.raises(OverflowError):
+            reference(completion, solution, "od_ap")
+    else:
+        assert reference(completion, solution, "od_ap") == pytest.approx(theirs)
+
+
+def test_the_reference_scores_a_ground_truth_box_coco_ignores_minus_one() -> None:
+    completion = f"<answer>{_fence([CAT])}</answer>"
+    assert reference(completion, _INVERTED_GT, "od_ap") == -1.0
+    with pytest.raises(ValueError, match="x1 <= x2"):
+        coco_map(completion, _INVERTED_GT, "od_ap")
