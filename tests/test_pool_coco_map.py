@@ -1,4 +1,4 @@
-"""VLM-R1's COCO mAP methods scored by a real RewardPool on a real local Ray."""
+"""VLM-R1's COCO mAP methods, beside the other accuracy methods, scored by a real RewardPool."""
 
 from __future__ import annotations
 
@@ -18,33 +18,55 @@ def _answer(items: list, think: str = "looking") -> str:
 
 
 GT = _answer([CAT, DOG])
-SAMPLES = [
-    {"completion": _answer([CAT, DOG]), "solution": GT, "accu_reward_method": method}
-    for method in ("map", "od_ap", "od_ap50", "odLength")
-] + [
-    # half right, with a shifted dog box and a padding box
-    {
-        "completion": _answer(
-            [CAT, {**DOG, "bbox_2d": [310, 300, 430, 380]}, {**CAT, "label": "x"}]
-        ),
-        "solution": GT,
-        "accu_reward_method": "odLength",
-    },
-    # map reads the boxes in the think block too (the last block of the whole completion)
-    {
-        "completion": [{"role": "assistant", "content": _answer([DOG], think=_answer([CAT]))}],
-        "solution": GT,
-        "accu_reward_method": "map",
-    },
-    # no answer span: the od methods score 0.0 (unparseable)
-    {"completion": "cat at 100,100", "solution": GT, "accu_reward_method": "od_ap"},
-    # a malformed ground truth: a dataset error, masked
-    {
-        "completion": _answer([CAT]),
-        "solution": '<answer>```json [{"bbox_2d": [9, 0, 5, 5], "label": "cat"}] ```</answer>',
-        "accu_reward_method": "od_ap",
-    },
-]
+SAMPLES = (
+    [
+        {"completion": _answer([CAT, DOG]), "solution": GT, "accu_reward_method": method}
+        for method in ("map", "od_ap", "od_ap50", "odLength")
+    ]
+    + [
+        # half right, with a shifted dog box and a padding box
+        {
+            "completion": _answer(
+                [CAT, {**DOG, "bbox_2d": [310, 300, 430, 380]}, {**CAT, "label": "x"}]
+            ),
+            "solution": GT,
+            "accu_reward_method": "odLength",
+        },
+        # map reads the boxes in the think block too (the last block of the whole completion)
+        {
+            "completion": [{"role": "assistant", "content": _answer([DOG], think=_answer([CAT]))}],
+            "solution": GT,
+            "accu_reward_method": "map",
+        },
+        # no answer span: the od methods score 0.0 (unparseable)
+        {"completion": "cat at 100,100", "solution": GT, "accu_reward_method": "od_ap"},
+        # a malformed ground truth: a dataset error, masked
+        {
+            "completion": _answer([CAT]),
+            "solution": '<answer>```json [{"bbox_2d": [9, 0, 5, 5], "label": "cat"}] ```</answer>',
+            "accu_reward_method": "od_ap",
+        },
+    ]
+    + [  # the other accuracy methods, side by side in the same batch
+        {
+            "completion": f"<answer>{answer}</answer>",
+            "solution": f"<answer>{sol}</answer>",
+            "accu_reward_method": method,
+        }
+        for method, answer, sol in [
+            ("default", "\\frac{1}{2}", "0.5"),
+            ("mcq", "B.", "B"),
+            ("yes_no", "Yes", "yes"),
+            ("all_match", "Red car.", "red car"),
+            ("math", "$\\frac{2}{4}$", "$\\frac{1}{2}$"),
+            (
+                "weighted_sum",
+                f"```json {json.dumps([CAT, DOG])} ```",
+                f"```json {json.dumps([CAT, DOG])} ```",
+            ),
+        ]
+    ]
+)
 
 
 def test_pool_scores_the_map_methods_as_in_process(ray_local: None) -> None:
@@ -62,3 +84,4 @@ def test_pool_scores_the_map_methods_as_in_process(ray_local: None) -> None:
     assert results[6].status["accuracy"] == "unparseable" and accuracy[6] == 0.0
     assert results[7].should_mask and "x1 <= x2" in results[7].errors["accuracy"]
     assert not any(r.should_mask for r in results[:7])
+    assert [r.components["accuracy"] for r in results[8 : len(SAMPLES)]] == [1.0] * 6
