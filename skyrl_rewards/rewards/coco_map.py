@@ -91,8 +91,9 @@ def coco_map_score(content: str, sol: str, method: str = "map") -> ComponentScor
     longer than :data:`~skyrl_rewards.rewards.json_extract.MAX_JSON_CHARS`,
     or a text that reaches its cap (an answer span
     :data:`~skyrl_rewards.rewards.text.MAX_ANSWER_CHARS`, a whole completion
-    :data:`~skyrl_rewards.rewards.text.MAX_TEXT_CHARS`): these score 0.0. Raises ``ValueError`` for an unknown ``method`` or a
-    malformed ground truth.
+    :data:`~skyrl_rewards.rewards.text.MAX_TEXT_CHARS`): these score 0.0.
+    Raises ``ValueError`` for an unknown ``method`` or a malformed ground
+    truth, whatever the completion holds.
     """
     if method not in MAP_METHODS:
         raise ValueError(
@@ -101,10 +102,10 @@ def coco_map_score(content: str, sol: str, method: str = "map") -> ComponentScor
     if not isinstance(sol, str):
         raise ValueError(f"solution: expected a string, got {type(sol).__name__}")
     if method == "map":
-        student, gold = content if isinstance(content, str) else "", sol
+        student, truth = content if isinstance(content, str) else "", ground_truth_boxes(sol)
         cut_at = MAX_TEXT_CHARS
     else:
-        student, gold = tagged_answer(content), answer_span(sol)
+        student, truth = tagged_answer(content), ground_truth_boxes(answer_span(sol))
         if student is None:
             return ComponentScore(0.0, Status.UNPARSEABLE, "no <answer> span")
         cut_at = MAX_ANSWER_CHARS
@@ -112,7 +113,6 @@ def coco_map_score(content: str, sol: str, method: str = "map") -> ComponentScor
         return ComponentScore(
             0.0, Status.UNPARSEABLE, f"the text reaches the {cut_at:,}-character cap"
         )
-    truth = ground_truth_boxes(gold)
     predicted, why = predicted_items(student)
     if predicted is None:
         return ComponentScore(0.0, Status.UNPARSEABLE, why)

@@ -373,9 +373,11 @@ def test_a_thousand_boxes_of_one_label_cost_what_100_cost() -> None:
     ],
 )
 def test_malformed_ground_truth_is_a_dataset_error(solution: Any, message: str) -> None:
-    for method in MAP_METHODS:
-        with pytest.raises(ValueError, match=f"solution.*{message}"):
-            coco_map_score(f"<answer>{_fence([CAT])}</answer>", solution, method)
+    # whatever the completion holds: boxes, no answer span, nothing readable
+    for completion in (f"<answer>{_fence([CAT])}</answer>", "no answer", "<answer>?</answer>"):
+        for method in MAP_METHODS:
+            with pytest.raises(ValueError, match=f"solution.*{message}"):
+                coco_map_score(completion, solution, method)
 
 
 def test_a_bare_list_ground_truth_is_read() -> None:
