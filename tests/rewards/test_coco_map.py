@@ -528,3 +528,16 @@ def test_the_reference_scores_a_ground_truth_box_coco_ignores_minus_one() -> Non
     assert reference(completion, _INVERTED_GT, "od_ap") == -1.0
     with pytest.raises(ValueError, match="x1 <= x2"):
         coco_map(completion, _INVERTED_GT, "od_ap")
+
+
+def test_threads_get_the_same_values_and_stdout_is_restored() -> None:
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = random.Random(11)
+    cases = [texts(rng, *scene(rng)) for _ in range(40)]
+    stdout = sys.stdout
+    alone = [coco_map(c, s, "od_ap") for c, s in cases]
+    with ThreadPoolExecutor(max_workers=4) as executor:
+        threaded = list(executor.map(lambda case: coco_map(*case, "od_ap"), cases))
+    assert threaded == alone and sys.stdout is stdout
