@@ -105,7 +105,13 @@ def coco_map_score(content: str, sol: str, method: str = "map") -> ComponentScor
         student, truth = content if isinstance(content, str) else "", ground_truth_boxes(sol)
         cut_at = MAX_TEXT_CHARS
     else:
-        student, truth = tagged_answer(content), ground_truth_boxes(answer_span(sol))
+        gold = answer_span(sol)
+        if len(gold) >= MAX_ANSWER_CHARS:
+            raise ValueError(
+                f"solution: the answer span reaches the {MAX_ANSWER_CHARS:,}-character cap "
+                "and may be cut; use accu_reward_method 'map', which reads the whole solution"
+            )
+        student, truth = tagged_answer(content), ground_truth_boxes(gold)
         if student is None:
             return ComponentScore(0.0, Status.UNPARSEABLE, "no <answer> span")
         cut_at = MAX_ANSWER_CHARS
@@ -177,10 +183,9 @@ def ground_truth_boxes(text: str) -> list[Box]:
 
     The last ```` ```json ``` ```` block; without one, an answer span that is
     a bare JSON list, and otherwise (``None``, prose) no boxes, as the
-    reference reads it. Every
-    item needs a ``label`` (a string or a number) and a ``bbox_2d`` of four
-    finite numbers with ``x1 <= x2``, ``y1 <= y2`` and an area COCO does not
-    ignore.
+    reference reads it. Every item needs a ``label`` (a string or a number)
+    and a ``bbox_2d`` of four finite numbers with ``x1 <= x2``, ``y1 <= y2``
+    and an area COCO does not ignore.
     """
     block = last_json_block(text, max_chars=None)
     if block is None:

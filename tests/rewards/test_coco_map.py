@@ -380,6 +380,14 @@ def test_malformed_ground_truth_is_a_dataset_error(solution: Any, message: str) 
                 coco_map_score(completion, solution, method)
 
 
+def test_a_ground_truth_answer_past_the_span_cap_is_a_dataset_error_not_cut() -> None:
+    boxes = [CAT] * (MAX_JSON_CHARS // len(json.dumps(CAT)) + 10)
+    solution = f"<answer>{_fence(boxes)}</answer>"
+    with pytest.raises(ValueError, match="solution: the answer span reaches"):
+        coco_map_score(f"<answer>{_fence([CAT])}</answer>", solution, "od_ap")
+    assert coco_map(_fence([CAT]), solution, "map") == reference(_fence([CAT]), solution, "map")
+
+
 def test_a_bare_list_ground_truth_is_read() -> None:
     # the reference reads a ground truth without a json fence as no boxes at all
     solution = f"<answer>{json.dumps([CAT, DOG])}</answer>"
