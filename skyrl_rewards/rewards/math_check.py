@@ -241,6 +241,9 @@ _NUMERIC_OPERAND = re.compile(r"^[\d\s.+\-*/^(){}]*$")
 _NUMERIC_TOKEN = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+|[-+*/^(){}])")
 _PRODUCT_WORDS = re.compile(r"\\(?:cdot|times)")
 _BRACKETS = {"{": "}", "(": ")"}
+_OPENING = {"}": "{", ")": "("}
+MAX_OPERAND_CHARS = 1_000
+"""Exponents, bases and factorial arguments longer than this are not evaluated (see too_complex)."""
 
 
 def too_complex(text: str) -> bool:
@@ -260,10 +263,13 @@ def too_complex(text: str) -> bool:
     text = _PRODUCT_WORDS.sub("*", text)
     if _BIG_FACTORIAL.search(text) or _BARE_TOWER.search(text):
         return True
+    if "^" not in text and "!" not in text:
+        return False
+    pairs = _bracket_pairs(text)
     for index, char in enumerate(text):
-        if char == "^" and _explosive_power(text, index):
+        if char == "^" and _explosive_power(text, index, pairs):
             return True
-        if char == "!" and _explosive_factorial(_operand_before(text, index)):
+        if char == "!" and _explosive_factorial(text, index, pairs):
             return True
     return False
 
@@ -279,37 +285,78 @@ def _nesting(text: str) -> int:
     return deepest
 
 
-def _explosive_power(text: str, caret: int) -> bool:
+def _explosive_power(text: str, caret: int, pairs: dict[int, int]) -> bool:
     """Whether the power at ``text[caret] == "^"`` would have :data:`MAX_POWER_DIGITS` digits or more."""
-    exponent = _numeric_value(_operand_after(text, caret + 1))
+    start, end = _operand_after(text, caret + 1, pairs)
+    if end - start > MAX_OPERAND_CHARS:  # plain arithmetic this long is no small exponent
+        return bool(_NUMERIC_OPERAND.match(text[start : start + MAX_OPERAND_CHARS]))
+    operand = text[start:end]
+    if operand and operand[0] in _BRACKETS and start not in pairs:  # unclosed: read to the end
+        operand += _BRACKETS[operand[0]]
+    exponent = _numeric_value(operand)
     if exponent is None:
         return False
-    base = _numeric_value(_base_before(text, caret))
+    start, end = _base_before(text, caret, pairs)
+    base = _numeric_value(text[start:end]) if end - start <= MAX_OPERAND_CHARS else None
     base_digits = math.log10(abs(base)) if base is not None and base != 0 else 1.0
     return abs(exponent) * max(1.0, base_digits) >= MAX_POWER_DIGITS
 
 
-def _explosive_factorial(operand: str) -> bool:
-    if len(operand) <= 1 or operand[0] not in "({":
+def _explosive_factorial(text: str, bang: int, pairs: dict[int, int]) -> bool:
+    start, end = _group_before(text, bang, pairs)
+    if end - start <= 1:
         return False
-    value = _numeric_value(operand)
+    operand = text[start : min(end, start + MAX_OPERAND_CHARS)]
+    value = _numeric_value(operand) if end - start <= MAX_OPERAND_CHARS else None
     if value is not None:
         return abs(value) >= MAX_FACTORIAL_ARGUMENT
     return bool(re.search(r"[\^*!]|\d{4,}", operand))
 
 
-def _base_before(text: str, caret: int) -> str:
-    """The bracketed group or run of digits (with its decimal point) that ends just before ``caret``."""
-    bracketed = _operand_before(text, caret)
-    if bracketed:
-        return bracketed
-    start = caret
-    while start > 0 and text[start - 1].isspace():
-        start -= 1
+def _bracket_pairs(text: str) -> dict[int, int]:
+    """Index of each ``{``/``(`` to that of the bracket of its kind that closes it, and back."""
+    open_at: dict[str, list[int]] = {"{": [], "(": []}
+    pairs: dict[int, int] = {}
+    for index, char in enumerate(text):
+        if char in open_at:
+            open_at[char].append(index)
+        elif char in _OPENING:
+            stack = open_at[_OPENING[char]]
+            if stack:
+                opening = stack.pop()
+                pairs[opening], pairs[index] = index, opening
+    return pairs
+
+
+def _operand_after(text: str, start: int, pairs: dict[int, int]) -> tuple[int, int]:
+    """Span of the bracketed group (to the end if unclosed) or run of digits at ``start`` (after spaces)."""
+    while start < len(text) and text[start].isspace():
+        start += 1
+    if start < len(text) and text[start] in _BRACKETS:
+        return start, pairs[start] + 1 if start in pairs else len(text)
     end = start
+    while end < len(text) and text[end].isdigit():
+        end += 1
+    return start, end
+
+
+def _group_before(text: str, end: int, pairs: dict[int, int]) -> tuple[int, int]:
+    """Span of the bracketed group that ends just before ``end`` (after spaces); empty if none."""
+    while end > 0 and text[end - 1].isspace():
+        end -= 1
+    if end == 0 or end - 1 not in pairs or text[end - 1] not in _OPENING:
+        return end, end
+    return pairs[end - 1], end
+
+
+def _base_before(text: str, caret: int, pairs: dict[int, int]) -> tuple[int, int]:
+    """Span of the bracketed group or run of digits (with its decimal point) that ends before ``caret``."""
+    start, end = _group_before(text, caret, pairs)
+    if end > start:
+        return start, end
     while start > 0 and (text[start - 1].isdigit() or text[start - 1] == "."):
         start -= 1
-    return text[start:end]
+    return start, end
 
 
 def _numeric_value(operand: str) -> float | None:
@@ -417,51 +464,6 @@ def _power(base: float, exponent: float) -> float:
         return math.inf
     odd = exponent.is_integer() and int(exponent) % 2 == 1
     return -magnitude if base < 0 and odd else magnitude
-
-
-def _operand_after(text: str, start: int) -> str:
-    """The bracketed group or run of digits that starts at ``start`` (after spaces)."""
-    while start < len(text) and text[start].isspace():
-        start += 1
-    if start < len(text) and text[start] in _BRACKETS:
-        end = _matching(text, start)
-        return text[start:end]
-    end = start
-    while end < len(text) and text[end].isdigit():
-        end += 1
-    return text[start:end]
-
-
-def _operand_before(text: str, end: int) -> str:
-    """The bracketed group that ends just before ``end`` (after spaces), else ``""``."""
-    while end > 0 and text[end - 1].isspace():
-        end -= 1
-    if end == 0 or text[end - 1] not in "})":
-        return ""
-    closing, opening = text[end - 1], "{" if text[end - 1] == "}" else "("
-    depth = 0
-    for index in range(end - 1, -1, -1):
-        if text[index] == closing:
-            depth += 1
-        elif text[index] == opening:
-            depth -= 1
-            if depth == 0:
-                return text[index:end]
-    return ""
-
-
-def _matching(text: str, start: int) -> int:
-    """Index just past the bracket that closes ``text[start]`` (or the end of the text)."""
-    opening, closing = text[start], _BRACKETS[text[start]]
-    depth = 0
-    for index in range(start, len(text)):
-        if text[index] == opening:
-            depth += 1
-        elif text[index] == closing:
-            depth -= 1
-            if depth == 0:
-                return index + 1
-    return len(text)
 
 
 class _TimedOutPairs:

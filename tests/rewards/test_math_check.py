@@ -338,6 +338,22 @@ def test_long_correct_answers_score_one(name: str) -> None:
     assert default_accuracy_reward(content, sol, math_timeout_s=20) == 1.0
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "}!" * 25_000,  # unmatched closers before factorials: 15 s at 20,000 characters before
+        "}^1" * 16_000,  # the same before powers, whose base is now read
+        "^{)" * 16_000,  # unclosed exponent groups
+        "(1)^{2}" * 7_000,
+        "9^{" + "1*" * 24_000 + "1}",
+    ],
+)
+def test_the_pre_screen_is_linear_on_hostile_text(text: str) -> None:
+    start = time.process_time()
+    too_complex(text)
+    assert time.process_time() - start < 2.0  # about 0.2 s at 50,000 characters
+
+
 def test_length_alone_is_not_refused() -> None:
     assert not too_complex("x" * 3_000)
     assert not too_complex("1 + " * 5_000 + "1")
