@@ -461,7 +461,10 @@ def test_unknown_method_is_a_dataset_error() -> None:
 
 
 def test_batch_forms_score_mask_and_log_like_trl() -> None:
-    from skyrl_rewards import accuracy_reward, make_reward
+    from skyrl_rewards import make_reward
+
+    # a fresh instance: the shared accuracy_reward warns once per cause for the whole process
+    accuracy_reward = make_reward("accuracy")
 
     bad_gt = '<answer>```json [{"bbox_2d": [0, 0, 5], "label": "cat"}] ```</answer>'
     completions = [
