@@ -4,12 +4,15 @@ Run: python scripts/bench_rewards.py [--items 2000] [--markdown]
 
 Targets (issue 2): format and repetition under 50 us median for a 2 KB
 completion; no function over 1 s on any adversarial input; IoU reads only the
-image header (compare its cost with decoding the image).
+image header (compare its cost with decoding the image). Issue 21: the cost
+of one COCO mAP call on a 50-box scene (50 predicted, 50 ground-truth boxes,
+10 labels), for each of the four methods.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import statistics
@@ -30,6 +33,7 @@ from skyrl_rewards import (
     iou_reward,
     repetition_reward,
 )
+from skyrl_rewards.rewards.coco_map import MAP_METHODS, coco_map
 from skyrl_rewards.rewards.components import WordTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "rewards"))
@@ -78,6 +82,30 @@ def mixed_sample(n: int, seed: int = 0) -> list[tuple[str, str]]:
     return pairs
 
 
+def box_scene(boxes: int = 50, labels: int = 10, seed: int = 0) -> tuple[str, str]:
+    """A detection answer and its ground truth: ``boxes`` each, most predictions near a truth."""
+    rng = random.Random(seed)
+    names = [f"object {k}" for k in range(labels)]
+    truth = []
+    for _ in range(boxes):
+        x, y = rng.uniform(0, 1800), rng.uniform(0, 1800)
+        w, h = rng.uniform(20, 240), rng.uniform(20, 240)
+        truth.append(
+            {"bbox_2d": [round(c, 1) for c in (x, y, x + w, y + h)], "label": rng.choice(names)}
+        )
+    predicted = []
+    for item in truth:
+        jitter = rng.choice([0, 2, 5, 15, 40])
+        box = [round(c + rng.uniform(-jitter, jitter), 1) for c in item["bbox_2d"]]
+        label = item["label"] if rng.random() < 0.85 else rng.choice(names)
+        predicted.append({"bbox_2d": box, "label": label})
+    fence = "```json\n{}\n```"
+    return (
+        f"<think>{_reasoning(rng, 500)}</think><answer>{fence.format(json.dumps(predicted))}</answer>",
+        f"<answer>{fence.format(json.dumps(truth))}</answer>",
+    )
+
+
 def _time_each(fn: Callable[[str, str], object], pairs: list[tuple[str, str]]) -> list[float]:
     costs = []
     for content, sol in pairs:
@@ -100,6 +128,7 @@ def functions(image: str) -> dict[str, Callable[[str, str], object]]:
             image_path=[image],
         ),
         "detection_score": lambda c, s: detection_score(c, det_sol),
+        "coco_map (od_ap)": lambda c, s: coco_map(c, det_sol, "od_ap"),
         "cosine_reward": lambda c, s: cosine_reward(c, tokenizer, 1.0),
         "repetition_reward": lambda c, s: repetition_reward(c),
         "format_reward": lambda c, s: format_reward([c]),
@@ -137,6 +166,21 @@ def main() -> None:
             p99 = costs[min(len(costs) - 1, int(len(costs) * 0.99))]
             print(
                 f"| {name} | {statistics.median(costs) * 1e6:.1f} | {p99 * 1e6:.1f} | {worst * 1e3:.1f} |"
+            )
+        content, solution = box_scene()
+        print(
+            "\nCOCO mAP, one call on a 50-box scene (50 predicted, 50 ground truth, 10 labels):\n"
+        )
+        print("| method | value | median (ms) | p99 (ms) |")
+        print("|---|---:|---:|---:|")
+        for method in MAP_METHODS:
+            costs = sorted(
+                _time_each(functools.partial(coco_map, method=method), [(content, solution)] * 200)
+            )
+            p99 = costs[min(len(costs) - 1, int(len(costs) * 0.99))]
+            value = coco_map(content, solution, method)
+            print(
+                f"| {method} | {value:.4f} | {statistics.median(costs) * 1e3:.2f} | {p99 * 1e3:.2f} |"
             )
 
 

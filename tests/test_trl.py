@@ -29,6 +29,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM 
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from trl.chat_template_utils import add_response_schema, qwen3_chat_template  # noqa: E402
 
+from skyrl_rewards.rewards.accuracy import accuracy_score  # noqa: E402
 from skyrl_rewards.rewards.batch import accuracy_reward, make_reward  # noqa: E402
 from skyrl_rewards.rewards.format_checks import format_reward  # noqa: E402
 from skyrl_rewards.rewards.rec import iou_reward  # noqa: E402
@@ -440,3 +441,93 @@ def test_a_reward_model_scores_inside_the_trainer(tokenizer_dir: Path, tmp_path:
     assert logged(trainer, "rewards/reward_model_reward/mean") == pytest.approx(
         [sum(expected) / 4] * 2, abs=1e-5
     )
+
+
+def _boxes(*items: tuple[list[int], str]) -> str:
+    return (
+        "```json\n" + json.dumps([{"bbox_2d": b, "label": label} for b, label in items]) + "\n```"
+    )
+
+
+CAT, DOG = ([100, 100, 200, 200], "cat"), ([300, 300, 420, 380], "dog")
+# Every accuracy method but the judge: (method, solution, the four answers of its group).
+METHODS = [
+    ("default", "<answer>42</answer>", ["42", "41", "forty-two", "$\\frac{84}{2}$"]),
+    ("mcq", "<answer>B</answer>", ["B", "(B)", "A", "none"]),
+    ("yes_no", "<answer>yes</answer>", ["yes", "no", "Yes, it is", "maybe"]),
+    ("all_match", "<answer>red car</answer>", ["red car", "Red car.", "a red car", "car"]),
+    ("math", "<answer>$\\frac{1}{2}$</answer>", ["0.5", "$\\frac{2}{4}$", "0.4", "half"]),
+    (
+        "weighted_sum",
+        f"<answer>{_boxes(CAT, DOG)}</answer>",
+        [_boxes(CAT, DOG), _boxes(CAT), _boxes(([0, 0, 9, 9], "cat")), "none"],
+    ),
+] + [
+    (
+        method,
+        f"<answer>{_boxes(CAT, DOG)}</answer>",
+        [
+            _boxes(CAT, DOG),
+            _boxes(CAT, ([310, 300, 430, 380], "dog"), ([0, 0, 50, 50], "cat")),
+            _boxes(CAT, ([300, 300, 420, 380], "zebra")),
+            "None",
+        ],
+    )
+    for method in ("map", "od_ap", "od_ap50", "odLength")
+]
+
+
+def test_every_accuracy_method_but_the_judge_scores_through_grpo(
+    tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    tokenizer = load_tokenizer(tokenizer_dir)
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": f"Task {method}"}],
+            "solution": solution,
+            "accu_reward_method": method,
+        }
+        for method, solution, _ in METHODS
+    ]
+    answers = {f"Task {method}": group for method, _, group in METHODS}
+
+    def rollout(prompts: list[Any], trainer: GRPOTrainer) -> dict[str, list]:
+        prompt_ids, completion_ids = [], []
+        for index, prompt in enumerate(prompts):
+            text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+            prompt_ids.append(tokenizer.encode(text, add_special_tokens=False))
+            answer = f"<think>t</think><answer>{answers[prompt[-1]['content']][index % 4]}</answer>"
+            completion_ids.append(
+                tokenizer.encode(answer, add_special_tokens=False) + [tokenizer.eos_token_id]
+            )
+        logprobs = [[0.0] * len(ids) for ids in completion_ids]
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
+
+    trainer = GRPOTrainer(
+        model=tiny_model(tokenizer),
+        reward_funcs=[accuracy_reward, make_reward("coco_map", method="od_ap50")],
+        args=grpo_args(
+            tmp_path,
+            per_device_train_batch_size=4 * len(rows),
+            max_steps=1,
+            max_completion_length=512,
+        ),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        rollout_func=rollout,
+    )
+    trainer.train()
+    prompts = [p[-1]["content"] for p in trainer._logs["prompt"]]
+    texts = [completion_text(c) for c in trainer._logs["completion"]]
+    scored = list(trainer._logs["rewards"]["accuracy_reward"])
+    by_method = {f"Task {method}": (method, solution) for method, solution, _ in METHODS}
+    expected = [
+        accuracy_score(text, by_method[prompt][1], by_method[prompt][0]).value
+        for prompt, text in zip(prompts, texts, strict=True)
+    ]
+    assert sorted(set(prompts)) == sorted(by_method) and len(prompts) == 4 * len(METHODS)
+    assert scored == pytest.approx(expected, abs=1e-6)  # TRL holds rewards as float32
+    assert not any(math.isnan(value) for value in scored)
+    for method, _, _ in METHODS:  # each method tells its four answers apart
+        values = [v for p, v in zip(prompts, scored, strict=True) if p == f"Task {method}"]
+        assert len(set(values)) > 1, method

@@ -8,6 +8,7 @@ ground truth itself is unusable.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import Levenshtein
 
 from skyrl_rewards.rewards.choice import extract_choice
+from skyrl_rewards.rewards.coco_map import MAP_METHODS, coco_map_score
 from skyrl_rewards.rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard, MathStatus, check_equal
 from skyrl_rewards.rewards.result import ComponentScore, Status
 from skyrl_rewards.rewards.text import answer_span, cap, clean
@@ -22,7 +24,16 @@ from skyrl_rewards.rewards.text import answer_span, cap, clean
 MAX_FUZZY_CHARS = 5_000
 """Both sides of a Levenshtein ratio are cut to this length (the ratio is quadratic)."""
 
-ACCURACY_METHODS = ("default", "mcq", "yes_no", "all_match", "weighted_sum", "math", "llm")
+ACCURACY_METHODS = (
+    "default",
+    "mcq",
+    "yes_no",
+    "all_match",
+    "weighted_sum",
+    "math",
+    *MAP_METHODS,
+    "llm",
+)
 """Values of the per-row ``accu_reward_method`` column."""
 
 LLM_NEEDS_JUDGE = (
@@ -211,6 +222,7 @@ def accuracy_score(
         "all_match": lambda: all_match_score(content, sol),
         "weighted_sum": lambda: weighted_sum_score(content, sol),
         "math": lambda: math_score(content, sol, guard=guard, timeout_s=timeout_s),
+        **{name: functools.partial(coco_map_score, content, sol, name) for name in MAP_METHODS},
     }
     if method not in scorers:
         raise ValueError(

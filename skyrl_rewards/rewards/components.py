@@ -17,6 +17,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 from skyrl_rewards.rewards.accuracy import ACCURACY_METHODS, LLM_NEEDS_JUDGE, accuracy_score
+from skyrl_rewards.rewards.coco_map import MAP_METHODS, coco_map_score
 from skyrl_rewards.rewards.detection import (
     check_threshold,
     check_weights,
@@ -215,8 +216,38 @@ class Accuracy(Component):
         solution = sample.get("solution")
         if not isinstance(solution, str):
             return None
-        content = answer_span(completion_text(sample.get("completion")))
-        return work_digest(self.name, repr(sample.get("accu_reward_method")), solution, content)
+        method = sample.get("accu_reward_method")
+        content = completion_text(sample.get("completion"))
+        if method not in MAP_METHODS:  # these read more: map the whole text, od_* the answer tag
+            content = answer_span(content)
+        return work_digest(self.name, repr(method), solution, content)
+
+
+class CocoMap(Component):
+    """COCO AP of the predicted boxes with one of VLM-R1's mAP methods, whatever the row's column.
+
+    ``method``: ``map`` (default; the last JSON block of the whole completion),
+    ``od_ap``, ``od_ap50`` or ``odLength`` (the ``<answer>`` span); see
+    :mod:`skyrl_rewards.rewards.coco_map`.
+    """
+
+    name = "coco_map"
+
+    def __init__(self, method: str = "map") -> None:
+        if method not in MAP_METHODS:
+            raise ValueError(f"method: expected one of {MAP_METHODS}, got {method!r}")
+        self.method = method
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return coco_map_score(content, sample_solution(sample), self.method)
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        solution = sample.get("solution")
+        if not isinstance(solution, str):
+            return None
+        return work_digest(
+            self.name, self.method, solution, completion_text(sample.get("completion"))
+        )
 
 
 class Iou(Component):

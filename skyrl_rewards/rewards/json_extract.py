@@ -42,6 +42,22 @@ def json_block(text: str, *, max_chars: int | None = MAX_SEARCH_CHARS) -> str | 
     return match.group(1).strip() if match else None
 
 
+def last_json_block(text: str, *, max_chars: int | None = MAX_SEARCH_CHARS) -> str | None:
+    """The stripped body of the last ```` ```json ... ``` ```` block, or ``None`` (``max_chars`` as above).
+
+    Blocks are found left to right without overlap, as ``re.findall`` finds
+    them; the search is linear.
+
+    >>> last_json_block('```json [1] ``` then ```json [2] ```')
+    '[2]'
+    """
+    text = cap(text, max_chars) if max_chars is not None else text
+    last = None
+    for match in _JSON_BLOCK.finditer(text):
+        last = match
+    return last.group(1).strip() if last is not None else None
+
+
 def any_block(text: str, *, max_chars: int | None = MAX_SEARCH_CHARS) -> str | None:
     """The stripped body of the first ```` ``` ... ``` ```` block, or ``None`` (``max_chars`` as above)."""
     text = cap(text, max_chars) if max_chars is not None else text

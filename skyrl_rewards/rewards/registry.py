@@ -1,7 +1,8 @@
 """Registry: config names to reward components and to TRL-style batch reward functions.
 
-Names: ``accuracy``, ``iou``, ``detection``, ``length`` (cosine shaping with
-the accuracy it depends on), ``repetition``, ``format``, ``format_rec``,
+Names: ``accuracy``, ``iou``, ``detection``, ``coco_map`` (COCO AP, one of
+VLM-R1's mAP methods for every row), ``length`` (cosine shaping with the
+accuracy it depends on), ``repetition``, ``format``, ``format_rec``,
 ``judge`` (a chat-model judge, :mod:`~skyrl_rewards.rewards.models.judge`),
 ``reward_model`` (a sequence-classification reward model, see
 :mod:`~skyrl_rewards.rewards.models.reward_model_component`).
@@ -15,6 +16,7 @@ from typing import Any
 
 from skyrl_rewards.rewards.components import (
     Accuracy,
+    CocoMap,
     Component,
     Detection,
     Format,
@@ -31,6 +33,7 @@ COMPONENTS: dict[str, type[Component]] = {
     "accuracy": Accuracy,
     "iou": Iou,
     "detection": Detection,
+    "coco_map": CocoMap,
     "length": Length,
     "repetition": Repetition,
     "format": Format,

@@ -111,12 +111,24 @@ def answer_span(text: str) -> str:
     """
     if not isinstance(text, str):
         return ""
+    span = tagged_answer(text)
+    return span if span is not None else cap(text.strip(), MAX_ANSWER_CHARS)
+
+
+def tagged_answer(text: str) -> str | None:
+    """:func:`answer_span` when ``text`` has a complete answer tag, else ``None``.
+
+    >>> tagged_answer("no tags here") is None
+    True
+    """
+    if not isinstance(text, str):
+        return None
     close = text.rfind(_ANSWER_CLOSE)
     if close != -1:
         start = text.rfind(_ANSWER_OPEN, 0, close)
         if start != -1:
             return cap(text[start + len(_ANSWER_OPEN) : close].strip(), MAX_ANSWER_CHARS)
-    return cap(text.strip(), MAX_ANSWER_CHARS)
+    return None
 
 
 def clean(text: str) -> str:

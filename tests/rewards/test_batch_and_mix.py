@@ -30,13 +30,14 @@ def test_every_batch_reward_pickles_and_keeps_its_name(name: str) -> None:
         if name in ("iou", "format_rec")
         else ["<answer>4</answer>"]
     )
-    if name == "detection":
+    if name in ("detection", "coco_map"):
         solution = ['<answer>```json [{"bbox_2d": [1, 2, 3, 4], "label": "a"}]```</answer>']
     content = completions[0][0]["content"]
     expected = {
         "iou": 1.0,
         "format_rec": 0.0,  # no braces around the box
         "detection": 0.0,  # no JSON list
+        "coco_map": 0.0,  # no JSON list
         "accuracy": default_accuracy_reward(content, solution[0]),
         "format": 1.0,
         "repetition": 0.0,
@@ -130,7 +131,7 @@ def test_work_keys_match_for_identical_answers() -> None:
     assert mix.work_key("format", a) is None
 
 
-@pytest.mark.parametrize("name", ["accuracy", "iou", "detection"])
+@pytest.mark.parametrize("name", ["accuracy", "iou", "detection", "coco_map"])
 def test_work_keys_are_small_digests(name: str) -> None:
     # issue 11: a key held the whole completion (no <answer> tag): 50 MB per 1,000 items
     mix = RewardMix.from_config({name: {}})
@@ -147,3 +148,16 @@ def test_work_keys_depend_on_the_method() -> None:
     assert mix.work_key("accuracy", sample) != mix.work_key(
         "accuracy", {**sample, "accu_reward_method": "yes_no"}
     )
+
+
+@pytest.mark.parametrize("method", ["map", "od_ap"])
+def test_work_keys_of_the_map_methods_read_past_the_answer_span(method: str) -> None:
+    # map reads boxes anywhere in the completion; od_ap scores 0.0 without an answer tag
+    mix = RewardMix.from_config({"accuracy": {}, "coco_map": {"method": method}})
+    block = '```json [{"bbox_2d": [1, 2, 30, 40], "label": "a"}] ```'
+    sample = {"completion": f"<answer>{block}</answer>", "solution": f"<answer>{block}</answer>"}
+    other = {**sample, "completion": f"<think>{block}</think><answer>{block}</answer>"}
+    untagged = {**sample, "completion": block}
+    for name, row in (("accuracy", {"accu_reward_method": method}), ("coco_map", {})):
+        keys = {mix.work_key(name, {**s, **row}) for s in (sample, other, untagged)}
+        assert len(keys) == 3 and None not in keys

@@ -178,6 +178,10 @@ def test_inline_guard_gives_the_same_answers_in_threads() -> None:
         "$5000!$",
         "$(10^{100})!$",
         "$(999!)!$",
+        "$10^{99*99*99}$",  # exponent 970,299
+        "$10^{99 \\cdot 99 \\cdot 99}$",  # the same, written as LaTeX products
+        "$(10^{99999})^{99999}$",  # each exponent is small, the power has 10^10 digits
+        "$(10 \\cdot 100)!$",  # 1000!
         "x" * (MAX_MATH_CHARS + 1),  # past the memory cap only
         "{" * 50,
     ],
@@ -187,10 +191,43 @@ def test_explosive_answers_are_refused_before_parsing(student: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "student", ["$2^{2023}$", "$e^{-x^2}$", "$3!$", "$\\frac{1}{2}$", "$x^2+y^2$"]
+    "student",
+    [
+        "$2^{2023}$",
+        "$e^{-x^2}$",
+        "$3!$",
+        "$\\frac{1}{2}$",
+        "$x^2+y^2$",
+        "$10000\\left(1.025\\right)^{4 \\cdot 5}$",  # a product in an exponent: 20
+        "$10^{99 \\cdot 99}$",  # 9,802 digits: SymPy builds it in microseconds
+        "$(4 \\cdot 5)!$",
+    ],
 )
 def test_ordinary_answers_are_not_refused(student: str) -> None:
+    assert not too_complex(student)
     assert check_equal(student, student) is MathStatus.EQUAL
+
+
+# Two worked solutions from math-verify's own test corpus (huggingface/Math-Verify,
+# tests/test_all.py: "Issue #6" and "Decimal handling"), each with 10000(1.025)^{4 \cdot 5}
+# on the way; math-verify judges both equal to the gold answer.
+COMPOUND_INTEREST = [
+    (
+        "$16386.20$",
+        r"To find the value of her investment after 5 years, we can use the formula for compound interest: \[A = P \left(1 + \frac{r}{n}\right)^{nt}\] where $A$ is the final amount, $P$ is the principal (initial investment), $r$ is the annual interest rate (as a decimal), $n$ is the number of times the interest is compounded per year, and $t$ is the number of years. In this case, Paula invested $\$10,\!000$, so $P = \$10,\!000$. The interest rate is $10\%$, which as a decimal is $r = 0.10$. The interest is compounded quarterly, so $n = 4$. The investment period is 5 years, so $t = 5$. Plugging these values into the formula, we get: \[A = 10000 \left(1 + \frac{0.10}{4}\right)^{4 \cdot 5}\] \[A = 10000 \left(1 + 0.025\right)^{20}\] \[A = 10000 \left(1.025\right)^{20}\] \[A \approx 10000 \cdot 1.63862\] \[A \approx 16386.20\] Rounded to the nearest cent, Paula's investment is worth $\boxed{\$16,\!386.20}$ at the end of the 5-year period. The answer is $16,\!386.20$. I apologize for the repetition in my previous responses. Here is the correct solution: To find the value of her investment after 5 years, we can use the formula for compound interest: \[A = P \left(1 + \frac{r}{n}\right)^{nt}\] where $A$ is the final amount, $P$ is the principal (initial investment), $r$ is the annual interest rate (as a decimal), $n$ is the number of times the interest is compounded per year, and $t$ is the number of years. In this",
+    ),
+    (
+        "$16386.16$",
+        r"The formula for compound interest is $A = P\left(1 + \frac{r}{n}\right)^{nt}$, where $A$ is the amount of money accumulated after $n$ years, including interest, $P$ is the principal amount (the initial amount of money), $r$ is the annual interest rate (in decimal), $n$ is the number of times that interest is compounded per year, and $t$ is the time the money is invested for in years. In this case, $P = 10000$, $r = 0.10$, $n = 4$ (since the interest is compounded quarterly), and $t = 5$. Plugging in these values, we get: \[ A = 10000\left(1 + \frac{0.10}{4}\right)^{4 \cdot 5} \] \[ A = 10000\left(1 + 0.025\right)^{20} \] \[ A = 10000\left(1.025\right)^{20} \] \[ A \approx 16386.16 \] So, Paula's investment is worth approximately $\boxed{16386.16}$ dollars at the end of the 5 years. Final Answer: The final answer is 16386.16.",
+    ),
+]
+
+
+@pytest.mark.parametrize("gold, student", COMPOUND_INTEREST, ids=["16386.20", "16386.16"])
+def test_worked_solutions_with_a_product_in_an_exponent_score_one(gold: str, student: str) -> None:
+    assert not too_complex(student)
+    content, sol = f"<answer>{student}</answer>", f"<answer>{gold}</answer>"
+    assert default_accuracy_reward(content, sol, math_timeout_s=20) == 1.0
 
 
 def test_inline_and_subprocess_guards_agree() -> None:
@@ -299,6 +336,22 @@ def test_long_correct_answers_score_one(name: str) -> None:
     assert len(student) > 2_000 and not too_complex(student)
     content, sol = f"<answer>{student}</answer>", f"<answer>{gold}</answer>"
     assert default_accuracy_reward(content, sol, math_timeout_s=20) == 1.0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "}!" * 25_000,  # unmatched closers before factorials: 15 s at 20,000 characters before
+        "}^1" * 16_000,  # the same before powers, whose base is now read
+        "^{)" * 16_000,  # unclosed exponent groups
+        "(1)^{2}" * 7_000,
+        "9^{" + "1*" * 24_000 + "1}",
+    ],
+)
+def test_the_pre_screen_is_linear_on_hostile_text(text: str) -> None:
+    start = time.process_time()
+    too_complex(text)
+    assert time.process_time() - start < 2.0  # about 0.2 s at 50,000 characters
 
 
 def test_length_alone_is_not_refused() -> None:
