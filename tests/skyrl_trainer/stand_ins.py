@@ -5,8 +5,9 @@ advantages and loss, this project's experiment, generator, envs and reward pool 
 
 - CUDA device calls (:func:`install_cpu_device_stand_ins`): ``torch.cuda`` calls SkyRL makes
   unguarded (``current_device``, ``set_device``, ``empty_cache``, ``synchronize``, memory
-  queries) become CPU no-ops, ``Tensor.cuda()`` stays on CPU, and device meshes asked for on
-  ``cuda`` are built on ``cpu`` (gloo). It runs in the driver and, as Ray's
+  queries) become CPU no-ops, ``Tensor.cuda()`` stays on CPU, the process group SkyRL asks
+  for as ``cpu:gloo,cuda:nccl`` is gloo alone, and device meshes asked for on ``cuda`` are
+  built on ``cpu``. It runs in the driver and, as Ray's
   ``worker_process_setup_hook`` (:func:`cpu_worker_setup`), in every Ray worker; the patches
   apply when torch (or the module patched) is imported, so workers that never import torch
   (the reward pool's) stay light.
