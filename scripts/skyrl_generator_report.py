@@ -92,10 +92,10 @@ def main() -> None:
             )
 
             parquet, tasks = scenarios.tau_parquet(tmp_path, 3)
-            batch = scenarios.dataset_batch([parquet], tokenizer, "tau_bench", n_samples=2)
+            batch = scenarios.dataset_batch([parquet], tokenizer, "tau_bench_env", n_samples=2)
             replies = {f"{i}_0": scenarios.gold_turns(t) for i, t in enumerate(tasks)}
             replies |= {f"{i}_1": ["Goodbye."] for i in range(len(tasks))}
-            cfg = scenarios.tau_cfg("environment.skyrl_gym.tau_bench.user.kind=replay")
+            cfg = scenarios.tau_cfg("environment.skyrl_gym.tau_bench_env.user.kind=replay")
             out = asyncio.run(
                 make_generator(cfg, ScriptedEngine(tokenizer, replies), tokenizer).generate(
                     batch, disable_tqdm=True
@@ -105,7 +105,7 @@ def main() -> None:
                 "tau-bench retail, SkyRLGymGenerator (_0: gold actions, _1: gives up)", batch, out
             )
 
-            batch = scenarios.dataset_batch([parquet], tokenizer, "tau_bench")
+            batch = scenarios.dataset_batch([parquet], tokenizer, "tau_bench_env")
             replies = {f"{i}_0": ["Hello, how can I help?"] for i in range(len(tasks))}
             cfg = scenarios.unreachable_user_cfg()
             out = asyncio.run(

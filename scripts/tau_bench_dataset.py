@@ -2,7 +2,7 @@
 
 One row per task: ``prompt`` (the system prompt: policy, tools, call format;
 the env replaces it at ``init`` with the same text plus the user's first
-message), ``env_class`` (``tau_bench``) and the fields SkyRL passes to the
+message), ``env_class`` (``tau_bench_env``) and the fields SkyRL passes to the
 env as ``extras``: ``domain``, ``split``, ``task_index``, ``task_id``, plus
 ``data_source`` and ``reward_spec`` (the reward is computed by the env).
 

@@ -9,13 +9,18 @@ The layers live in subpackages, imports pointing one way:
 ``train``/``cli``/``data`` (integrations) -> ``pool`` (Ray runtime) ->
 ``rewards`` (pure functions: no Ray, no skyrl-gym). Names are loaded on first
 use (PEP 562), so ``from skyrl_rewards import format_reward`` imports the
-reward functions only, not Ray or skyrl-gym.
+reward functions only, not Ray or skyrl-gym. Importing the package registers
+the skyrl-gym env id ``skyrl_rewards`` when skyrl-gym is imported (now or
+later), as ``import tau_bench_env`` registers ``tau_bench``; see
+:mod:`skyrl_rewards.gym_registration`.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from skyrl_rewards.gym_registration import register_when_gym_loads
 
 _EXPORTS: dict[str, str] = {
     "BatchReward": "skyrl_rewards.rewards.batch",
@@ -96,6 +101,9 @@ if TYPE_CHECKING:
     from skyrl_rewards.rewards.shaping import CosineSchedule, cosine_reward, repetition_reward
     from skyrl_rewards.rewards.text import answer_span, clean, completion_text
     from skyrl_rewards.train.env import SkyRLRewardEnv
+
+
+register_when_gym_loads()
 
 
 def __getattr__(name: str) -> Any:

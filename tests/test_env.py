@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -62,6 +64,27 @@ def test_registered_on_import_and_by_entry_point() -> None:
     pyproject = (ROOT / "pyproject.toml").read_text()
     group = pyproject.split('[project.entry-points."skyrl_gym.envs"]')[1].split("\n[")[0]
     assert f'{ENV_ID} = "{ENTRY_POINT}"' in group
+
+
+@pytest.mark.parametrize(
+    "imports",
+    ["import skyrl_rewards; import skyrl_gym", "import skyrl_gym; import skyrl_rewards"],
+)
+def test_importing_the_package_registers_the_env_in_either_order(imports: str) -> None:
+    """``import skyrl_rewards`` alone makes ``skyrl_gym.make("skyrl_rewards")`` work (fresh process)."""
+    probe = (
+        f"{imports}\n"
+        "import sys\n"
+        "assert 'skyrl_rewards.train.env' not in sys.modules  # registered by name, not imported\n"
+        "env = skyrl_gym.make('skyrl_rewards', env_config={'in_process': True, "
+        "'rewards': {'format': {}}}, extras={'reward_spec': {'ground_truth': '<answer>1</answer>'}})\n"
+        "print(env.step('<think>a</think><answer>1</answer>')['reward'])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "1.0"
 
 
 def test_register_installed_envs_reads_the_entry_point_group(tmp_path: Path, monkeypatch) -> None:

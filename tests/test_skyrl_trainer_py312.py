@@ -89,7 +89,7 @@ def test_envs_inside_the_real_skyrl_on_python312(capsys: pytest.CaptureFixture[s
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=1500,
+        timeout=2700,  # the two CPU training steps add about 6 min on 2 cores
     )
     sys.stdout.write(run.stdout[-4000:])  # shown with -rA or on failure
     assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-3000:]

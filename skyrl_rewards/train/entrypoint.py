@@ -8,7 +8,8 @@ What SkyRL's own ``main_base`` does, with four differences:
    masked trajectories reach the loss with all-zero loss masks, and an env
    failure ends one trajectory, not the step.
 3. The Ray entrypoint task registers every env installed packages declare
-   (``skyrl_rewards``, ``tau_bench``) before building anything; an id taken by
+   (``skyrl_rewards``, ``tau_bench_env``, and the alias ``tau_bench`` while no
+   other env holds it) before building anything; an env's own id taken by
    another env is an error.
 4. With ``reward_pool.config=...`` the named reward pool is started on the
    cluster before training and stopped after it; otherwise an env with
@@ -56,13 +57,23 @@ def _field_lines(cls: type, prefix: str) -> list[str]:
 
 def usage() -> str:
     """The ``--help`` text: the override syntax and every field of this project's sections."""
-    from skyrl_rewards.train.config import RewardPoolLaunchConfig, RewardsSkyRLGymConfig
+    from skyrl_rewards.train.config import (
+        SKYRL_HAS_TAU_BENCH,
+        RewardPoolLaunchConfig,
+        RewardsSkyRLGymConfig,
+    )
     from skyrl_rewards.train.env import RewardEnvConfig
     from skyrl_rewards.train.tau_bench_config import TauBenchEnvConfig
 
     sections = [
         *_field_lines(RewardEnvConfig, "environment.skyrl_gym.skyrl_rewards."),
-        *_field_lines(TauBenchEnvConfig, "environment.skyrl_gym.tau_bench."),
+        *_field_lines(TauBenchEnvConfig, "environment.skyrl_gym.tau_bench_env."),
+        "  environment.skyrl_gym.tau_bench.*: "
+        + (
+            "SkyRL's own tau-bench env (this project's is tau_bench_env)"
+            if SKYRL_HAS_TAU_BENCH
+            else "as tau_bench_env.*, for the alias id tau_bench"
+        ),
         f"  environment.skyrl_gym.on_env_error={RewardsSkyRLGymConfig.on_env_error!r}  (mask | raise)",
         *_field_lines(RewardPoolLaunchConfig, "reward_pool."),
     ]
@@ -145,12 +156,16 @@ def _entrypoint_task() -> Any:
 
 
 def _summary(cfg: Any) -> str:
+    from skyrl_rewards.train.config import SKYRL_HAS_TAU_BENCH
+
     gym = cfg.environment.skyrl_gym
+    alias = None if SKYRL_HAS_TAU_BENCH else asdict(gym.tau_bench)
     return "\n".join(
         [
             f"environment.env_class: {cfg.environment.env_class}",
             f"environment.skyrl_gym.skyrl_rewards: {asdict(gym.skyrl_rewards)}",
-            f"environment.skyrl_gym.tau_bench: {asdict(gym.tau_bench)}",
+            f"environment.skyrl_gym.tau_bench_env: {asdict(gym.tau_bench_env)}",
+            *([] if SKYRL_HAS_TAU_BENCH else [f"environment.skyrl_gym.tau_bench: {alias}"]),
             f"environment.skyrl_gym.on_env_error: {gym.on_env_error}",
             f"reward_pool: {asdict(cfg.reward_pool)}",
             f"generator.vision_language_generator: {cfg.generator.vision_language_generator}",

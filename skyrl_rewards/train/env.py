@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
+from skyrl_rewards.gym_registration import ENTRY_POINT, ENV_ID
 from skyrl_rewards.pool.config import PoolConfig
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.rewards.result import RewardResult
@@ -56,8 +57,6 @@ from skyrl_rewards.train.registration import register_env
 if TYPE_CHECKING:
     from skyrl_rewards.pool.reward_pool import RewardPool
 
-ENV_ID = "skyrl_rewards"
-ENTRY_POINT = "skyrl_rewards.train.env:SkyRLRewardEnv"
 SKYRL_BOOKKEEPING_KEYS = frozenset({"reward_spec", "max_turns"})
 MASK_METRIC = "should_mask"
 """The ``get_metrics()`` key, in every env of this project, that is 1.0 for an episode whose

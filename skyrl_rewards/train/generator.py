@@ -64,11 +64,18 @@ one from the config) add, around SkyRL's own agent loop:
   (Qwen2-VL's) then render the question as a second image. Keys whose value
   is None are dropped from content parts before the first render.
 - **Metrics.** ``rollout_metrics`` gains ``generate/masked_share`` (masked
-  trajectories / all) and ``generate/env_errors`` (trajectories ended by an
-  exception).
+  trajectories / all), ``generate/env_errors`` (trajectories ended by an
+  exception) and ``generate/env_step_wall_s``: the wall-clock seconds of the
+  ``generate()`` call during which at least one ``env.step`` was running
+  (where the envs compute their rewards: the reward pool's round trip for
+  ``skyrl_rewards``, tools and the final check for tau-bench), counted once
+  however many trajectories step at the same time. :class:`RewardTimeShare`
+  (a SkyRL trainer callback, installed by ``RewardsPPOExp``) divides it by the
+  step's wall time: ``timing/reward_share``.
 """
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -82,6 +89,7 @@ from skyrl.train.generators.skyrl_gym_generator import (
     TrajectoryOutput,
 )
 from skyrl.train.generators.skyrl_vlm_generator import SkyRLVLMGymGenerator
+from skyrl.train.utils.callbacks import TrainingCallback
 
 from skyrl_rewards.train.env import MASK_METRIC
 
@@ -144,6 +152,23 @@ class _MaskingMixin:
                 "generator.batched=false (the default)"
             )
         self._causes_logged: set[str] = set()
+        self._env_steps_running = 0
+        self._env_steps_since = 0.0
+        self._env_step_wall_s = 0.0
+
+    async def _run_in_executor_if_available(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        """SkyRL's call of ``env.init``/``env.step``/``env.close``; env steps are timed."""
+        if getattr(func, "__name__", "") != "step":
+            return await super()._run_in_executor_if_available(func, *args, **kwargs)
+        if self._env_steps_running == 0:
+            self._env_steps_since = time.monotonic()
+        self._env_steps_running += 1
+        try:
+            return await super()._run_in_executor_if_available(func, *args, **kwargs)
+        finally:
+            self._env_steps_running -= 1
+            if self._env_steps_running == 0:
+                self._env_step_wall_s += time.monotonic() - self._env_steps_since
 
     async def agent_loop(
         self, prompt: Any, env_class: str, env_extras: dict[str, Any], *args, **kwargs
@@ -195,6 +220,7 @@ class _MaskingMixin:
         return stand_in
 
     async def generate(self, input_batch: Mapping[str, Any], disable_tqdm: bool = False):
+        self._env_step_wall_s = 0.0
         out = await super().generate(input_batch, disable_tqdm=disable_tqdm)
         n = len(out["env_metrics"])
         # a trajectory's outcome is on its last row (step-wise: every step is a row)
@@ -215,7 +241,20 @@ class _MaskingMixin:
         _fit_failed_rows(out, _per_row(last, errors), refuse_text_rows=training)
         out["rollout_metrics"]["generate/masked_share"] = sum(masked) / max(1, len(final))
         out["rollout_metrics"]["generate/env_errors"] = float(sum(errors))
+        out["rollout_metrics"]["generate/env_step_wall_s"] = self._env_step_wall_s
         return out
+
+
+class RewardTimeShare(TrainingCallback):
+    """Adds ``timing/reward_share`` to each step's logs: ``generate/env_step_wall_s / timing/step``."""
+
+    def on_log(self, trainer: Any, callback_input: Any, control: Any) -> None:
+        logs = callback_input.logs
+        if logs is None:
+            return
+        env_s, step_s = logs.get("generate/env_step_wall_s"), logs.get("timing/step")
+        if env_s is not None and step_s:
+            logs["timing/reward_share"] = env_s / step_s
 
 
 def _per_row(last: Sequence[bool], per_trajectory: Sequence[bool]) -> list[bool]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2VLImageProcessor
 from trl.chat_template_utils import qwen2_5_vl_chat_template
 from vllm.entrypoints.scale_out.token_in_token_out.mm_serde import encode_mm_kwargs_item
@@ -27,11 +27,26 @@ from vllm.multimodal.inputs import MultiModalBatchedField, MultiModalFieldElem, 
 IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """A real fast tokenizer: 256 byte tokens, ChatML and vision special tokens, a chat template."""
-    vocab = {ch: i for i, ch in enumerate(pre_tokenizers.ByteLevel.alphabet())}
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+def build_tokenizer(corpus: Sequence[str] = (), vocab_size: int = 2048) -> PreTrainedTokenizerFast:
+    """A real fast tokenizer: byte-level BPE, ChatML and vision special tokens, a chat template.
+
+    Without ``corpus``: 256 byte tokens, no merges (one token per byte). With it: BPE merges
+    learned from ``corpus`` up to ``vocab_size`` (long prompts, such as tau-bench's system
+    prompt, become a few times shorter).
+    """
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    if corpus:
+        backend = Tokenizer(models.BPE())
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        backend.train_from_iterator(
+            corpus,
+            trainers.BpeTrainer(
+                vocab_size=vocab_size, initial_alphabet=alphabet, show_progress=False
+            ),
+        )
+    else:
+        backend = Tokenizer(models.BPE(vocab={ch: i for i, ch in enumerate(alphabet)}, merges=[]))
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,

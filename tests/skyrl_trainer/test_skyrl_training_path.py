@@ -52,7 +52,7 @@ COMMON = ["trainer.logger=console", "trainer.strategy=fsdp", "generator.batched=
 
 @pytest.fixture(scope="module", autouse=True)
 def _envs_registered() -> None:
-    assert {"skyrl_rewards", "tau_bench"} <= set(register_installed_envs())
+    assert {"skyrl_rewards", "tau_bench_env", "tau_bench"} <= set(register_installed_envs())
 
 
 def prompt_dataset(parquets: list[Path], tokenizer: Any) -> PromptDataset:
@@ -94,16 +94,16 @@ def test_env_sections_take_plain_overrides() -> None:
     cfg = TrainConfig.from_cli_overrides(
         [
             *COMMON,
-            "environment.skyrl_gym.tau_bench.user.kind=replay",
-            "environment.skyrl_gym.tau_bench.user.timeout_s=5",
+            "environment.skyrl_gym.tau_bench_env.user.kind=replay",
+            "environment.skyrl_gym.tau_bench_env.user.timeout_s=5",
             "environment.skyrl_gym.skyrl_rewards.pool=vlm_rewards",
         ]
     )
     gym = cfg.environment.skyrl_gym
-    assert gym.tau_bench.user.kind == "replay" and gym.tau_bench.user.timeout_s == 5
+    assert gym.tau_bench_env.user.kind == "replay" and gym.tau_bench_env.user.timeout_s == 5
     assert gym.skyrl_rewards.pool == "vlm_rewards"
     with pytest.raises(ValueError, match="nope"):
-        TrainConfig.from_cli_overrides(["environment.skyrl_gym.tau_bench.user.nope=1"])
+        TrainConfig.from_cli_overrides(["environment.skyrl_gym.tau_bench_env.user.nope=1"])
     with pytest.raises(ValueError, match="on_env_error"):
         TrainConfig.from_cli_overrides(["environment.skyrl_gym.on_env_error=ignore"])
 
@@ -150,7 +150,7 @@ def test_help_runs() -> None:
         timeout=120,
     )
     assert out.returncode == 0
-    assert "environment.skyrl_gym.tau_bench.user.kind='openai'" in out.stdout
+    assert "environment.skyrl_gym.tau_bench_env.user.kind='openai'" in out.stdout
 
 
 # ---- REC through the VLM generator and a real reward pool ------------------------------------
@@ -291,9 +291,9 @@ def tau_cfg(*extra: str) -> Any:
             "generator.use_conversation_multi_turn=true",
             "generator.max_turns=30",
             "generator.max_input_length=200000",
-            "environment.env_class=tau_bench",
-            "environment.skyrl_gym.tau_bench.backend=tau2",
-            "environment.skyrl_gym.tau_bench.domain=retail",
+            "environment.env_class=tau_bench_env",
+            "environment.skyrl_gym.tau_bench_env.backend=tau2",
+            "environment.skyrl_gym.tau_bench_env.domain=retail",
             *extra,
         ]
     )
@@ -302,20 +302,20 @@ def tau_cfg(*extra: str) -> Any:
 def unreachable_user_cfg() -> Any:
     """tau config whose user simulator is an endpoint nothing listens on (the discard port)."""
     return tau_cfg(
-        "environment.skyrl_gym.tau_bench.user.kind=openai",
-        "environment.skyrl_gym.tau_bench.user.base_url=http://127.0.0.1:9/v1",
-        "environment.skyrl_gym.tau_bench.user.max_retries=0",
-        "environment.skyrl_gym.tau_bench.user.timeout_s=2",
+        "environment.skyrl_gym.tau_bench_env.user.kind=openai",
+        "environment.skyrl_gym.tau_bench_env.user.base_url=http://127.0.0.1:9/v1",
+        "environment.skyrl_gym.tau_bench_env.user.max_retries=0",
+        "environment.skyrl_gym.tau_bench_env.user.timeout_s=2",
     )
 
 
 def test_tau_gold_actions_earn_the_reward_on_the_last_token(tokenizer: Any, tmp_path: Path) -> None:
     parquet, tasks = tau_parquet(tmp_path, 3)
-    batch = dataset_batch([parquet], tokenizer, "tau_bench", n_samples=2)
+    batch = dataset_batch([parquet], tokenizer, "tau_bench_env", n_samples=2)
     # sample 0 of each task plays the ground truth, sample 1 stops at once
     replies = {f"{i}_0": gold_turns(task) for i, task in enumerate(tasks)}
     replies |= {f"{i}_1": ["Goodbye."] for i in range(len(tasks))}
-    cfg = tau_cfg("environment.skyrl_gym.tau_bench.user.kind=replay")
+    cfg = tau_cfg("environment.skyrl_gym.tau_bench_env.user.kind=replay")
     generator = make_generator(cfg, ScriptedEngine(tokenizer, replies), tokenizer)
     assert isinstance(generator, MaskingGymGenerator)
     out = asyncio.run(generator.generate(batch, disable_tqdm=True))
@@ -336,7 +336,7 @@ def test_unreachable_user_masks_the_trajectories_without_an_exception(
     tokenizer: Any, tmp_path: Path
 ) -> None:
     parquet, tasks = tau_parquet(tmp_path, 2)
-    batch = dataset_batch([parquet], tokenizer, "tau_bench")
+    batch = dataset_batch([parquet], tokenizer, "tau_bench_env")
     replies = {f"{i}_0": ["Hello, how can I help?"] for i in range(len(tasks))}
     cfg = unreachable_user_cfg()
     out = asyncio.run(
@@ -354,10 +354,10 @@ def test_an_env_that_raises_ends_one_trajectory_or_the_step_when_asked(
     tokenizer: Any, tmp_path: Path
 ) -> None:
     parquet, tasks = tau_parquet(tmp_path, 2)
-    batch = dataset_batch([parquet], tokenizer, "tau_bench")
+    batch = dataset_batch([parquet], tokenizer, "tau_bench_env")
     batch["env_extras"][1]["task_index"] = 10_000  # a row the env refuses (ValueError in make)
     replies = {"0_0": ["Goodbye."], "1_0": ["Goodbye."]}
-    cfg = tau_cfg("environment.skyrl_gym.tau_bench.user.kind=replay")
+    cfg = tau_cfg("environment.skyrl_gym.tau_bench_env.user.kind=replay")
     out = asyncio.run(
         make_generator(cfg, ScriptedEngine(tokenizer, replies), tokenizer).generate(
             batch, disable_tqdm=True
@@ -367,7 +367,7 @@ def test_an_env_that_raises_ends_one_trajectory_or_the_step_when_asked(
     assert any(out["loss_masks"][0])
     assert out["rollout_metrics"]["generate/env_errors"] == 1.0
     raising = tau_cfg(
-        "environment.skyrl_gym.tau_bench.user.kind=replay",
+        "environment.skyrl_gym.tau_bench_env.user.kind=replay",
         "environment.skyrl_gym.on_env_error=raise",
     )
     with pytest.raises(ValueError, match="task_index"):
@@ -398,7 +398,7 @@ def test_step_wise_batch_imputes_masked_trajectories_and_skyrl_gives_them_no_adv
     """
     parquet, tasks = tau_parquet(tmp_path, 2)
     dataset = prompt_dataset([parquet], tokenizer)
-    batch = dataset_batch([parquet], tokenizer, "tau_bench", n_samples=3)
+    batch = dataset_batch([parquet], tokenizer, "tau_bench_env", n_samples=3)
     batch["env_extras"][2]["user_turns"] = [
         "Hi, I need help with my order.",
         {"content": "Let me look.", "tool_calls": [{"name": "check_order", "arguments": {}}]},
@@ -408,7 +408,7 @@ def test_step_wise_batch_imputes_masked_trajectories_and_skyrl_gives_them_no_adv
     replies |= {f"{i}_1": ["Goodbye."] for i in range(len(tasks))}
     replies["0_2"] = [tool_call("get_user_details", {"user_id": "nobody"}), "Let me check."]
     cfg = tau_cfg(
-        "environment.skyrl_gym.tau_bench.user.kind=replay",
+        "environment.skyrl_gym.tau_bench_env.user.kind=replay",
         "generator.step_wise_trajectories=true",
         "generator.n_samples_per_prompt=3",
         "trainer.train_batch_size=2",

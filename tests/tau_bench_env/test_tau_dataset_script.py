@@ -22,7 +22,7 @@ def test_dataset_rows_make_working_envs(tmp_path: Path, domain: str, split: str,
     table = pq.read_table(out).to_pylist()
     assert len(table) == rows
     row = table[-1]
-    assert row["env_class"] == "tau_bench" and row["prompt"][0]["role"] == "system"
+    assert row["env_class"] == "tau_bench_env" and row["prompt"][0]["role"] == "system"
     extras = {k: v for k, v in row.items() if k not in ("prompt", "env_class")}
     env = skyrl_gym.make(
         row["env_class"],

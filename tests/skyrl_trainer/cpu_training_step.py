@@ -1,0 +1,435 @@
+"""One real SkyRL 0.4 ``RayPPOTrainer`` step on CPU, through this project's experiment.
+
+``python tests/skyrl_trainer/cpu_training_step.py {math,tau} OUT_DIR`` builds a tiny random
+Qwen2 policy (and its tokenizer) under ``OUT_DIR``, a dataset of this project's rows, and a
+``TrainConfig`` as ``python -m skyrl_rewards.train`` parses it, then runs
+``RewardsPPOExp(cfg).run()`` (``make_generator``, the registered envs, the reward pool the
+config names) for one GRPO step: generate, reward, advantages, FSDP2 forward/backward and
+AdamW step, weight sync. Only the GPU parts are stood in for (``stand_ins.py``). It writes
+``OUT_DIR/summary.json`` (what the test asserts on) and prints a compact summary.
+
+- ``math``: three math rows of ``skyrl_rewards/sample_data``, two samples each, scored by a
+  reward pool started from ``configs/math.yaml`` (``reward_pool.config``). Sample 0 of each
+  prompt plays the row's own answer; sample 1 is sampled by the engine. The third row names
+  an unknown ``accu_reward_method``: a dataset error, so its trajectories are masked.
+- ``tau``: two tau-bench retail tasks (backend tau2, replay user), two samples each: sample 0
+  plays the gold actions, sample 1 a bad script (it says goodbye at once).
+
+After the step it also runs SkyRL's ``forward_backward`` on the masked trajectories alone,
+with their advantages set to 1.0 and their (all-zero) loss masks kept: the loss and the
+gradient norm must be exactly zero; the same rows with loss masks of ones are the control.
+
+A script with a ``__main__`` guard, run in its own process: SkyRL sets the ``spawn`` start
+method globally and the trainer needs a Ray of its own (a GPU resource on this CPU node and
+the stand-ins' worker setup hook).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path[:0] = [str(HERE), str(ROOT)]
+
+from stand_ins import (  # noqa: E402
+    NAMESPACE,
+    StandInEngine,
+    StandInEngineClient,
+    install_cpu_device_stand_ins,
+    weights_checksum,
+)
+
+install_cpu_device_stand_ins()  # before torch or SkyRL is imported
+
+ENGINE = "stand_in_engine"
+MAX_NEW_TOKENS = 12
+SEED = 7
+
+
+def build_policy(path: Path, corpus: list[str]) -> Path:
+    """A tiny random Qwen2 causal LM and the tests' tokenizer (BPE learned from ``corpus``)."""
+    import torch
+    from skyrl_helpers import build_tokenizer
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = build_tokenizer(corpus)
+    torch.manual_seed(SEED)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=65536,
+        tie_word_embeddings=False,  # as Qwen2.5-7B; SkyRL's FSDP2 step unties tied ones
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="float32",
+    )
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def math_data(out: Path) -> tuple[list[Path], dict[str, list[str]], list[str]]:
+    """Three math rows (the third with an unknown accuracy method), the replies, the overrides."""
+    from skyrl_rewards.data.jsonl import read_rows
+    from skyrl_rewards.train.dataset import skyrl_record, write_parquet
+
+    rows = [r for r in read_rows(ROOT / "skyrl_rewards" / "sample_data" / "math.jsonl")]
+    rows = [r for r in rows if "image_path" not in r][:3]
+    rows[2] = {**rows[2], "accu_reward_method": "no_such_method"}  # a dataset error: masked
+    train = out / "train.parquet"
+    sample_dir = ROOT / "skyrl_rewards" / "sample_data"
+    records = [
+        skyrl_record(r, i + 1, sample_dir, "skyrl_rewards", "math") for i, r in enumerate(rows)
+    ]
+    write_parquet(records, train)
+    replies = {f"{i}_0": [row["completion"]] for i, row in enumerate(rows)}
+    overrides = [
+        "environment.env_class=skyrl_rewards",
+        "environment.skyrl_gym.skyrl_rewards.pool=step_pool",
+        "reward_pool.config=configs/math.yaml",
+        "reward_pool.overrides=[name=step_pool,num_workers=1]",
+        "generator.max_turns=1",
+        "trainer.train_batch_size=3",
+        "trainer.policy_mini_batch_size=3",
+    ]
+    return [train], replies, overrides
+
+
+def tau_data(out: Path) -> tuple[list[Path], dict[str, list[str]], list[str]]:
+    """Two retail tasks that write data: gold actions for sample 0, goodbye for sample 1."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tau_bench_env.backends import load_domain
+    from tau_bench_env.tasks import RESPOND
+
+    parquet = out / "tau.parquet"
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "tau_bench_dataset.py"), "--domain", "retail"]
+        + ["--split", "test", "--out", str(parquet)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    domain = load_domain("tau2", "retail")
+    tasks = domain.tasks("test")
+    writes = [
+        i
+        for i, task in enumerate(tasks)
+        if any(a.name not in domain.read_only_tools and a.name != RESPOND for a in task.actions)
+    ][:2]
+    table = pq.read_table(parquet).to_pylist()
+    rows = [{**table[i], "user_turns": ["Hi, I need help with my order."]} for i in writes]
+    pq.write_table(pa.Table.from_pylist(rows), parquet)
+    replies: dict[str, list[str]] = {}
+    for n, i in enumerate(writes):
+        task = tasks[i]
+        turns = [
+            str(a.kwargs["content"])
+            if a.name == RESPOND
+            else "<tool_call>\n"
+            + json.dumps({"name": a.name, "arguments": dict(a.kwargs)})
+            + "\n</tool_call>"
+            for a in task.actions
+        ]
+        closing = "To confirm: " + ", ".join(task.outputs) + "." if task.outputs else "Done."
+        replies[f"{n}_0"] = [*turns, closing]
+        replies[f"{n}_1"] = ["Goodbye."]
+    overrides = [
+        "environment.env_class=tau_bench_env",
+        "environment.skyrl_gym.tau_bench_env.backend=tau2",
+        "environment.skyrl_gym.tau_bench_env.domain=retail",
+        "environment.skyrl_gym.tau_bench_env.user.kind=replay",
+        "generator.use_conversation_multi_turn=true",
+        "generator.max_turns=30",
+        "generator.max_input_length=400000",
+        "trainer.max_prompt_length=400000",
+        "trainer.train_batch_size=2",
+        "trainer.policy_mini_batch_size=2",
+    ]
+    return [parquet], replies, overrides
+
+
+def corpus(data: list[Path], replies: dict[str, list[str]]) -> list[str]:
+    """Texts to learn the tokenizer's merges from: the rows (prompts, task data) and replies."""
+    import pyarrow.parquet as pq
+
+    rows = [
+        json.dumps(row, default=str) for path in data for row in pq.read_table(path).to_pylist()
+    ]
+    return rows + [turn for turns in replies.values() for turn in turns]
+
+
+def train_config(policy: Path, data: list[Path], out: Path, task_overrides: list[str]) -> Any:
+    from skyrl_rewards.train.entrypoint import parse_config
+
+    return parse_config(
+        [
+            f"trainer.policy.model.path={policy}",
+            f"data.train_data={[str(p) for p in data]}",
+            "data.val_data=[]",
+            "data.dataloader.num_workers=0",
+            "trainer.strategy=fsdp",
+            "trainer.logger=console",
+            "trainer.epochs=1",
+            "trainer.max_training_steps=1",
+            "trainer.eval_interval=-1",
+            "trainer.ckpt_interval=-1",
+            "trainer.hf_save_interval=-1",
+            "trainer.flash_attn=false",
+            "trainer.remove_microbatch_padding=false",
+            "trainer.micro_train_batch_size_per_gpu=2",
+            "trainer.micro_forward_batch_size_per_gpu=2",
+            "trainer.placement.colocate_all=false",
+            "trainer.placement.policy_num_gpus_per_node=1",
+            "trainer.algorithm.advantage_estimator=grpo",
+            "trainer.algorithm.use_kl_loss=false",
+            "trainer.policy.optimizer_config.lr=1e-2",
+            "trainer.policy.optimizer_config.weight_decay=0.0",
+            f"trainer.export_path={out / 'export'}",
+            f"trainer.ckpt_path={out / 'ckpt'}",
+            f"trainer.log_path={out / 'logs'}",
+            f"trainer.seed={SEED}",
+            "generator.batched=false",
+            "generator.n_samples_per_prompt=2",
+            "generator.inference_engine.num_engines=1",
+            "generator.inference_engine.enable_prefix_caching=false",
+            f"generator.sampling_params.max_generate_length={MAX_NEW_TOKENS}",
+            *task_overrides,
+        ]
+    )
+
+
+def start_ray(cfg: Any) -> None:
+    """A loopback Ray with one GPU resource declared on this CPU node and the CPU stand-ins."""
+    import ray
+    from skyrl.backends.skyrl_train.utils.ppo_utils import sync_registries
+    from skyrl.train.utils.utils import prepare_runtime_environment
+
+    env_vars = prepare_runtime_environment(cfg)
+    env_vars["PYTHONPATH"] = os.pathsep.join(
+        [str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    )
+    env_vars["SKYRL_LOG_FILE"] = str(Path(cfg.trainer.log_path) / "infra.log")
+    Path(cfg.trainer.log_path).mkdir(parents=True, exist_ok=True)
+    ray.init(
+        address="local",
+        num_cpus=4,
+        num_gpus=1,  # declared, not present: SkyRL's workers ask for one
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        namespace=NAMESPACE,
+        log_to_driver=False,
+        runtime_env={
+            "env_vars": env_vars,
+            "worker_process_setup_hook": "stand_ins.cpu_worker_setup",
+        },
+    )
+    sync_registries()
+
+
+class Recorder:
+    """A SkyRL ``TrainingCallback`` keeping the step's training batch, status and logs."""
+
+    def __init__(self) -> None:
+        self.batch: Any = None
+        self.advantages: Any = None
+        self.status: dict[str, Any] = {}
+        self.logs: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("on_"):
+            return lambda *args, **kwargs: None
+        raise AttributeError(name)
+
+    def on_step_end(self, trainer: Any, callback_input: Any, control: Any) -> None:
+        self.batch = callback_input.batch
+        self.status = dict(callback_input.metrics or {})
+
+    def on_log(self, trainer: Any, callback_input: Any, control: Any) -> None:
+        self.logs = dict(callback_input.logs or {})
+
+
+def experiment(cfg: Any, client: StandInEngineClient, recorder: Recorder) -> Any:
+    """``RewardsPPOExp`` with the stand-in engine as its inference client; observed, not changed."""
+    from skyrl_rewards.train.experiment import RewardsPPOExp
+
+    class StandInEnginePPOExp(RewardsPPOExp):
+        generated: dict[str, Any] = {}
+
+        def get_inference_client(self) -> Any:
+            return client
+
+        def get_generator(self, cfg: Any, tokenizer: Any, inference_engine_client: Any) -> Any:
+            generator = super().get_generator(cfg, tokenizer, inference_engine_client)
+            generate = generator.generate
+
+            async def recorded(input_batch: Any, disable_tqdm: bool = False) -> Any:
+                out = await generate(input_batch, disable_tqdm=disable_tqdm)
+                self.generated = {
+                    "rewards": [sum(r) if isinstance(r, list) else r for r in out["rewards"]],
+                    "masked": [bool(m.get("should_mask")) for m in out["env_metrics"]],
+                    "loss_tokens": [sum(m) for m in out["loss_masks"]],
+                    "trajectories": [
+                        f"{t.instance_id}_{t.repetition_id}"
+                        for t in out.get("trajectory_ids") or input_batch["trajectory_ids"]
+                    ],
+                }
+                return out
+
+            generator.generate = recorded
+            return generator
+
+        def get_trainer(self, *args: Any, **kwargs: Any) -> Any:
+            trainer = super().get_trainer(*args, **kwargs)
+            trainer.add_callback(recorder)
+            compute = trainer.compute_advantages_and_returns
+
+            def recorded(data: Any) -> Any:  # before the loss reduction rescales them
+                data = compute(data)
+                recorder.advantages = data["advantages"].clone()
+                return data
+
+            trainer.compute_advantages_and_returns = recorded
+            return trainer
+
+    return StandInEnginePPOExp(cfg)
+
+
+def masked_rows_gradient(trainer: Any, batch: Any, masked: list[int]) -> dict[str, float]:
+    """Loss and grad norm of SkyRL's policy step on the masked rows, advantages forced to 1.0."""
+    from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
+
+    rows = TrainingInputBatch.cat([batch.slice(i, i + 1) for i in masked])
+    rows["advantages"] = rows["advantages"].clone().fill_(1.0)
+    out = {}
+    for label, loss_mask in (("masked", rows["loss_mask"]), ("unmasked", rows["response_mask"])):
+        probe = rows.slice(0, len(masked))
+        probe["loss_mask"] = loss_mask.clone()
+        status = trainer.dispatch.forward_backward("policy", probe)
+        grad_norm = trainer.dispatch.optim_step("policy")
+        out[f"{label}_loss"] = float(status.metrics["policy_loss"])
+        out[f"{label}_grad_norm"] = float(grad_norm)
+    return out
+
+
+def exported_checksum(trainer: Any, out: Path) -> str:
+    """The policy's weights as SkyRL's own HF export writes them."""
+    import torch
+    from safetensors.torch import load_file
+
+    trainer.dispatch.save_hf_model("policy", str(out), trainer.tokenizer)
+    state: dict[str, torch.Tensor] = {}
+    for file in sorted(out.glob("*.safetensors")):
+        state.update(load_file(file))
+    return weights_checksum(state)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("task", choices=["math", "tau"])
+    parser.add_argument("out", type=Path)
+    args = parser.parse_args(argv)
+    out: Path = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+
+    import ray
+    from transformers import AutoModelForCausalLM
+
+    from skyrl_rewards.train.entrypoint import start_reward_pool
+    from skyrl_rewards.train.env import shared_pool
+    from skyrl_rewards.train.registration import register_installed_envs
+
+    started = time.perf_counter()
+    data, replies, overrides = (math_data if args.task == "math" else tau_data)(out)
+    policy = build_policy(out / "policy", corpus(data, replies) if args.task == "tau" else [])
+    initial = weights_checksum(AutoModelForCausalLM.from_pretrained(policy).state_dict())
+    cfg = train_config(policy, data, out, overrides)
+    start_ray(cfg)
+    pool = start_reward_pool(cfg) if cfg.reward_pool.config else None
+    try:
+        register_installed_envs()
+        engine = (
+            ray.remote(StandInEngine)
+            .options(name=ENGINE, namespace=NAMESPACE, num_cpus=0)
+            .remote(str(policy), replies, SEED)
+        )
+        from transformers import AutoTokenizer
+
+        client = StandInEngineClient(
+            ENGINE,
+            AutoTokenizer.from_pretrained(policy),
+            max_new_tokens=MAX_NEW_TOKENS,
+            temperature=1.0,
+        )
+        recorder = Recorder()
+        exp = experiment(cfg, client, recorder)
+        run_started = time.perf_counter()
+        exp.run()
+        run_s = time.perf_counter() - run_started
+        trainer = exp.trainer
+        engine_report = ray.get(engine.report.remote())
+        engine_now = ray.get(engine.checksum.remote())
+        exported = exported_checksum(trainer, out / "exported")
+        batch = recorder.batch
+        generated = exp.generated
+        masked = [i for i, m in enumerate(generated["masked"]) if m]
+        advantages = [
+            [round(float(a), 4) for a in row[mask.bool()].tolist()][:1]
+            + ([round(float(row[mask.bool()].abs().max()), 4)] if mask.any() else [0.0])
+            for row, mask in zip(recorder.advantages, batch["response_mask"], strict=True)
+        ]
+        gradient = masked_rows_gradient(trainer, batch, masked) if masked else {}
+        pool_metrics = (
+            shared_pool(cfg.environment.skyrl_gym.skyrl_rewards.pool).metrics() if pool else {}
+        )
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    logs = recorder.logs
+    summary = {
+        "task": args.task,
+        "trajectories": generated["trajectories"],
+        "rewards": [round(r, 4) for r in generated["rewards"]],
+        "masked": generated["masked"],
+        "loss_tokens": generated["loss_tokens"],
+        "advantages_first_and_absmax": advantages,
+        "weights": {
+            "initial": initial,
+            "engine_syncs": engine_report["synced"],
+            "engine_now": engine_now,
+            "policy_export_after_step": exported,
+        },
+        "engine_generated": engine_report["generated"],
+        "masked_rows_gradient": gradient,
+        "pool_tasks": pool_metrics.get("tasks"),
+        "metrics": {
+            k: v
+            for k, v in logs.items()
+            if isinstance(v, (int, float))
+            and (k.startswith(("generate/", "timing/", "reward/")) or k in ("policy/policy_loss",))
+        },
+        "policy_status": {k: v for k, v in recorder.status.items() if isinstance(v, (int, float))},
+        "run_s": round(run_s, 2),
+        "total_s": round(time.perf_counter() - started, 2),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    sys.stdout.write(json.dumps(summary, default=str) + "\n")
+    ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,389 @@
+"""Stand-ins for the GPU parts of SkyRL 0.4's trainer, so one real training step runs on CPU.
+
+Only what needs a GPU is stood in for; SkyRL's trainer, FSDP2 policy worker, optimizer,
+advantages and loss, this project's experiment, generator, envs and reward pool are real.
+
+- CUDA device calls (:func:`install_cpu_device_stand_ins`): ``torch.cuda`` calls SkyRL makes
+  unguarded (``current_device``, ``set_device``, ``empty_cache``, ``synchronize``, memory
+  queries) become CPU no-ops, ``Tensor.cuda()`` stays on CPU, the process group SkyRL asks
+  for as ``cpu:gloo,cuda:nccl`` is gloo alone, and device meshes asked for on ``cuda`` are
+  built on ``cpu``. It runs in the driver and, as Ray's
+  ``worker_process_setup_hook`` (:func:`cpu_worker_setup`), in every Ray worker; the patches
+  apply when torch (or the module patched) is imported, so workers that never import torch
+  (the reward pool's) stay light.
+- ``flash_attn.bert_padding``: SkyRL imports it at the top of ``model_wrapper.py``; flash-attn
+  has no CPU wheel. The stand-in module raises if called (``trainer.remove_microbatch_padding``
+  must be false on CPU, and then SkyRL never calls it).
+- The inference engine (:class:`StandInEngine`, a Ray actor, and
+  :class:`StandInEngineClient`, SkyRL's ``InferenceEngineInterface``): samples with Hugging
+  Face ``generate`` from its own copy of the policy, or teacher-forces a scripted reply for a
+  session the test scripts (tau-bench's gold actions); logprobs come from its weights.
+- The weight transfer (:func:`stand_in_build_trainer_engine`, in place of SkyRL's
+  ``weight_senders.build_trainer_engine``): its ``send_weights`` iterates SkyRL's own
+  ``FsdpWeightSource`` (the FSDP all-gather) and hands the gathered state dict to the engine,
+  which loads it, instead of NCCL / CUDA IPC into vLLM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+STAND_IN_URL = "stand-in-engine://"
+"""``server_urls`` entries of :class:`StandInEngineClient`: the engine actor's name follows."""
+NAMESPACE = "skyrl_rewards_step"
+
+
+# ---- CUDA device calls -----------------------------------------------------------------------
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``patch(module)`` right after the module ``name`` is first executed."""
+
+    def __init__(self, name: str, patch: Callable[[types.ModuleType], None]) -> None:
+        self.name, self.patch, self.busy = name, patch, False
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name or self.busy:
+            return None
+        self.busy = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self.busy = False
+        if spec is None or spec.loader is None:
+            return None
+        exec_module = spec.loader.exec_module
+
+        def exec_and_patch(module: types.ModuleType) -> None:
+            exec_module(module)
+            self.patch(module)
+
+        spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]
+        return spec
+
+
+def _after_import(name: str, patch: Callable[[types.ModuleType], None]) -> None:
+    if name in sys.modules:
+        patch(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, patch))
+
+
+def _patch_torch(torch: types.ModuleType) -> None:
+    cpu = torch.device("cpu")
+    cuda = torch.cuda
+    cuda.current_device = lambda: cpu
+    cuda.set_device = lambda device: None
+    cuda.empty_cache = lambda: None
+    cuda.synchronize = lambda device=None: None
+    cuda.mem_get_info = lambda device=None: (0, 0)
+    cuda.memory_allocated = lambda device=None: 0
+    cuda.memory_reserved = lambda device=None: 0
+    cuda.max_memory_allocated = lambda device=None: 0
+    cuda.reset_peak_memory_stats = lambda device=None: None
+    cuda.manual_seed_all = lambda seed: None
+    cuda.get_rng_state = lambda device="cuda": torch.get_rng_state()
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
+    _after_import("torch.distributed", _patch_process_group)
+
+
+def _patch_process_group(distributed: types.ModuleType) -> None:
+    real = distributed.init_process_group
+
+    def init_process_group(*args: Any, backend: str | None = None, **kwargs: Any) -> Any:
+        return real(*args, backend="gloo" if backend and "nccl" in backend else backend, **kwargs)
+
+    distributed.init_process_group = init_process_group
+
+
+def _patch_device_mesh(device_mesh: types.ModuleType) -> None:
+    real = device_mesh.init_device_mesh
+
+    def init_device_mesh(device_type: str, *args: Any, **kwargs: Any) -> Any:
+        return real("cpu" if device_type == "cuda" else device_type, *args, **kwargs)
+
+    device_mesh.init_device_mesh = init_device_mesh
+
+
+def _patch_weight_senders(weight_senders: types.ModuleType) -> None:
+    weight_senders.build_trainer_engine = stand_in_build_trainer_engine
+
+
+def _flash_attn_stand_in() -> None:
+    """``flash_attn.bert_padding`` for SkyRL's top-level import; calling it is an error."""
+    if "flash_attn" in sys.modules:
+        return
+
+    def unavailable(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(
+            "flash_attn stand-in: no CPU flash-attn; set trainer.remove_microbatch_padding=false"
+        )
+
+    package = types.ModuleType("flash_attn")
+    package.__path__ = []  # a package, so the submodule import resolves from sys.modules
+    # a spec without a file or version: transformers' probe reads it as "not installed"
+    package.__spec__ = importlib.machinery.ModuleSpec("flash_attn", None, is_package=True)
+    bert_padding = types.ModuleType("flash_attn.bert_padding")
+    bert_padding.__spec__ = importlib.machinery.ModuleSpec("flash_attn.bert_padding", None)
+    bert_padding.pad_input = bert_padding.unpad_input = unavailable
+    package.bert_padding = bert_padding
+    sys.modules["flash_attn"] = package
+    sys.modules["flash_attn.bert_padding"] = bert_padding
+
+
+def install_cpu_device_stand_ins() -> None:
+    """Install every CPU stand-in in this process (idempotent per module)."""
+    _flash_attn_stand_in()
+    _after_import("torch", _patch_torch)
+    _after_import("torch.distributed.device_mesh", _patch_device_mesh)
+    _after_import("skyrl.backends.skyrl_train.weight_sync.weight_senders", _patch_weight_senders)
+
+
+def cpu_worker_setup() -> None:
+    """Ray ``worker_process_setup_hook``: the CPU stand-ins in every worker of the job."""
+    install_cpu_device_stand_ins()
+
+
+# ---- the inference engine --------------------------------------------------------------------
+
+
+def weights_checksum(state: Mapping[str, Any]) -> str:
+    """A short digest of a state dict's float32 values, by name (equal weights, equal digest)."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        digest.update(name.encode())
+        digest.update(state[name].detach().float().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+class StandInEngine:
+    """The inference engine, on CPU: one copy of the policy, sampled with HF ``generate``.
+
+    ``replies[session_id]`` scripts that trajectory's turns: each is teacher-forced (its
+    tokens, then EOS), the others are sampled. Every response token's logprob comes from
+    the engine's current weights. :meth:`load_weights` is where the weight sync lands.
+    """
+
+    def __init__(self, model_path: str, replies: Mapping[str, Sequence[str]], seed: int) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32)
+        self.model.eval()
+        self.replies = {k: list(v) for k, v in replies.items()}
+        self.generator = torch.Generator().manual_seed(seed)
+        self.synced: list[str] = []
+        self.generated = {"scripted": 0, "sampled": 0}
+
+    def generate(
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        session_ids: Sequence[Any],
+        max_new_tokens: int,
+        temperature: float,
+    ) -> dict[str, Any]:
+        torch = self.torch
+        eos = self.tokenizer.eos_token_id
+        out: dict[str, list[Any]] = {
+            "responses": [],
+            "response_ids": [],
+            "stop_reasons": [],
+            "response_logprobs": [],
+        }
+        for prompt, session in zip(prompt_token_ids, session_ids, strict=True):
+            script = self.replies.get(str(session))
+            if script:
+                ids = self.tokenizer.encode(script.pop(0), add_special_tokens=False) + [eos]
+                stop = "stop"
+                self.generated["scripted"] += 1
+            else:
+                ids, stop = self._sample(list(prompt), max_new_tokens, temperature)
+                self.generated["sampled"] += 1
+            full = torch.tensor([list(prompt) + ids])
+            with torch.no_grad():
+                logits = self.model(full).logits[0, len(prompt) - 1 : -1].float()
+            logprobs = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids)[:, None])[:, 0]
+            out["responses"].append(self.tokenizer.decode(ids, skip_special_tokens=True))
+            out["response_ids"].append(ids)
+            out["stop_reasons"].append(stop)
+            out["response_logprobs"].append(logprobs.tolist())
+        return out
+
+    def _sample(self, prompt: list[int], max_new_tokens: int, temperature: float) -> tuple:
+        torch = self.torch
+        eos = self.tokenizer.eos_token_id
+        ids: list[int] = []
+        context = torch.tensor([prompt])
+        with torch.no_grad():  # plain ancestral sampling: the engine's generator, reproducible
+            for _ in range(max_new_tokens):
+                logits = self.model(context).logits[0, -1].float() / max(temperature, 1e-5)
+                token = int(
+                    torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator)
+                )
+                ids.append(token)
+                if token == eos:
+                    return ids, "stop"
+                context = torch.cat([context, torch.tensor([[token]])], 1)
+        return ids, "length"
+
+    def load_weights(self, state: Mapping[str, Any]) -> str:
+        """Load the gathered policy state dict (all keys, exact shapes); returns its checksum."""
+        own = self.model.state_dict()
+        missing = set(own) - set(state)
+        if missing:
+            raise ValueError(f"weight sync: missing {sorted(missing)[:5]}")
+        self.model.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()}, strict=True)
+        self.synced.append(self.checksum())
+        return self.synced[-1]
+
+    def checksum(self) -> str:
+        return weights_checksum(self.model.state_dict())
+
+    def report(self) -> dict[str, Any]:
+        return {"synced": list(self.synced), "generated": dict(self.generated)}
+
+
+class StandInEngineClient:
+    """SkyRL's ``InferenceEngineInterface`` over the :class:`StandInEngine` actor ``name``.
+
+    Picklable (SkyRL hands it to the policy workers): it holds the actor's name, not its
+    handle. Engine lifecycle calls (sleep, wake, pause, prefix cache) are no-ops: a CPU
+    engine holds no GPU memory to free.
+    """
+
+    data_parallel_size = 1
+
+    def __init__(self, name: str, tokenizer: Any, *, max_new_tokens: int, temperature: float):
+        self.name = name
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.server_urls = [STAND_IN_URL + name]
+        self.weight_version = 0
+
+    @property
+    def model_name(self) -> str:
+        return "stand-in-policy"
+
+    def _engine(self) -> Any:
+        import ray
+
+        return ray.get_actor(self.name, namespace=NAMESPACE)
+
+    async def generate(self, input_batch: Mapping[str, Any], model: str | None = None) -> dict:
+        params = input_batch.get("sampling_params") or {}
+        out = await self._engine().generate.remote(
+            input_batch["prompt_token_ids"],
+            input_batch["session_ids"],
+            int(params.get("max_tokens") or self.max_new_tokens),
+            float(params.get("temperature", self.temperature)),
+        )
+        return {**out, "prompt_logprobs": None, "rollout_expert_indices": None}
+
+    async def render_chat_completion(self, request_payload: Mapping[str, Any]) -> dict:
+        messages = request_payload["json"]["messages"]
+        ids = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        return {"token_ids": ids, "features": None}
+
+    async def get_world_size(self) -> tuple[int, int]:
+        return 1, 1
+
+    def increment_weight_version(self) -> None:
+        self.weight_version += 1
+
+    async def finish_session(self, session_id: str) -> None:
+        pass
+
+    async def wake_up(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    async def sleep(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    async def is_sleeping(self) -> bool:
+        return False
+
+    async def pause_generation(self) -> None:
+        pass
+
+    async def resume_generation(self) -> None:
+        pass
+
+    async def reset_prefix_cache(self, reset_running_requests: bool = False) -> None:
+        pass
+
+    async def teardown(self) -> None:
+        pass
+
+    def get_endpoint_url(self) -> str:
+        raise NotImplementedError("the stand-in engine serves no HTTP endpoint")
+
+    async def chat_completion(self, request_payload: Mapping[str, Any]) -> dict:
+        raise NotImplementedError("the stand-in engine serves no chat completions")
+
+    async def completion(self, request_payload: Mapping[str, Any]) -> dict:
+        raise NotImplementedError("the stand-in engine serves no completions")
+
+    async def update_named_weights(self, request: Any) -> None:
+        raise NotImplementedError("weights reach the stand-in engine through its weight sync")
+
+    async def load_lora_adapter(self, lora_name: str, lora_path: str) -> dict:
+        raise NotImplementedError("the stand-in engine has no LoRA")
+
+
+# ---- the weight transfer ---------------------------------------------------------------------
+
+
+class StandInTrainerEngine:
+    """Trainer side of the weight sync: gather the policy (SkyRL's source), hand it over.
+
+    Every rank iterates the source (the FSDP all-gather is a collective); rank 0 sends the
+    full state dict to the engine actor and records the checksum the engine reports.
+    """
+
+    skyrl_handles_prefix_cache_reset = True
+    skyrl_force_disable_expandable_segments = False
+    skyrl_empty_cache_after_send = False
+    skyrl_draft_source = None
+
+    def __init__(self, source: Any, engine_name: str, rank: int) -> None:
+        self.source, self.engine_name, self.rank = source, engine_name, rank
+
+    def send_weights(self) -> None:
+        import ray
+
+        state = {name: tensor.cpu() for name, tensor in self.source}
+        if self.rank == 0:
+            engine = ray.get_actor(self.engine_name, namespace=NAMESPACE)
+            ray.get(engine.load_weights.remote(state))
+
+    def shutdown(self) -> None:
+        pass
+
+
+def stand_in_build_trainer_engine(
+    *,
+    source_factory: Callable[[Any, str], Any],
+    rank: int,
+    server_urls: Sequence[str],
+    **unused: Any,
+) -> StandInTrainerEngine:
+    """In place of SkyRL's ``build_trainer_engine``: float32 source, engine named by the URL."""
+    import torch
+
+    (url,) = server_urls
+    if not url.startswith(STAND_IN_URL):
+        raise ValueError(f"stand-in weight sync: {url!r} is not a stand-in engine")
+    source = source_factory(torch.float32, "stand_in")
+    return StandInTrainerEngine(source, url[len(STAND_IN_URL) :], rank)
