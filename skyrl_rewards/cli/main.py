@@ -167,7 +167,13 @@ def cmd_score(args: argparse.Namespace) -> int:
     Everything that can be checked without Ray is checked first: the config
     (and its mix), the input rows, the output path.
     """
-    from skyrl_rewards.cli.summary import format_table, masked_rows, summarize, write_histograms
+    from skyrl_rewards.cli.summary import (
+        format_table,
+        judge_lines,
+        masked_rows,
+        summarize,
+        write_histograms,
+    )
     from skyrl_rewards.rewards.mix import RewardMix
 
     cfg = load_config(args.config, args.overrides)
@@ -212,6 +218,8 @@ def cmd_score(args: argparse.Namespace) -> int:
     print(
         f"pool: {counts}; latency p50 {latency.get('p50', 0.0):.3f}s p99 {latency.get('p99', 0.0):.3f}s"
     )
+    for line in judge_lines(metrics.get("judge", {})):
+        print(line)
     masked = masked_rows(rows, lines, results)
     if not masked:
         return 0

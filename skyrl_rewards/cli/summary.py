@@ -272,3 +272,30 @@ def write_histograms(
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def judge_lines(judges: Mapping[str, Any]) -> list[str]:
+    """One line per judge endpoint of a pool's ``metrics()["judge"]``: calls, tokens, errors, cost.
+
+    >>> judge_lines({"m@http://h/v1": {"requests": 2, "calls": 1, "ok": 1, "retries": 0,
+    ...     "errors": {"timeout": 1}, "tokens_in": 10, "tokens_out": 2, "cache_hits": 1,
+    ...     "latency_s": {"p50": 0.25, "p99": 0.5}, "breaker": {"state": "closed", "opens": 0}}})
+    ['judge m@http://h/v1: requests 2, calls 1, ok 1, retries 0, cache hits 1, errors timeout 1; tokens in 10 out 2; latency p50 0.250s p99 0.500s; breaker closed (opened 0 times)']
+    """
+    if "error" in judges:
+        return [f"judge: {judges['error']}"]
+    lines = []
+    for label, m in judges.items():
+        errors = ", ".join(f"{kind} {n}" for kind, n in sorted(m.get("errors", {}).items()))
+        latency = m.get("latency_s", {})
+        breaker = m.get("breaker", {})
+        cost = f"; cost {m['cost']:.4f}" if m.get("cost") is not None else ""
+        lines.append(
+            f"judge {label}: requests {m.get('requests', 0)}, calls {m.get('calls', 0)}, "
+            f"ok {m.get('ok', 0)}, retries {m.get('retries', 0)}, cache hits "
+            f"{m.get('cache_hits', 0)}, errors {errors or 'none'}; tokens in "
+            f"{m.get('tokens_in', 0)} out {m.get('tokens_out', 0)}; latency p50 "
+            f"{latency.get('p50') or 0.0:.3f}s p99 {latency.get('p99') or 0.0:.3f}s; breaker "
+            f"{breaker.get('state', '?')} (opened {breaker.get('opens', 0)} times){cost}"
+        )
+    return lines

@@ -1,0 +1,76 @@
+"""``skyrl-rewards score`` with the bundled judge config, against a loopback chat endpoint."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from judge_server import JudgeServer
+
+from skyrl_rewards.cli.main import main
+
+pytestmark = pytest.mark.slow
+
+
+def grader(body: dict) -> str:
+    """1.0 when the student's response (VLM-R1's llm prompt) says 'cat', else 0.0."""
+    text = body["messages"][-1]["content"]
+    return "1.0" if re.search(r"Student's response: .*cat", text) else "0.0"
+
+
+def test_score_with_a_judge_prints_its_calls_and_masks_an_outage(
+    ray_local: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [
+        {
+            "problem": "What animal?",
+            "solution": "<answer>a cat</answer>",
+            "accu_reward_method": "llm",
+            "completion": "<think>t</think><answer>the cat</answer>",
+        },
+        {
+            "problem": "What animal?",
+            "solution": "<answer>a cat</answer>",
+            "accu_reward_method": "llm",
+            "completion": "<think>t</think><answer>a dog</answer>",
+        },
+        {"solution": "<answer>4</answer>", "completion": "<think>t</think><answer>4</answer>"},
+    ]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with JudgeServer(reply=grader) as server:
+        overrides = [
+            f"rewards.accuracy.judge.endpoint.base_url={server.url}",
+            "rewards.accuracy.judge.endpoint.model=judge",
+            "num_workers=1",
+        ]
+        args = ["score", "--config", "configs/vqa_judge.yaml", "--input", str(data)]
+        code = main([*args, "--output", str(tmp_path / "ok.jsonl"), "--no-progress", *overrides])
+        ok = capsys.readouterr().out
+        server.down = True
+        down = main(
+            [
+                *args,
+                "--output",
+                str(tmp_path / "down.jsonl"),
+                "--no-progress",
+                *overrides,
+                "name=t_cli_judge_down",
+                "rewards.accuracy.judge.endpoint.retries.max_retries=0",
+            ]
+        )
+        down_out = capsys.readouterr().out
+    assert code == 0
+    scored = [
+        json.loads(line)["reward"] for line in (tmp_path / "ok.jsonl").read_text().splitlines()
+    ]
+    assert [r["components"]["accuracy"] for r in scored] == [1.0, 0.0, 1.0]
+    assert re.search(rf"judge judge@{re.escape(server.url)}: requests 2, calls 2, ok 2", ok), ok
+    assert down == 1  # masked rows: the scores are written, the exit code says so
+    failed = [
+        json.loads(line)["reward"] for line in (tmp_path / "down.jsonl").read_text().splitlines()
+    ]
+    assert [r["should_mask"] for r in failed] == [True, True, False]
+    assert "errors connect 2" in down_out, down_out
