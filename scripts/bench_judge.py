@@ -7,12 +7,16 @@ Two measurements:
   :class:`JudgeClient` with ``max_in_flight = C`` sends N distinct requests;
   the figure is its rate as a share of C / L (target: at least 90%). The
   server runs in its own process so that it does not share a GIL with the client.
+- ``pool``: the same endpoint, reached through a :class:`RewardPool` whose mix
+  is one ``judge`` (``max_in_flight = C``) on a local Ray: the judge lane, the
+  scheduler and the pool's batching included. Same figure, same target.
 - ``outage``: a steady stream of requests while the endpoint is down for
   ``--outage-s`` seconds, then up again. Every request must get exactly one
   outcome (none lost); the figure is how many calls reached the endpoint
   while it was down (the breaker's failures plus its probes: a handful).
 
     PYTHONPATH=$PWD python scripts/bench_judge.py throughput --concurrency 32 --latency-s 0.1
+    PYTHONPATH=$PWD python scripts/bench_judge.py pool --concurrency 64 --latency-s 1.0
     PYTHONPATH=$PWD python scripts/bench_judge.py outage --outage-s 60
 """
 
@@ -154,6 +158,59 @@ def outage(args: argparse.Namespace) -> dict[str, Any]:
         return asyncio.run(go(server))
 
 
+def through_pool(args: argparse.Namespace) -> dict[str, Any]:
+    from skyrl_rewards.pool.reward_pool import RewardPool
+
+    context = multiprocessing.get_context("spawn")
+    urls, counts, stop = context.Queue(), context.Queue(), context.Event()
+    process = context.Process(
+        target=serve, args=(args.concurrency, args.latency_s, urls, stop, counts)
+    )
+    process.start()
+    url = urls.get(timeout=60)
+    judge = {"base_url": url, "model": "bench", "max_in_flight": args.concurrency}
+    config = {
+        "name": "bench_judge_pool",
+        "num_workers": 1,
+        "local_rewards": [],
+        "rewards": {"judge": {**judge, "template": "{completion}"}},
+    }
+
+    def rows(count: int, start: int) -> list[dict[str, Any]]:
+        return [{"completion": f"answer {start + i}", "solution": ""} for i in range(count)]
+
+    try:
+        with RewardPool.from_config(config) as pool:
+            pool.score(rows(args.concurrency, -args.concurrency))  # connections open
+            start = time.perf_counter()
+            results = pool.score(rows(args.requests, 0))
+            elapsed = time.perf_counter() - start
+            metrics = pool.metrics()
+    finally:
+        stop.set()
+        server = counts.get(timeout=60)
+        process.join(timeout=30)
+    bound = args.concurrency / args.latency_s
+    rate = args.requests / elapsed
+    (judge_metrics,) = metrics["judge"].values()
+    return {
+        "bench": "pool",
+        "concurrency": args.concurrency,
+        "latency_s": args.latency_s,
+        "requests": args.requests,
+        "ok": sum(r.ok for r in results),
+        "elapsed_s": round(elapsed, 3),
+        "requests_per_s": round(rate, 1),
+        "bound_per_s": round(bound, 1),
+        "share_of_bound": round(rate / bound, 3),
+        "server_peak_in_flight": server["peak"],
+        "lane_calls": metrics["lane_calls"],
+        "judge_in_flight_peak": judge_metrics["in_flight_peak"],
+        "load_average_1min": round(os.getloadavg()[0], 1),
+        "cpus": os.cpu_count(),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -163,6 +220,10 @@ def main() -> None:
     tp.add_argument("--concurrency", type=int, default=32)
     tp.add_argument("--latency-s", type=float, default=0.1)
     tp.add_argument("--requests", type=int, default=3000)
+    in_pool = sub.add_parser("pool")
+    in_pool.add_argument("--concurrency", type=int, default=64)
+    in_pool.add_argument("--latency-s", type=float, default=1.0)
+    in_pool.add_argument("--requests", type=int, default=2000)
     out = sub.add_parser("outage")
     out.add_argument("--outage-s", type=float, default=60.0)
     out.add_argument("--warm-s", type=float, default=3.0)
@@ -171,7 +232,8 @@ def main() -> None:
     out.add_argument("--latency-s", type=float, default=0.05)
     out.add_argument("--breaker-reset-s", type=float, default=10.0)
     args = parser.parse_args()
-    result = throughput(args) if args.bench == "throughput" else outage(args)
+    benches = {"throughput": throughput, "pool": through_pool, "outage": outage}
+    result = benches[args.bench](args)
     json.dump(result, sys.stdout, indent=1)
     sys.stdout.write("\n")
 
