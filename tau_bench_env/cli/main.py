@@ -39,7 +39,7 @@ from tau_bench_env.rescoring.rescore import (
     rescore,
     summarize,
 )
-from tau_bench_env.rescoring.tau2_results import recorded_domain
+from tau_bench_env.rescoring.tau2_results import recorded_domain, recorded_trials
 
 DEFAULT_BACKEND = "tau2"
 
@@ -158,7 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             score_truncated=args.score_truncated,
             strict_outputs=args.strict_outputs,
         )
-        summary = summarize(scores, keep_diverged=args.keep_diverged)
+        trials = recorded_trials(runs) if setting["format"] == "tau2" else None
+        summary = summarize(scores, keep_diverged=args.keep_diverged, max_k=trials)
     except (OSError, ValueError) as error:
         print(f"tau-bench-env: error: {error}", file=sys.stderr)  # noqa: T201 - CLI output
         return 2

@@ -517,31 +517,39 @@ def replay_simulation(
     )
 
 
-def pass_hat_k(scores: Sequence[RunScore]) -> dict[int, float]:
-    """tau-bench's pass^k for k = 1..number of trials, from our rewards.
+def pass_hat_k(scores: Sequence[RunScore], *, max_k: int | None = None) -> dict[int, float]:
+    """pass^k over each task's runs, from our rewards (tau-bench's and tau2's estimator).
 
-    pass^k averages, over tasks, C(c, k) / C(n, k) with c the task's successes
-    and n the number of trials.
+    For a task with ``n`` runs of which ``c`` succeed, pass^k is
+    C(c, k) / C(n, k); the figure averages it over tasks, for k = 1 up to the
+    fewest runs any task has (and at most ``max_k``: tau2's ``compute_metrics``
+    stops at its file's ``info.num_trials``). ``n`` counts runs, not distinct
+    trial numbers: runs that share a task and a trial number each count.
 
     >>> s = [RunScore(0, t, 0.0, r, None) for t, r in enumerate([1.0, 1.0, 0.0])]
     >>> pass_hat_k(s)
     {1: 0.6666666666666666, 2: 0.3333333333333333, 3: 0.0}
+    >>> pass_hat_k([RunScore(0, 0, 0.0, 1.0, None), RunScore(0, 0, 0.0, 0.0, None)])
+    {1: 0.5, 2: 0.0}
     """
-    if not scores:
-        return {}
-    trials = len({score.trial for score in scores})
+    runs: dict[Any, int] = {}
     successes: dict[Any, int] = {}
     for score in scores:
-        successes.setdefault(score.task_id, 0)
-        if abs(score.reward - 1.0) <= SUCCESS_TOLERANCE:
-            successes[score.task_id] += 1
+        runs[score.task_id] = runs.get(score.task_id, 0) + 1
+        success = abs(score.reward - 1.0) <= SUCCESS_TOLERANCE
+        successes[score.task_id] = successes.get(score.task_id, 0) + int(success)
+    if not runs:
+        return {}
+    top = min(runs.values()) if max_k is None else min(min(runs.values()), max_k)
     return {
-        k: sum(comb(c, k) / comb(trials, k) for c in successes.values()) / len(successes)
-        for k in range(1, trials + 1)
+        k: sum(comb(successes[task], k) / comb(n, k) for task, n in runs.items()) / len(runs)
+        for k in range(1, top + 1)
     }
 
 
-def summarize(scores: Sequence[RunScore], *, keep_diverged: bool = False) -> dict[str, Any]:
+def summarize(
+    scores: Sequence[RunScore], *, keep_diverged: bool = False, max_k: int | None = None
+) -> dict[str, Any]:
     """The figures of a rescore (JSON-able).
 
     ``runs``: every run; ``diverged``: the runs with a tool result that
@@ -549,7 +557,8 @@ def summarize(scores: Sequence[RunScore], *, keep_diverged: bool = False) -> dic
     counts and first difference); ``tool_results``: the results compared.
     The figures are over the ``scored`` runs: all of them with
     ``keep_diverged``, else the runs that did not diverge (pass^k over the
-    tasks none of whose runs diverged, so every task keeps all its trials).
+    tasks none of whose runs diverged, so every task keeps all its runs; k at
+    most ``max_k``, see :func:`pass_hat_k`).
     ``success_rate``; ``agreement``, the share whose reward equals the
     recorded one (both None when no run is scored); ``pass_hat_k``; ``disagreements`` lists the scored runs
     that do not agree, with the check that failed.
@@ -566,7 +575,7 @@ def summarize(scores: Sequence[RunScore], *, keep_diverged: bool = False) -> dic
         "tool_results": sum(s.tool_results for s in scores),
         "success_rate": successes / count if count else None,
         "agreement": sum(1 for s in scored if s.agrees) / count if count else None,
-        "pass_hat_k": {str(k): value for k, value in pass_hat_k(whole_tasks).items()},
+        "pass_hat_k": {str(k): value for k, value in pass_hat_k(whole_tasks, max_k=max_k).items()},
         "disagreements": [
             {
                 "task_id": s.task_id,

@@ -130,6 +130,21 @@ def recorded_domain(raw: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+def recorded_trials(raw: Any) -> int | None:
+    """The trials per task a tau2 results file was run with (``info.num_trials``), or None.
+
+    tau2's ``compute_metrics`` reports pass^k up to this k at most.
+
+    >>> recorded_trials({"info": {"num_trials": 4}}), recorded_trials({"info": {}})
+    (4, None)
+    """
+    info = raw.get("info") if isinstance(raw, Mapping) else None
+    trials = info.get("num_trials") if isinstance(info, Mapping) else None
+    return (
+        trials if isinstance(trials, int) and not isinstance(trials, bool) and trials > 0 else None
+    )
+
+
 def _tasks_by_id(raw: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     tasks = raw.get("tasks")
     if not isinstance(tasks, list):

