@@ -320,20 +320,29 @@ class _DomainSpec:
         return found
 
     def _initial_state(self, initial: Mapping[str, Any] | None) -> LiveState:
-        """tau2's own ``set_state`` on a copy of the loaded databases."""
+        """tau2's own ``set_state`` on a copy of the loaded databases.
+
+        Raises ``ValueError`` when tau2 cannot apply ``initial`` (a task file's
+        ``initial_state`` that tau2's model rejects or whose actions fail).
+        """
         kwargs = {"db": self.pristine.model_copy(deep=True)}
         if self.user_pristine is not None:
             kwargs["user_db"] = self.user_pristine.model_copy(deep=True)
         environment = self.environment.get_environment(**kwargs)
         if initial is not None:
-            state = importlib.import_module("tau2.data_model.tasks").InitialState.model_validate(
-                initial
-            )
-            environment.set_state(
-                initialization_data=state.initialization_data,
-                initialization_actions=state.initialization_actions,
-                message_history=state.message_history or [],
-            )
+            model = importlib.import_module("tau2.data_model.tasks").InitialState
+            try:
+                state = model.model_validate(initial)
+                environment.set_state(
+                    initialization_data=state.initialization_data,
+                    initialization_actions=state.initialization_actions,
+                    message_history=state.message_history or [],
+                )
+            except Exception as error:  # noqa: BLE001 - tau2's validation and domain code
+                raise ValueError(
+                    f"its task's initial_state cannot be applied by tau2 "
+                    f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+                ) from error
         user = environment.user_tools.db if environment.user_tools is not None else None
         agent = environment.tools.db
         return LiveState(agent, user, data_hash(_dump(agent, user)))

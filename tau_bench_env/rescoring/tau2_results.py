@@ -240,7 +240,7 @@ def _turns(messages: Any, where: str) -> tuple[Turn, ...]:
             if not isinstance(arguments, Mapping):
                 raise ValueError(f"{call_field}.arguments must be an object")
             requestor = call.get("requestor", "assistant")
-            if requestor not in REQUESTORS:
+            if not isinstance(requestor, str) or requestor not in REQUESTORS:
                 raise ValueError(f"{call_field}.requestor must be assistant or user")
             action = Action(call["name"], dict(arguments))
             result = take_recorded_result(results, call.get("id"), number)
@@ -308,7 +308,7 @@ def read_simulations(raw: Any) -> list[Tau2Simulation]:
         if not isinstance(task_id, (str, int)) or str(task_id) not in tasks:
             raise ValueError(f"{where}: task_id must name one of the file's tasks")
         reason = simulation.get("termination_reason")
-        if reason not in TERMINATION_REASONS:
+        if not isinstance(reason, str) or reason not in TERMINATION_REASONS:
             raise ValueError(
                 f"{where}: termination_reason must be one of {sorted(TERMINATION_REASONS)}, "
                 f"got {reason!r}"
