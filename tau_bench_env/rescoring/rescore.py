@@ -209,6 +209,24 @@ def _tool_call(message: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
     return str(function["name"]), dict(arguments)
 
 
+def _function_call(
+    function: Mapping[str, Any], run: Mapping[str, Any], trial: int
+) -> tuple[str, dict[str, Any]]:
+    """Name and arguments of a recorded call; ``ValueError`` naming the run when not JSON."""
+    try:
+        call = _tool_call({"tool_calls": [{"function": function}]})
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"run task_id={run.get('task_id')!r} trial={trial}: tool call arguments "
+            f"are not JSON ({error.msg})"
+        ) from error
+    if call is None:
+        raise ValueError(
+            f"run task_id={run.get('task_id')!r} trial={trial}: a tool call has no function"
+        )
+    return call
+
+
 def _is_integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -221,10 +239,10 @@ def _check_message(message: Any, field: str) -> None:
         call_id = message.get("tool_call_id")
         if call_id is not None and not isinstance(call_id, str):
             raise ValueError(f"{field}.tool_call_id must be a string")
-    if message.get("role") != "assistant":
+    if message.get("role") not in ("assistant", "user"):
         return
     content, calls = message.get("content"), message.get("tool_calls")
-    if content is not None and not isinstance(content, str):
+    if message.get("role") == "assistant" and content is not None and not isinstance(content, str):
         raise ValueError(f"{field}.content must be a string or null")
     if calls is None:
         return
@@ -252,8 +270,9 @@ def check_run(index: int, run: Any) -> None:
     ``task_id`` a string or an integer, ``trial`` an integer and ``reward`` a
     number (either may be absent or null: 0), ``info`` an object, ``traj`` a list of messages with a string
     ``role`` (null: the run crashed); an assistant message's ``content`` a
-    string or null and its ``tool_calls`` a list of ``{"function": {"name",
-    "arguments"}}`` objects or null.
+    string or null; an assistant's or a user's ``tool_calls`` (the user's:
+    telecom's phone, as ``eval`` records them) a list of ``{"function":
+    {"name", "arguments"}}`` objects or null.
     """
     if not isinstance(run, Mapping):
         raise ValueError(f"runs[{index}] must be a run object")
@@ -306,7 +325,7 @@ def replay_run(
     info = run.get("info") or {}
     if "task" not in info:
         raise ValueError(f"run task_id={run.get('task_id')!r}: info.task is required")
-    task = task_from_dict(info["task"], task_id=str(run.get("task_id")))
+    task = domain.inline_task(info["task"], task_id=str(run.get("task_id")))
     trial = int(run.get("trial") or 0)
     recorded = float(run.get("reward") or 0.0)
     traj = run.get("traj") or []
@@ -334,6 +353,12 @@ def replay_run(
                 answer = take_recorded_result(recorded_results, call_id, number)
                 results.check(answer, observation, call[0])
                 done = episode.is_terminal(call[0])
+        elif role == "user" and message.get("tool_calls"):
+            for call in message["tool_calls"]:
+                name, arguments = _function_call(call["function"], run, trial)
+                observation = episode.call_user_tool(name, arguments)
+                answer = take_recorded_result(recorded_results, call.get("id"), number)
+                results.check(answer, observation, name, requestor="user")
         elif role == "user" and episode.actions:
             done = episode.actions[-1].name == RESPOND and STOP in str(message.get("content", ""))
     result = episode.score(
@@ -388,9 +413,18 @@ def run_mismatch(domain: Domain, run: Mapping[str, Any]) -> str:
         raise ValueError(f"run task_id={run.get('task_id')!r}: info.task is required")
     task = task_from_dict(info["task"], task_id=str(run.get("task_id")))
     reasons = []
-    unknown = sorted({a.name for a in task.actions if a.name != RESPOND} - set(domain.tools))
-    if unknown:
-        reasons.append(f"its task's actions use tools {unknown} that {domain.name} does not have")
+    for side, tools in (("assistant", domain.tools), ("user", domain.user_tools)):
+        names = {
+            a.name
+            for i, a in enumerate(task.actions)
+            if a.name != RESPOND and task.requestor(i) == side
+        }
+        unknown = sorted(names - set(tools))
+        if unknown:
+            whose = "" if side == "assistant" else "user "
+            reasons.append(
+                f"its task's actions use {whose}tools {unknown} that {domain.name} does not have"
+            )
     users = domain.base_data.get("users")
     if task.user_id is not None and isinstance(users, Mapping) and task.user_id not in users:
         reasons.append(f"its user {task.user_id!r} is not a user of {domain.name}")
