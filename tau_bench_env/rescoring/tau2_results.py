@@ -130,6 +130,21 @@ def recorded_domain(raw: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+def recorded_trials(raw: Any) -> int | None:
+    """The trials per task a tau2 results file was run with (``info.num_trials``), or None.
+
+    tau2's ``compute_metrics`` reports pass^k up to this k at most.
+
+    >>> recorded_trials({"info": {"num_trials": 4}}), recorded_trials({"info": {}})
+    (4, None)
+    """
+    info = raw.get("info") if isinstance(raw, Mapping) else None
+    trials = info.get("num_trials") if isinstance(info, Mapping) else None
+    return (
+        trials if isinstance(trials, int) and not isinstance(trials, bool) and trials > 0 else None
+    )
+
+
 def _tasks_by_id(raw: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     tasks = raw.get("tasks")
     if not isinstance(tasks, list):
@@ -225,7 +240,7 @@ def _turns(messages: Any, where: str) -> tuple[Turn, ...]:
             if not isinstance(arguments, Mapping):
                 raise ValueError(f"{call_field}.arguments must be an object")
             requestor = call.get("requestor", "assistant")
-            if requestor not in REQUESTORS:
+            if not isinstance(requestor, str) or requestor not in REQUESTORS:
                 raise ValueError(f"{call_field}.requestor must be assistant or user")
             action = Action(call["name"], dict(arguments))
             result = take_recorded_result(results, call.get("id"), number)
@@ -293,7 +308,7 @@ def read_simulations(raw: Any) -> list[Tau2Simulation]:
         if not isinstance(task_id, (str, int)) or str(task_id) not in tasks:
             raise ValueError(f"{where}: task_id must name one of the file's tasks")
         reason = simulation.get("termination_reason")
-        if reason not in TERMINATION_REASONS:
+        if not isinstance(reason, str) or reason not in TERMINATION_REASONS:
             raise ValueError(
                 f"{where}: termination_reason must be one of {sorted(TERMINATION_REASONS)}, "
                 f"got {reason!r}"

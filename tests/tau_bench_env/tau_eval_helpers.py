@@ -5,7 +5,9 @@
   (``mistakes``). It answers in native ``tool_calls`` or in ``<tool_call>``
   text, and can fail the requests of chosen tasks with HTTP 500.
 - :class:`UserServer` plays the user: names the task (found from the
-  instruction in its system prompt), then ends with ``###STOP###``.
+  instruction in its system prompt), then ends with ``###STOP###``. Offered
+  tools (a domain with user tools, telecom), it first makes the task's
+  user-side gold calls, all in one answer.
 
 The agent learns the task from the user's first message ("... task <key>.")
 and its episode number from a ``<think>episode N</think>`` tag in its own
@@ -27,7 +29,7 @@ from tau_bench_env.backends.protocol import Domain
 from tau_bench_env.data_model.tasks import RESPOND, Action, Task
 from tau_bench_env.users.simulators import STOP
 
-_TASK = re.compile(r"task ([\w-]+)\.")
+_TASK = re.compile(r"task (\S+)\.")
 _EPISODE = re.compile(r"<think>episode (\d+)</think>")
 HOLD_LIMIT_S = 120.0
 """Longest an answer waits while :attr:`AgentServer.answering` is cleared."""
@@ -53,8 +55,11 @@ def closing_reply(task: Task) -> str:
 
 
 def plan(domain: Domain, task: Task, mistake: str) -> list[Action | str]:
-    """The agent's turns for ``task``: actions, then a closing reply; ``str`` = raw text."""
-    actions: list[Action | str] = list(task.actions)
+    """The agent's turns for ``task``: its actions (the user's are the user's), then a
+    closing reply; ``str`` = raw text."""
+    actions: list[Action | str] = [
+        a for i, a in enumerate(task.actions) if task.requestor(i) == "assistant"
+    ]
     closing = Action(RESPOND, {"content": closing_reply(task)})
     if mistake == "drop_last_write":
         writes = [i for i, a in enumerate(actions) if a.name not in domain.read_only_tools]
@@ -153,8 +158,8 @@ class AgentServer(ChatServer):
         with self._lock:
             self.requests += 1
         messages = body["messages"]
-        user = next(m for m in messages if m["role"] == "user")
-        key = _TASK.search(user["content"]).group(1)
+        named = (_TASK.search(m["content"] or "") for m in messages if m["role"] == "user")
+        key = next(found for found in named if found).group(1)
         if key in self.fail_tasks:
             return 500, {"error": "scripted failure"}
         if self.delay_s:
@@ -206,5 +211,18 @@ class UserServer(ChatServer):
         task = self._by_instruction[instruction]
         if task.task_id in self.fail_tasks:
             return 500, {"error": "scripted failure"}
-        content = first_user_message(task) if len(messages) == 2 else STOP
+        mine = [m for m in messages if m["role"] == "assistant" and not m.get("tool_calls")]
+        gold = [a for i, a in enumerate(task.actions) if task.requestor(i) == "user"]
+        if "tools" in body and gold and not any(m["role"] == "tool" for m in messages):
+            calls = [
+                {
+                    "id": f"u{n}",
+                    "type": "function",
+                    "function": {"name": a.name, "arguments": json.dumps(dict(a.kwargs))},
+                }
+                for n, a in enumerate(gold)
+            ]
+            message = {"role": "assistant", "content": None, "tool_calls": calls}
+            return 200, _completion(message, prompt_tokens=1)
+        content = STOP if mine else first_user_message(task)
         return 200, _completion({"role": "assistant", "content": content}, prompt_tokens=1)

@@ -42,6 +42,17 @@ def test_pass_hat_k(rewards_by_task: dict[int, list[float]], expected: dict[int,
     assert pass_hat_k(scores) == pytest.approx(expected)
 
 
+def test_pass_hat_k_counts_runs_not_trial_numbers() -> None:
+    # three runs of task 0 share trial 0 (files merged, or a rerun): n is 3, not 1
+    scores = [RunScore(0, 0, 0.0, r, None) for r in (1.0, 0.0, 1.0)]
+    scores += [RunScore(1, t, 0.0, r, None) for t, r in enumerate((1.0, 1.0))]
+    assert pass_hat_k(scores) == pytest.approx({1: (2 / 3 + 1) / 2, 2: (1 / 3 + 1) / 2})
+    assert all(0.0 <= v <= 1.0 for v in pass_hat_k(scores).values())
+    # k stops at the fewest runs of a task, and at max_k (tau2: its info.num_trials)
+    assert pass_hat_k(scores, max_k=1) == pytest.approx({1: (2 / 3 + 1) / 2})
+    assert pass_hat_k([]) == {}
+
+
 def test_rescore_recorded_file_with_tau2() -> None:
     # recorded on tau-bench's airline data; tau2's differs (reservation Z7GOZK's
     # destination, fields and number types tau-bench's records lack): 11 of the 15 runs

