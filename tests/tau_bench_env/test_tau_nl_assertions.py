@@ -209,3 +209,16 @@ def _tau2_prompt(trajectory: list[Any], nl_assertions: list[str]) -> tuple[str, 
 
 def test_system_prompt_is_tau2s() -> None:
     assert _tau2_prompt([], [])[0] == SYSTEM_PROMPT
+
+
+def test_judge_is_set_by_overrides_on_the_config_file() -> None:
+    from omegaconf import OmegaConf
+
+    from tau_bench_env.config import env_config_from
+
+    path = Path(__file__).parents[2] / "configs" / "tau_bench.yaml"
+    overrides = ["judge.base_url=http://127.0.0.1:8001/v1", "judge.model=gpt-4o-mini"]
+    config = env_config_from(
+        OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(overrides))
+    )
+    assert config.judge == {"base_url": "http://127.0.0.1:8001/v1", "model": "gpt-4o-mini"}
