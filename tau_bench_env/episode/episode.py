@@ -57,7 +57,8 @@ class Episode:
         self.transcript: list[tuple[str, str | None]] = []
         """The episode's messages as ``(role, content)``, as tau2's trajectory holds them
         (history, user texts, replies, each tool call as its caller's message without text
-        followed by its ``tool`` result): what tau2's NL-assertion judge reads."""
+        followed by its ``tool`` result): what tau2's NL-assertion judge reads. The env logs
+        the user's texts (:meth:`user_says`); ``rescore``'s replays do not."""
         self._log_history()
 
     def _log_history(self) -> None:
