@@ -22,6 +22,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from skyrl_rewards.rewards.models.judge_client import EndpointConfig
+
 DEFAULT_MAX_CHARS = 65_536
 """Model text beyond this many characters is ignored before parsing (``max_action_chars``)."""
 DEFAULT_TOOL_TIMEOUT_S = 3.0
@@ -91,6 +93,11 @@ class TauBenchEnvConfig:
     """Role of the message carrying a tool's result (``tool`` or ``user``)."""
     user: UserConfig = field(default_factory=UserConfig)
     """The user simulator."""
+    judge: Mapping[str, Any] | None = None
+    """The LLM judge of tau2's ``NL_ASSERTION`` check (``reward: tau2``, a task with it in its
+    reward basis): an OpenAI-compatible chat endpoint, ``{base_url, model, api_key_env,
+    sampling, limits, retries, ...}`` as ``skyrl_rewards.rewards.models.judge_client.EndpointConfig.from_mapping``
+    reads it. None (default): such a task is refused when the env is built."""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKEND_NAMES:
@@ -122,6 +129,11 @@ class TauBenchEnvConfig:
                 f"tool_observation_role must be one of {list(OBSERVATION_ROLES)}, "
                 f"got {self.tool_observation_role!r}"
             )
+        if self.judge is not None:
+            try:
+                EndpointConfig.from_mapping(self.judge)
+            except ValueError as error:
+                raise ValueError(f"judge: {error}") from error
         if self.user.kind not in USER_KINDS:
             raise ValueError(f"user.kind must be one of {list(USER_KINDS)}, got {self.user.kind!r}")
         if self.user.timeout_s <= 0:
@@ -159,6 +171,8 @@ def env_config_from(config: Any) -> TauBenchEnvConfig:
     if not isinstance(config, Mapping):
         raise ValueError(f"env_config must be a mapping, got {type(config).__name__}")
     values = _checked(TauBenchEnvConfig, config, "")
+    if isinstance(values.get("judge"), Mapping):
+        values["judge"] = dict(values["judge"])
     user = values.pop("user", None) or {}
     if isinstance(user, UserConfig):
         user_config = user

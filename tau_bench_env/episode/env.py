@@ -31,19 +31,25 @@ to the user simulator and its answer comes back as a ``user`` message; a
 malformed tool call gets an error message and reaches nobody. The episode
 ends when the user says ``###STOP###``, a terminate tool runs (its result,
 which no observation carries once the episode is done, is in
-``metadata["tool_result"]``), or the turn limit is hit (``metadata["truncated"]``). Every step pays 0.0 except the
-last, which pays the binary reward of :mod:`tau_bench_env.episode.reward` with its
+``metadata["tool_result"]``), or the turn limit is hit
+(``metadata["truncated"]``). Every step pays 0.0 except the last, which pays
+the binary reward of :mod:`tau_bench_env.episode.reward` (or, ``reward: tau2``,
+of :mod:`tau_bench_env.episode.nvidia_tau2_reward`) with its
 checks in ``metadata["reward_info"]``.
 
 A failure that is nobody's judgement of the agent (the user simulator
-unreachable or erroring, a backend error) never escapes ``init`` or ``step``:
+unreachable or erroring, a backend error, the ``NL_ASSERTION`` judge giving no
+verdict) never escapes ``init`` or ``step``:
 SkyRL runs many episodes in one ``generate()`` call, and one exception would
 end them all. The episode ends at once with reward 0.0, ``done=True``,
 ``metadata["should_mask"] = True`` and the cause in ``metadata["failure"]``
 and :meth:`TauBenchEnv.get_metrics` reports ``should_mask`` 1.0. A failure in
 ``init`` is reported by the first ``step``. Dataset and config errors (a task
 index out of range, an unknown backend) still raise ``ValueError`` from the
-constructor: they are the user's to fix, not an episode's outcome.
+constructor (so does a ``reward: tau2`` task with ``NL_ASSERTION`` in its basis
+when the config has no ``judge``): they are the user's to fix, not an
+episode's outcome. A judge failure keeps the ``reward_info`` of the checks
+(``judge_failure`` names the cause) next to ``should_mask`` and ``failure``.
 """
 
 from __future__ import annotations
@@ -60,7 +66,12 @@ from tau_bench_env.config import TauBenchEnvConfig, env_config_from
 from tau_bench_env.data_model.tasks import RESPOND, Task
 from tau_bench_env.episode.actions import parse_turn
 from tau_bench_env.episode.episode import Episode
-from tau_bench_env.episode.nvidia_tau2_reward import Tau2RewardResult, score_tau2
+from tau_bench_env.episode.nvidia_tau2_reward import (
+    Tau2RewardResult,
+    needs_judge,
+    no_judge_error,
+    score_tau2,
+)
 from tau_bench_env.episode.prompts import system_prompt
 from tau_bench_env.episode.reward import RewardResult
 from tau_bench_env.users.simulators import STOP, OpenAIUser, ReplayUser, TauBenchUser, UserSimulator
@@ -175,6 +186,8 @@ class TauBenchEnv(BaseTextEnv):
         domain_name = str(extras.get("domain") or self.config.domain)
         self.domain = load_domain(self.config.backend, domain_name)
         self.task = resolve_task(self.domain, extras, self.config.split)
+        if self.config.reward == "tau2" and self.config.judge is None and needs_judge(self.task):
+            raise no_judge_error(self.task)
         self.max_turns = _max_turns(self.config, extras)
         if self.domain.user_tools and self.config.user.kind == "tau_bench":
             raise ValueError(
@@ -206,6 +219,7 @@ class TauBenchEnv(BaseTextEnv):
             if self.domain.user_tools:
                 self.user.bind_tools(self.domain.user_tool_schemas, self.episode.call_user_tool)
             first = self.user.reset(self.task.instruction)
+            self.episode.user_says(first)
         except Exception as error:  # the episode's boundary: see the module docstring
             self.failure = _cause(error)
             first = "(The user could not be reached; this episode is void.)"
@@ -261,6 +275,7 @@ class TauBenchEnv(BaseTextEnv):
             content = parsed.action.kwargs["content"]
             episode.respond(content)
             reply = self.user.step(content)
+            episode.user_says(reply)
             done = STOP in reply
             metadata["action"] = RESPOND
             observations = [{"role": "user", "content": reply}]
@@ -282,7 +297,9 @@ class TauBenchEnv(BaseTextEnv):
             self.truncated = True
         if done or self.truncated:
             if self.config.reward == "tau2":
-                self.result = score_tau2(episode, truncated=self.truncated)
+                self.result = score_tau2(episode, truncated=self.truncated, judge=self.config.judge)
+                if self.result.judge_failure:
+                    self.failure = self.result.judge_failure
             else:
                 self.result = episode.score(
                     truncated=self.truncated,
@@ -291,7 +308,9 @@ class TauBenchEnv(BaseTextEnv):
                 )
             reward = self.result.reward
             metadata["reward_info"] = self.result.to_dict()
-            metadata["should_mask"] = False
+            metadata["should_mask"] = self.failure is not None
+            if self.failure is not None:
+                metadata["failure"] = self.failure
             observations = []
         metadata["truncated"] = self.truncated
         return BaseTextEnvStepOutput(

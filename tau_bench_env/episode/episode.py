@@ -54,6 +54,11 @@ class Episode:
         self.data = domain.initial_data(task)
         self.actions: list[Action] = []
         self.user_calls: list[UserCall] = []
+        self.transcript: list[tuple[str, str | None]] = []
+        """The episode's messages as ``(role, content)``, as tau2's trajectory holds them
+        (history, user texts, replies, each tool call as its caller's message without text
+        followed by its ``tool`` result): what tau2's NL-assertion judge reads. The env logs
+        the user's texts (:meth:`user_says`); ``rescore``'s replays do not."""
         self._log_history()
         self.opening_user_calls = len(self.user_calls)
         """The user's calls of the task's message history (already applied, not run again)."""
@@ -66,6 +71,10 @@ class Episode:
         evaluator, which reads the whole trajectory, history included.
         """
         for message in self.task.history:
+            content = message.get("content")
+            self.transcript.append(
+                (str(message.get("role")), None if content is None else str(content))
+            )
             calls = [
                 Action(c["name"], dict(c.get("arguments") or {}))
                 for c in message.get("tool_calls") or []
@@ -81,7 +90,9 @@ class Episode:
         """Log and run a tool call; returns the observation (errors and refusals included)."""
         action = Action(name, dict(kwargs))
         self.actions.append(action)
-        return run_action(self.domain, self.data, action, tool_timeout_s=self.tool_timeout_s)
+        observation = run_action(self.domain, self.data, action, tool_timeout_s=self.tool_timeout_s)
+        self.transcript += [("assistant", None), ("tool", observation)]
+        return observation
 
     def call_user_tool(self, name: str, kwargs: Mapping[str, Any]) -> str:
         """Log and run a user-side tool call (same bounds); returns the observation."""
@@ -90,6 +101,7 @@ class Episode:
             self.domain, self.data, action, tool_timeout_s=self.tool_timeout_s, requestor="user"
         )
         self.user_calls.append(UserCall(len(self.actions), action, observation))
+        self.transcript += [("user", None), ("tool", observation)]
         return observation
 
     def tool_calls(self) -> list[Action]:
@@ -99,6 +111,11 @@ class Episode:
     def respond(self, content: str) -> None:
         """Log a reply to the user (scanned by the outputs check)."""
         self.actions.append(Action(RESPOND, {"content": content}))
+        self.transcript.append(("assistant", content))
+
+    def user_says(self, content: str) -> None:
+        """Log a text of the user's (the transcript only: no check reads it but the judge's)."""
+        self.transcript.append(("user", content))
 
     def is_terminal(self, name: str) -> bool:
         """Whether tool ``name`` ends the episode (e.g. ``transfer_to_human_agents``)."""

