@@ -698,6 +698,7 @@ def _shipped_pool_config(num_workers: int) -> dict[str, Any]:
         rewards=ACCURACY_REWARDS,
         num_workers=num_workers,
         alarm_min_items=10**9,
+        _tree=str(root),
     )
     return config
 
@@ -721,16 +722,22 @@ def run_accuracy_side(
     work the pool's cache leaves; ``naive``: every sample. Works on older
     checkouts too (it imports what they named differently).
     """
+    # the old layout first: a missing module could be found elsewhere (an editable install
+    # of another checkout fills in submodules its tree lacks)
     try:
-        from skyrl_rewards.rewards.accuracy import default_accuracy_reward
-    except ImportError:  # before the rewards package
         from skyrl_rewards.accuracy import default_accuracy_reward  # type: ignore[no-redef]
+    except ImportError:  # the rewards package
+        from skyrl_rewards.rewards.accuracy import default_accuracy_reward
     try:
         from skyrl_rewards.pool.reward_pool import RewardPool
     except ImportError:  # before the pool package
         from skyrl_rewards.pool import RewardPool  # type: ignore[no-redef,attr-defined]
 
     config = _shipped_pool_config(num_workers)
+    tree = Path(config.pop("_tree"))
+    for module in (default_accuracy_reward, RewardPool):
+        if not Path(sys.modules[module.__module__].__file__ or "").is_relative_to(tree):
+            raise RuntimeError(f"{module.__module__} was not imported from {tree}")
 
     def loop(samples: list[Sample], dedup: bool) -> tuple[float, float]:
         seen: dict[tuple[str, str], float] = {}
@@ -765,7 +772,13 @@ def run_accuracy_side(
                 elif naive:
                     row["naive_wall_s"], row["naive_cpu_s"] = loop(other, dedup=False)
             after = pool.metrics()
-            for counter in ("deferred", "deferred_again", "worker_calls", "cache_hits"):
+            for counter in (
+                "deferred",
+                "deferred_again",
+                "second_pass_idle",
+                "worker_calls",
+                "cache_hits",
+            ):
                 row[counter] = after.get(counter, 0) - before.get(counter, 0)
             runs.append(row)
     finally:
@@ -898,6 +911,80 @@ def format_compare(report: Mapping[str, Any], num_workers: int) -> str:
     return "\n".join(lines)
 
 
+# -- the ceiling of one pool: dispatch of cheap items ------------------------------------------
+
+
+def bench_dispatch(
+    worker_counts: Sequence[int], items: int, repeats: int, seed: int
+) -> dict[str, Any]:
+    """Items per second one pool dispatches when the work itself costs nothing.
+
+    The format reward alone (microseconds per item) with ``local_rewards: []``,
+    so every item goes through the scheduler to a worker and back; ``items``
+    distinct samples per call (no cache hits), median of ``repeats`` calls, for
+    each worker count (Ray's CPUs shared out: ``num_cpus_per_worker`` =
+    CPUs / workers, at most 1). What limits it is the scheduler and the
+    directory's process, not the workers.
+    """
+    import ray
+
+    from skyrl_rewards.pool.reward_pool import RewardPool
+
+    rng = random.Random(seed)
+    cpus = os.cpu_count() or 2
+    rows = []
+    for workers in worker_counts:
+        config = {
+            "name": f"bench_dispatch_{os.getpid()}_{workers}",
+            "rewards": FORMAT_REWARDS,
+            "local_rewards": [],
+            "num_workers": workers,
+            "num_cpus_per_worker": min(1.0, cpus / workers),
+        }
+        with RewardPool.from_config(config) as pool:
+            pool.score(format_step(rng, 500))
+            walls = []
+            for _ in range(repeats):
+                step = [
+                    {**sample, "completion": f"{sample['completion']} #{rng.random()}"}
+                    for sample in format_step(rng, items)
+                ]
+                start = time.perf_counter()
+                pool.score(step)
+                walls.append(time.perf_counter() - start)
+            metrics = pool.metrics()
+        wall_s = statistics.median(walls)
+        rows.append(
+            {
+                "workers": workers,
+                "items": items,
+                "wall_s": round(wall_s, 3),
+                "items_per_s": round(items / wall_s),
+                "worker_calls": metrics["worker_calls"],
+                "load": round(os.getloadavg()[0], 2),
+            }
+        )
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    if ray.is_initialized():
+        ray.shutdown()
+    return {"rows": rows}
+
+
+def format_dispatch(report: Mapping[str, Any]) -> str:
+    lines = [
+        "dispatch ceiling: format reward only, local_rewards: [] (every item to a worker)",
+        "",
+        "| workers | items | wall s | items/s | worker calls | load |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r['workers']} | {r['items']} | {r['wall_s']} | {r['items_per_s']} "
+        f"| {r['worker_calls']} | {r['load']} |"
+        for r in report["rows"]
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: run the benchmark, print the tables (and write JSON with ``--json``)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -911,8 +998,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--workloads",
         nargs="+",
         default=["mixed", "format"],
-        choices=["mixed", "format", "accuracy"],
+        choices=["mixed", "format", "accuracy", "dispatch"],
     )
+    parser.add_argument(
+        "--dispatch-workers",
+        nargs="+",
+        type=int,
+        default=[2, 4, 8],
+        help="dispatch: worker counts",
+    )
+    parser.add_argument("--dispatch-items", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (median wall time)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the report here")
@@ -952,7 +1047,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
     report: dict[str, Any] = {}
-    workloads = [w for w in args.workloads if w != "accuracy"]
+    workloads = [w for w in args.workloads if w in ("mixed", "format")]
     if workloads and not args.compare:
         report = run_bench(
             prompts=args.prompts or 64,
@@ -981,6 +1076,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             naive=not args.no_naive,
         )
         print(format_compare(report["accuracy"], args.num_workers))
+    if "dispatch" in args.workloads:
+        report["dispatch"] = bench_dispatch(
+            args.dispatch_workers, args.dispatch_items, args.repeats, args.seed
+        )
+        print(format_dispatch(report["dispatch"]))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0
