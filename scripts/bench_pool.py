@@ -16,6 +16,18 @@ Workloads:
   every engine alike). Accuracy (math-verify) dominates the cost.
 - ``format``: ``format_items`` samples scored with the format reward alone (microseconds each):
   the pool's overhead against the loop.
+- ``accuracy`` (also ``--compare REV ...``): accuracy-heavy GRPO steps (``prompts`` groups of 8
+  MATH-style LaTeX answers, about a quarter distinct work), the accuracy reward alone, scored by
+  the pool on the SHIPPED DEFAULTS (``configs/pool.yaml`` of the checkout measured) and by
+  in-process loops of ``default_accuracy_reward`` in the same process, in turns. Reports the
+  speed-up and the efficiency: the loop's CPU seconds / (pool wall x workers). Each side runs
+  in its own subprocess with ``PYTHONPATH`` on its tree (another revision is extracted with
+  ``git archive`` into a temporary folder), sides alternate, medians per side.
+- ``dispatch``: the ceiling of one pool: the format reward alone with ``local_rewards: []`` (so
+  every item travels to a worker and back) on 2, 4, 8 workers, items per second.
+
+Every engine uses the pool's shipped defaults (``PoolConfig``, the same as ``configs/pool.yaml``;
+math checks in math children, a first pass): ``--pool KEY=VALUE`` changes them.
 
 Per item latency is the time from the moment a step is handed to the engine to the moment that
 item's result is available; throughput is items per second of wall time. Every engine is set up
@@ -28,6 +40,8 @@ the pool's cache helps only with the repeats inside a step, as in training. With
 Ray, the pool starts a local one on 127.0.0.1 for each workload (and stops it).
 
 Run: ``python scripts/bench_pool.py`` (or ``skyrl-rewards bench``); ``--help`` for the options.
+``python scripts/bench_pool.py --compare 61383b7 main --repeats 3`` puts this checkout beside
+two commits on the accuracy workload.
 """
 
 from __future__ import annotations
