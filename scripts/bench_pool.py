@@ -937,8 +937,8 @@ def bench_dispatch(
     so every item goes through the scheduler to a worker and back; ``items``
     distinct samples per call (no cache hits), median of ``repeats`` calls, for
     each worker count (Ray's CPUs shared out: ``num_cpus_per_worker`` =
-    CPUs / workers, at most 1). What limits it is the scheduler and the
-    directory's process, not the workers.
+    CPUs / workers, at most 1). What limits it is the calling process (its
+    scheduler's event loop and Ray's calls), not the workers.
     """
     import ray
 
