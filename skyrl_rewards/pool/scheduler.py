@@ -12,16 +12,18 @@ so the state needs no locks. The life of a submitted item:
    gets a share) and streams it through the worker (see
    :mod:`skyrl_rewards.pool.worker`).
 3. Workers score a chunk in a *first pass*: every math check is capped at
-   ``first_pass_s`` CPU seconds. A task whose check needs more comes back
-   *deferred* and goes to the slow lane: each worker has a second lane (its
-   own thread, one task at a time) that scores slow-lane tasks beside the
-   ordinary stream, in math children that yield the CPU to ordinary work
-   (``slow_lane_niceness``): first with a cap of :data:`SECOND_PASS_S`, then,
-   for the tasks that need more still, with their full limit. So a slowish
-   but real answer does not queue behind hangs. So ordinary items never wait behind
-   a slow or hanging one, neither for a worker nor for a CPU, and a math hang
-   costs its math limit of CPU in a math child, not a worker (the child is
-   killed).
+   :func:`~skyrl_rewards.pool.worker.first_pass_cap` CPU seconds (at least
+   ``first_pass_s``). A task whose check needs more comes back *deferred*
+   for a second pass, capped at :data:`SECOND_PASS_S`: taken by an ordinary
+   lane with nothing queued (at full priority), or by a slow lane: each
+   worker has a second lane (its own thread, one task at a time) that scores
+   deferred tasks beside the ordinary stream, in math children that yield
+   the CPU to ordinary work (``slow_lane_niceness``). Tasks that need more
+   still get their full limit last, in the slow lane only. So a slowish
+   but real answer does not queue behind hangs. An ordinary item waits behind
+   a slow or hanging one at most for a second pass that an idle lane had
+   started, never for its full limit, and a math hang costs its math limit
+   of CPU in a math child, not a worker (the child is killed).
 4. A stream that stays quiet for ``timeout_s`` means a stuck task (a hang that
    is not math's: the safety net). The worker is
    killed and replaced. When the stream pins the hang on one task, that task
