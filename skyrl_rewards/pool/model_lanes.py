@@ -89,7 +89,9 @@ class JudgeLane:
             return _as_tuple(ComponentScore(0.0, Status.ERROR, f"{name}: {error}"))
         client = self._clients.get(request.endpoint)
         if client is None:  # a bug: the component named an endpoint it did not declare
-            return _as_tuple(ComponentScore(0.0, Status.ERROR, f"{name}: unknown judge endpoint"))
+            return _as_tuple(
+                ComponentScore(0.0, Status.ERROR, f"{name}: unknown judge endpoint")
+            )
         outcome = await client.complete(request)
         return _as_tuple(component.settle(request, outcome))
 
