@@ -135,6 +135,7 @@ def _pool_run(
         "isolations",
         "deferred",
         "deferred_again",
+        "second_pass_idle",
         "remembered_timeouts",
         "retries",
     )

@@ -16,6 +16,18 @@ Workloads:
   every engine alike). Accuracy (math-verify) dominates the cost.
 - ``format``: ``format_items`` samples scored with the format reward alone (microseconds each):
   the pool's overhead against the loop.
+- ``accuracy`` (also ``--compare REV ...``): accuracy-heavy GRPO steps (``prompts`` groups of 8
+  MATH-style LaTeX answers, about a quarter distinct work), the accuracy reward alone, scored by
+  the pool on the SHIPPED DEFAULTS (``configs/pool.yaml`` of the checkout measured) and by
+  in-process loops of ``default_accuracy_reward`` in the same process, in turns. Reports the
+  speed-up and the efficiency: the loop's CPU seconds / (pool wall x workers). Each side runs
+  in its own subprocess with ``PYTHONPATH`` on its tree (another revision is extracted with
+  ``git archive`` into a temporary folder), sides alternate, medians per side.
+- ``dispatch``: the ceiling of one pool: the format reward alone with ``local_rewards: []`` (so
+  every item travels to a worker and back) on 2, 4, 8 workers, items per second.
+
+Every engine uses the pool's shipped defaults (``PoolConfig``, the same as ``configs/pool.yaml``;
+math checks in math children, a first pass): ``--pool KEY=VALUE`` changes them.
 
 Per item latency is the time from the moment a step is handed to the engine to the moment that
 item's result is available; throughput is items per second of wall time. Every engine is set up
@@ -28,14 +40,20 @@ the pool's cache helps only with the repeats inside a step, as in training. With
 Ray, the pool starts a local one on 127.0.0.1 for each workload (and stops it).
 
 Run: ``python scripts/bench_pool.py`` (or ``skyrl-rewards bench``); ``--help`` for the options.
+``python scripts/bench_pool.py --compare 61383b7 main --repeats 3`` puts this checkout beside
+two commits on the accuracy workload.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
+import os
 import random
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,7 +66,7 @@ from typing import Any
 
 ENGINES = ("loop", "threads", "processes", "pool")
 MIXED_REWARDS = {
-    "accuracy": {"weight": 1.0, "math_guard": "inline"},
+    "accuracy": {"weight": 1.0},
     "iou": {"weight": 1.0},
     "format": {"weight": 0.5},
 }
@@ -507,18 +525,503 @@ def format_table(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# -- accuracy-heavy work on the shipped defaults; two commits side by side ---------------------
+
+ACCURACY_REWARDS = {"accuracy": {"weight": 1.0}}
+DEFAULTS_FILE = "configs/pool.yaml"
+
+
+def _math_answers(rng: random.Random) -> tuple[str, list[str], list[str]]:
+    """A MATH-style final answer: (gold, equal forms, wrong forms), all LaTeX as models write it."""
+    a, b, c = rng.randint(2, 19), rng.randint(2, 19), rng.choice([2, 3, 5, 6, 7, 10, 11])
+    n = rng.randint(2, 60)
+    g = math.gcd(a, a + b)
+    p, q = a // g, (a + b) // g
+    kinds = [
+        (
+            f"\\frac{{{p}}}{{{q}}}",
+            [f"\\dfrac{{{p}}}{{{q}}}", f"{p}/{q}", f"\\frac{{{2 * p}}}{{{2 * q}}}"],
+            [f"\\frac{{{q}}}{{{p}}}", f"\\frac{{{p + 1}}}{{{q}}}"],
+        ),
+        (
+            f"{a}\\sqrt{{{c}}}",
+            [f"\\sqrt{{{a * a * c}}}", f"{a} \\sqrt{{{c}}}"],
+            [f"{a + 1}\\sqrt{{{c}}}", f"\\sqrt{{{a * c}}}"],
+        ),
+        (
+            f"\\frac{{{a}+\\sqrt{{{c}}}}}{{{b}}}",
+            [
+                f"\\frac{{\\sqrt{{{c}}}+{a}}}{{{b}}}",
+                f"\\frac{{{a}}}{{{b}}}+\\frac{{\\sqrt{{{c}}}}}{{{b}}}",
+            ],
+            [f"\\frac{{{a}-\\sqrt{{{c}}}}}{{{b}}}"],
+        ),
+        (
+            f"\\frac{{{a}\\pi}}{{{b}}}",
+            [f"\\frac{{{a}}}{{{b}}}\\pi", f"{a}\\pi/{b}"],
+            [f"\\frac{{{b}\\pi}}{{{a}}}", f"{a}\\pi"],
+        ),
+        (
+            f"(-\\infty, {a}]",
+            [f"\\left(-\\infty, {a}\\right]", f"(-\\infty,{a}]"],
+            [f"(-\\infty, {a})", f"[{a}, \\infty)"],
+        ),
+        (
+            f"({a}, -{b})",
+            [f"\\left({a},-{b}\\right)", f"({a},-{b})"],
+            [f"(-{b}, {a})", f"({a}, {b})"],
+        ),
+        (
+            f"x^2-{2 * a}x+{a * a}",
+            [f"(x-{a})^2", f"x^{{2}} - {2 * a} x + {a * a}"],
+            [f"(x+{a})^2", f"x^2+{a * a}"],
+        ),
+        (
+            f"{a * b}",
+            [f"{a * b}.0", f"{a}\\cdot {b}", f"{a * b}^\\circ"],
+            [f"{a * b + 1}", f"{a + b}"],
+        ),
+        (f"{a}.{b:02d}", [f"{a}.{b:02d}0", f"\\${a}.{b:02d}"], [f"{a}.{b + 1:02d}"]),
+        (f"{n}\\%", [f"{n}", f"{n}\\%"], [f"{n + 5}\\%"]),
+        (
+            f"\\begin{{pmatrix}} {a} \\\\ -{b} \\end{{pmatrix}}",
+            [f"\\begin{{pmatrix}}{a}\\\\-{b}\\end{{pmatrix}}"],
+            [f"\\begin{{pmatrix}} -{a} \\\\ {b} \\end{{pmatrix}}"],
+        ),
+        (f"y = {a}x + {b}", [f"y={a}x+{b}", f"{a}x+{b}"], [f"y = {b}x + {a}"]),
+        (f"\\{{{a}, {a + b}\\}}", [f"\\{{{a + b}, {a}\\}}", f"{a}, {a + b}"], [f"\\{{{a}\\}}"]),
+        (f"{a} + {b}i", [f"{b}i + {a}", f"{a}+{b}i"], [f"{a} - {b}i", f"{b} + {a}i"]),
+        (
+            f"\\log_{{2}} {c}",
+            [f"\\log_2 {c}", f"\\frac{{\\ln {c}}}{{\\ln 2}}"],
+            [f"\\log_{{{c}}} 2"],
+        ),
+        (
+            f"\\binom{{{a + b}}}{{{a}}}",
+            [f"\\binom{{{a + b}}}{{{b}}}"],
+            [f"\\binom{{{a + b}}}{{{a + 1}}}"],
+        ),
+        (f"\\frac{{1}}{{{a}}}e^{{{b}x}}", [f"\\frac{{e^{{{b}x}}}}{{{a}}}"], [f"{a}e^{{{b}x}}"]),
+        ("\\text{(C)}", ["\\text{(C)}", "C"], ["\\text{(B)}", "A"]),
+        # heavier ones (precalculus, intermediate algebra): 0.05-0.12 s of CPU in a math child
+        (
+            "\\frac{\\sqrt{6}-\\sqrt{2}}{4}",
+            ["\\frac{\\sqrt{2}(\\sqrt{3}-1)}{4}", "\\sin 15^\\circ"],
+            ["\\frac{\\sqrt{6}+\\sqrt{2}}{4}", "\\tan 75^\\circ"],
+        ),
+        (
+            f"(x-{a})(x+{b})(x-{c})",
+            [f"x^3+{b - a - c}x^2+{a * c - a * b - b * c}x+{a * b * c}"],
+            [
+                f"x^3+{b - a - c}x^2+{a * c - a * b - b * c}x+{a * b * c + 1}",
+                f"(x+{a})(x-{b})(x-{c})",
+            ],
+        ),
+        (
+            f"\\log_2 {a * c}",
+            [f"\\log_2 {a} + \\log_2 {c}", f"\\frac{{\\ln {a * c}}}{{\\ln 2}}"],
+            [f"\\log_2 {a + c}", f"\\log_{{{a * c}}} 2"],
+        ),
+        (
+            f"\\frac{{1}}{{2}}+\\frac{{\\sqrt{{{c}}}}}{{2}}i",
+            [f"\\frac{{1+i\\sqrt{{{c}}}}}{{2}}"],
+            [f"e^{{i\\pi/{a}}}", f"\\frac{{1}}{{2}}-\\frac{{\\sqrt{{{c}}}}}{{2}}i"],
+        ),
+        (
+            "1+\\tan x",
+            ["\\sin^2 x+\\cos^2 x+\\tan x", "1+\\frac{\\sin x}{\\cos x}"],
+            ["1+\\cot x", "\\sec^2 x"],
+        ),
+        (
+            f"\\frac{{{a}}}{{3}}",
+            [f"\\int_0^1 {a}x^2 \\, dx", f"\\frac{{{2 * a}}}{{6}}"],
+            [f"\\int_0^1 {a}x \\, dx", f"\\frac{{{a}}}{{2}}"],
+        ),
+    ]
+    return rng.choice(kinds)
+
+
+def accuracy_step(rng: random.Random, prompts: int, group_size: int) -> list[Sample]:
+    """A GRPO step of math answers: each group of ``group_size`` repeats 2-3 distinct answers.
+
+    About a quarter of the samples are distinct work (1,600 samples: about 370).
+    """
+    samples: list[Sample] = []
+    for _ in range(prompts):
+        gold, right, wrong = _math_answers(rng)
+        distinct = [rng.choice(right), rng.choice(wrong)]
+        if rng.random() < 0.3:
+            distinct.append(rng.choice(right + wrong))
+        samples += [
+            {
+                "completion": "<think>Let me work it out step by step.</think> "
+                f"<answer>The answer is ${rng.choice(distinct)}$</answer>",
+                "solution": f"<answer>${gold}$</answer>",
+            }
+            for _ in range(group_size)
+        ]
+    return samples
+
+
+def _math_cpu_s() -> float:
+    """CPU seconds of this process plus its math processes (fork server and children) so far.
+
+    The in-process loop's math runs in those processes (the ``subprocess`` guard).
+    """
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS)
+    roots = []
+    for pid, (ppid, _) in stats.items():
+        if ppid == os.getpid():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    if b"math_c" in handle.read():
+                        roots.append(pid)
+            except OSError:
+                continue
+    tree, frontier = set(roots), list(roots)
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, (ppid, _) in stats.items() if ppid == parent]
+        tree.update(children)
+        frontier += children
+    return time.process_time() + sum(stats[pid][1] for pid in tree)
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _shipped_pool_config(num_workers: int) -> dict[str, Any]:
+    """``configs/pool.yaml`` of the checkout that ``skyrl_rewards`` is imported from, accuracy only."""
+    import yaml
+
+    import skyrl_rewards
+
+    root = Path(skyrl_rewards.__file__).resolve().parent.parent
+    config = yaml.safe_load((root / DEFAULTS_FILE).read_text())
+    config.update(
+        name=f"bench_accuracy_{os.getpid()}",
+        rewards=ACCURACY_REWARDS,
+        num_workers=num_workers,
+        alarm_min_items=10**9,
+        _tree=str(root),
+    )
+    return config
+
+
+def run_accuracy_side(
+    *,
+    rounds: int,
+    prompts: int,
+    group_size: int,
+    num_workers: int,
+    seed: int,
+    pool_overrides: Sequence[str] = (),
+    naive: bool = True,
+) -> dict[str, Any]:
+    """Time the shipped pool against in-process loops of ``default_accuracy_reward``, in turns.
+
+    Every round draws a fresh step (seeded by ``seed`` and the round, so two
+    commits see the same data): the pool and the deduplicated loop score the
+    same step, the naive loop another draw (so it warms no parse cache of theirs).
+    ``dedup``: the loop scores each distinct (completion, solution) once, the
+    work the pool's cache leaves; ``naive``: every sample. Works on older
+    checkouts too (it imports what they named differently).
+    """
+    # the old layout first: a missing module could be found elsewhere (an editable install
+    # of another checkout fills in submodules its tree lacks)
+    try:
+        from skyrl_rewards.accuracy import default_accuracy_reward  # type: ignore[no-redef]
+    except ImportError:  # the rewards package
+        from skyrl_rewards.rewards.accuracy import default_accuracy_reward
+    try:
+        from skyrl_rewards.pool.reward_pool import RewardPool
+    except ImportError:  # before the pool package
+        from skyrl_rewards.pool import RewardPool  # type: ignore[no-redef,attr-defined]
+
+    config = _shipped_pool_config(num_workers)
+    tree = Path(config.pop("_tree"))
+    for module in (default_accuracy_reward, RewardPool):
+        if not Path(sys.modules[module.__module__].__file__ or "").is_relative_to(tree):
+            raise RuntimeError(f"{module.__module__} was not imported from {tree}")
+
+    def loop(samples: list[Sample], dedup: bool) -> tuple[float, float]:
+        seen: dict[tuple[str, str], float] = {}
+        cpu, start = _math_cpu_s(), time.perf_counter()
+        for sample in samples:
+            key = (sample["completion"], sample["solution"])
+            if not dedup or key not in seen:
+                seen[key] = default_accuracy_reward(sample["completion"], sample["solution"])
+        return time.perf_counter() - start, _math_cpu_s() - cpu
+
+    warm = accuracy_step(random.Random(-1), 16, group_size)
+    loop(warm, dedup=False)
+    started = time.perf_counter()
+    pool = RewardPool.from_config(config, pool_overrides)
+    try:
+        start_s = time.perf_counter() - started
+        pool.score(warm)
+        runs = []
+        for index in range(rounds):
+            step = accuracy_step(random.Random(seed * 1000 + index), prompts, group_size)
+            other = accuracy_step(random.Random(seed * 1000 + index + 500), prompts, group_size)
+            before = pool.metrics()
+            row: dict[str, Any] = {"load": os.getloadavg()[0], "items": len(step)}
+            row["distinct"] = len({(s["completion"], s["solution"]) for s in step})
+            for engine in ("pool", "dedup", "naive") if index % 2 else ("dedup", "naive", "pool"):
+                if engine == "pool":
+                    start = time.perf_counter()
+                    pool.score(step)
+                    row["pool_wall_s"] = time.perf_counter() - start
+                elif engine == "dedup":
+                    row["dedup_wall_s"], row["dedup_cpu_s"] = loop(step, dedup=True)
+                elif naive:
+                    row["naive_wall_s"], row["naive_cpu_s"] = loop(other, dedup=False)
+            after = pool.metrics()
+            for counter in (
+                "deferred",
+                "deferred_again",
+                "second_pass_idle",
+                "worker_calls",
+                "cache_hits",
+            ):
+                row[counter] = after.get(counter, 0) - before.get(counter, 0)
+            runs.append(row)
+    finally:
+        pool.shutdown()
+    settings = {k: config.get(k) for k in ("first_pass_s", "slow_lane_niceness", "local_rewards")}
+    return {"pool_start_s": start_s, "settings": settings, "runs": runs}
+
+
+def _accuracy_figures(runs: Sequence[Mapping[str, Any]], num_workers: int) -> dict[str, float]:
+    """Medians over rounds: speed-ups, efficiency (in-process CPU / (pool wall x workers)), counts."""
+
+    def median(values: Sequence[float]) -> float:
+        return round(statistics.median(values), 3)
+
+    out = {
+        "pool_wall_s": median([r["pool_wall_s"] for r in runs]),
+        "dedup_wall_s": median([r["dedup_wall_s"] for r in runs]),
+        "speedup_vs_dedup_loop": median([r["dedup_wall_s"] / r["pool_wall_s"] for r in runs]),
+        "dedup_efficiency": median(
+            [r["dedup_cpu_s"] / (r["pool_wall_s"] * num_workers) for r in runs]
+        ),
+        "deferred": median([r["deferred"] for r in runs]),
+        "load": median([r["load"] for r in runs]),
+    }
+    if all("naive_wall_s" in r for r in runs):
+        out["naive_wall_s"] = median([r["naive_wall_s"] for r in runs])
+        out["speedup"] = median([r["naive_wall_s"] / r["pool_wall_s"] for r in runs])
+        out["efficiency"] = median(
+            [r["naive_cpu_s"] / (r["pool_wall_s"] * num_workers) for r in runs]
+        )
+    return out
+
+
+def compare_commits(
+    revisions: Sequence[str],
+    *,
+    repeats: int,
+    rounds: int,
+    prompts: int,
+    group_size: int,
+    num_workers: int,
+    seed: int,
+    pool_overrides: Sequence[str],
+    naive: bool,
+) -> dict[str, Any]:
+    """Run :func:`run_accuracy_side` for each revision in turn (A, B, A, B, ...), each in a subprocess.
+
+    ``"."`` is this checkout's working tree; another revision is extracted
+    with ``git archive`` into a temporary folder and put first on ``PYTHONPATH``.
+    """
+    repo = Path(__file__).resolve().parent.parent
+    report: dict[str, Any] = {"sides": {}}
+    with tempfile.TemporaryDirectory(prefix="bench_compare_") as folder:
+        trees: dict[str, Path] = {}
+        for rev in revisions:
+            if rev == ".":
+                trees[rev] = repo
+                continue
+            tree = Path(folder) / rev.replace("/", "_")
+            tree.mkdir()
+            archive = subprocess.run(
+                ["git", "-C", str(repo), "archive", rev], check=True, capture_output=True
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+            trees[rev] = tree
+        for rev in revisions:
+            report["sides"][rev] = {"tree": str(trees[rev]), "runs": [], "starts": []}
+        for repeat in range(repeats):
+            for rev in revisions:
+                side = report["sides"][rev]
+                args = [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--side",
+                    f"--rounds={rounds}",
+                    f"--prompts={prompts}",
+                    f"--group-size={group_size}",
+                    f"--num-workers={num_workers}",
+                    f"--seed={seed + repeat}",
+                    *([] if naive else ["--no-naive"]),
+                    "--pool",
+                    *pool_overrides,
+                ]
+                env = {**os.environ, "PYTHONPATH": str(trees[rev])}
+                done = subprocess.run(
+                    args, env=env, cwd=trees[rev], capture_output=True, text=True, check=False
+                )
+                if done.returncode != 0:
+                    raise RuntimeError(f"{rev}: side run failed:\n{done.stderr[-3000:]}")
+                result = json.loads(done.stdout.strip().splitlines()[-1])
+                side["runs"] += result["runs"]
+                side["starts"].append(round(result["pool_start_s"], 2))
+                side["settings"] = result["settings"]
+                print(
+                    f"repeat {repeat + 1}/{repeats} {rev}: "
+                    + json.dumps(_accuracy_figures(result["runs"], num_workers)),
+                    file=sys.stderr,
+                    flush=True,
+                )
+    for side in report["sides"].values():
+        side["figures"] = _accuracy_figures(side["runs"], num_workers)
+    return report
+
+
+def format_compare(report: Mapping[str, Any], num_workers: int) -> str:
+    """The side-by-side medians as a Markdown table."""
+    lines = [
+        f"accuracy-heavy work on the SHIPPED DEFAULTS ({DEFAULTS_FILE} of each side; rewards: "
+        f"accuracy only; {num_workers} workers); medians over rounds",
+        "",
+        "| code | first_pass_s | rounds | load | pool wall s | loop wall s | speed-up "
+        "| efficiency | loop wall s, distinct work | speed-up vs it | deferred |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for rev, side in report["sides"].items():
+        f = side["figures"]
+        lines.append(
+            f"| {rev} | {side['settings'].get('first_pass_s')} | {len(side['runs'])} | {f['load']} "
+            f"| {f['pool_wall_s']} | {f.get('naive_wall_s', '-')} | {f.get('speedup', '-')}x "
+            f"| {f.get('efficiency', '-')} | {f['dedup_wall_s']} | {f['speedup_vs_dedup_loop']}x "
+            f"| {f['deferred']} |"
+        )
+    lines += [
+        "",
+        f"target: speed-up >= {0.9 * num_workers:.1f}x (0.9 x workers) over the in-process loop "
+        "of default_accuracy_reward over every sample; efficiency = that loop's CPU s (this "
+        "process and its math children) / (pool wall s x workers). The loop over distinct work "
+        "scores each repeated answer once, as the pool's cache does.",
+    ]
+    return "\n".join(lines)
+
+
+# -- the ceiling of one pool: dispatch of cheap items ------------------------------------------
+
+
+def bench_dispatch(
+    worker_counts: Sequence[int], items: int, repeats: int, seed: int
+) -> dict[str, Any]:
+    """Items per second one pool dispatches when the work itself costs nothing.
+
+    The format reward alone (microseconds per item) with ``local_rewards: []``,
+    so every item goes through the scheduler to a worker and back; ``items``
+    distinct samples per call (no cache hits), median of ``repeats`` calls, for
+    each worker count (Ray's CPUs shared out: ``num_cpus_per_worker`` =
+    CPUs / workers, at most 1). What limits it is the calling process (its
+    scheduler's event loop and Ray's calls), not the workers.
+    """
+    import ray
+
+    from skyrl_rewards.pool.reward_pool import RewardPool
+
+    rng = random.Random(seed)
+    cpus = os.cpu_count() or 2
+    rows = []
+    for workers in worker_counts:
+        config = {
+            "name": f"bench_dispatch_{os.getpid()}_{workers}",
+            "rewards": FORMAT_REWARDS,
+            "local_rewards": [],
+            "num_workers": workers,
+            "num_cpus_per_worker": min(1.0, cpus / workers),
+        }
+        with RewardPool.from_config(config) as pool:
+            pool.score(format_step(rng, 500))
+            walls = []
+            for _ in range(repeats):
+                step = [
+                    {**sample, "completion": f"{sample['completion']} #{rng.random()}"}
+                    for sample in format_step(rng, items)
+                ]
+                start = time.perf_counter()
+                pool.score(step)
+                walls.append(time.perf_counter() - start)
+            metrics = pool.metrics()
+        wall_s = statistics.median(walls)
+        rows.append(
+            {
+                "workers": workers,
+                "items": items,
+                "wall_s": round(wall_s, 3),
+                "items_per_s": round(items / wall_s),
+                "worker_calls": metrics["worker_calls"],
+                "load": round(os.getloadavg()[0], 2),
+            }
+        )
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    if ray.is_initialized():
+        ray.shutdown()
+    return {"rows": rows}
+
+
+def format_dispatch(report: Mapping[str, Any]) -> str:
+    lines = [
+        "dispatch ceiling: format reward only, local_rewards: [] (every item to a worker)",
+        "",
+        "| workers | items | wall s | items/s | worker calls | load |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r['workers']} | {r['items']} | {r['wall_s']} | {r['items_per_s']} "
+        f"| {r['worker_calls']} | {r['load']} |"
+        for r in report["rows"]
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: run the benchmark, print the tables (and write JSON with ``--json``)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--prompts", type=int, default=None, help="64 (mixed), 200 (accuracy)")
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--steps", type=int, default=2, help="GRPO steps of the mixed workload")
     parser.add_argument("--format-items", type=int, default=10_000)
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
     parser.add_argument(
-        "--workloads", nargs="+", default=["mixed", "format"], choices=["mixed", "format"]
+        "--workloads",
+        nargs="+",
+        default=["mixed", "format"],
+        choices=["mixed", "format", "accuracy", "dispatch"],
     )
+    parser.add_argument(
+        "--dispatch-workers",
+        nargs="+",
+        type=int,
+        default=[2, 4, 8],
+        help="dispatch: worker counts",
+    )
+    parser.add_argument("--dispatch-items", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (median wall time)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the report here")
@@ -529,20 +1032,69 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="pool settings (configs/pool.yaml keys), e.g. --pool batch_size=128",
     )
-    args = parser.parse_args(argv)
-    report = run_bench(
-        prompts=args.prompts,
-        group_size=args.group_size,
-        steps=args.steps,
-        format_items=args.format_items,
-        num_workers=args.num_workers,
-        engines=args.engines,
-        workloads=args.workloads,
-        repeats=args.repeats,
-        seed=args.seed,
-        pool_overrides=args.pool,
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        default=[],
+        metavar="REV",
+        help="accuracy workload: also run these git revisions, alternating with this checkout "
+        "(e.g. --compare 61383b7)",
     )
-    print(format_table(report))
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="accuracy: timed rounds per pool start"
+    )
+    parser.add_argument(
+        "--no-naive", action="store_true", help="accuracy: skip the loop over every sample"
+    )
+    parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.side:  # one side of an accuracy comparison, in the checkout on PYTHONPATH
+        result = run_accuracy_side(
+            rounds=args.rounds,
+            prompts=args.prompts or 200,
+            group_size=args.group_size,
+            num_workers=args.num_workers,
+            seed=args.seed,
+            pool_overrides=args.pool,
+            naive=not args.no_naive,
+        )
+        print(json.dumps(result))
+        return 0
+    report: dict[str, Any] = {}
+    workloads = [w for w in args.workloads if w in ("mixed", "format")]
+    if workloads and not args.compare:
+        report = run_bench(
+            prompts=args.prompts or 64,
+            group_size=args.group_size,
+            steps=args.steps,
+            format_items=args.format_items,
+            num_workers=args.num_workers,
+            engines=args.engines,
+            workloads=workloads,
+            repeats=args.repeats,
+            seed=args.seed,
+            pool_overrides=args.pool,
+        )
+        print("pool: the shipped defaults (configs/pool.yaml) " + " ".join(args.pool))
+        print(format_table(report))
+    if "accuracy" in args.workloads or args.compare:
+        report["accuracy"] = compare_commits(
+            [*args.compare, "."],
+            repeats=args.repeats,
+            rounds=args.rounds,
+            prompts=args.prompts or 200,
+            group_size=args.group_size,
+            num_workers=args.num_workers,
+            seed=args.seed,
+            pool_overrides=args.pool,
+            naive=not args.no_naive,
+        )
+        print(format_compare(report["accuracy"], args.num_workers))
+    if "dispatch" in args.workloads:
+        report["dispatch"] = bench_dispatch(
+            args.dispatch_workers, args.dispatch_items, args.repeats, args.seed
+        )
+        print(format_dispatch(report["dispatch"]))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0

@@ -284,6 +284,7 @@ def test_a_slowish_real_answer_is_not_queued_behind_a_hang_in_the_slow_lane(
         assert slow.latency_s < hung.latency_s - 3  # not behind the hang's 6 s last pass
         metrics = pool.metrics()
         assert (metrics["deferred"], metrics["deferred_again"]) == (2, 1)
+        assert metrics["second_pass_idle"] >= 1  # the idle ordinary lane took one
         assert (metrics["timeouts"], metrics["worker_restarts"]) == (0, 0)
 
 

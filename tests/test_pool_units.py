@@ -11,7 +11,8 @@ from skyrl_rewards.pool.batching import MicroBatcher
 from skyrl_rewards.pool.config import PoolConfig, load_pool_config
 from skyrl_rewards.pool.metrics import ErrorRateAlarm, PoolMetrics
 from skyrl_rewards.pool.replay_log import ReplayLog, read_replay_log
-from skyrl_rewards.pool.scheduler import _LRU
+from skyrl_rewards.pool.scheduler import _LRU, SECOND_PASS_S
+from skyrl_rewards.pool.worker import FIRST_PASS_MAX_S, first_pass_cap
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.rewards.result import ComponentScore
 
@@ -146,3 +147,9 @@ def test_work_cache_is_bounded_by_bytes_not_by_answer_length() -> None:
     assert len(cache) == 1000
     assert cache.nbytes < 1000 * 1_000  # under 1 KB per entry, whatever the completion's length
     assert cache.get(("accuracy", mix.work_key("accuracy", sample))) == ComponentScore(0.0)
+
+
+def test_the_first_pass_cap_stays_between_the_setting_and_its_ceiling() -> None:
+    assert first_pass_cap(0.0) == 0.0  # no first pass
+    assert 0.1 <= first_pass_cap(0.1) <= FIRST_PASS_MAX_S
+    assert first_pass_cap(SECOND_PASS_S) == SECOND_PASS_S  # a second pass keeps its cap

@@ -102,10 +102,12 @@ class PoolConfig:
     privileges (CAP_SYS_NICE): when refused, it logs a warning and keeps Ray's value. ``None``
     keeps Ray's."""
     first_pass_s: float = 0.1
-    """CPU seconds a math check may take in a worker's first pass (ordinary checks take
-    milliseconds: 0.2 ms median, 18 ms p99 on the hang benchmark's answers); a task that needs
-    more is scored again in the slow lane (1 s cap, then its full limit). 0: no first pass
-    (every check runs with its full limit in the ordinary stream)."""
+    """The least CPU time a math check may take in a worker's first pass. The cap is 4x the
+    p99 CPU time of the worker's recent checks, between this and 0.5 s (it stays at 0.1 s on
+    answers whose p99 is 18 ms; MATH-style answers raise it to 0.3-0.5 s). A task that needs
+    more is scored again alone: with a 1 s cap by an idle ordinary lane or the slow lane, then
+    with its full limit in the slow lane. 0: no first pass (every check runs with its full
+    limit in the ordinary stream)."""
     slow_lane_niceness: int = 19
     """Niceness added to the math children of the slow lane (0 to 19): math checks deferred
     from a first pass then take only CPU time that ordinary items do not want. Their outcome

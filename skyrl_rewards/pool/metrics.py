@@ -55,6 +55,7 @@ COUNTERS = {
     "isolations": "computations re-run one by one to pin a hang on one of them",
     "deferred": "computations whose math check passed the first-pass cap (scored again alone)",
     "deferred_again": "slow-lane computations that passed the second-pass cap (tried last, full limit)",
+    "second_pass_idle": "second passes run by an idle ordinary lane (at full priority)",
     "worker_restarts": "workers replaced after a crash, a hang or a lost node",
     "workers_recycled": "workers replaced after max_items_per_worker computations",
     "masked_items": "items with should_mask (some component timed out or errored)",

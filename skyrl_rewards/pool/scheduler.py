@@ -12,16 +12,18 @@ so the state needs no locks. The life of a submitted item:
    gets a share) and streams it through the worker (see
    :mod:`skyrl_rewards.pool.worker`).
 3. Workers score a chunk in a *first pass*: every math check is capped at
-   ``first_pass_s`` CPU seconds. A task whose check needs more comes back
-   *deferred* and goes to the slow lane: each worker has a second lane (its
-   own thread, one task at a time) that scores slow-lane tasks beside the
-   ordinary stream, in math children that yield the CPU to ordinary work
-   (``slow_lane_niceness``): first with a cap of :data:`SECOND_PASS_S`, then,
-   for the tasks that need more still, with their full limit. So a slowish
-   but real answer does not queue behind hangs. So ordinary items never wait behind
-   a slow or hanging one, neither for a worker nor for a CPU, and a math hang
-   costs its math limit of CPU in a math child, not a worker (the child is
-   killed).
+   :func:`~skyrl_rewards.pool.worker.first_pass_cap` CPU seconds (at least
+   ``first_pass_s``). A task whose check needs more comes back *deferred*
+   for a second pass, capped at :data:`SECOND_PASS_S`: taken by an ordinary
+   lane with nothing queued (at full priority), or by a slow lane: each
+   worker has a second lane (its own thread, one task at a time) that scores
+   deferred tasks beside the ordinary stream, in math children that yield
+   the CPU to ordinary work (``slow_lane_niceness``). Tasks that need more
+   still get their full limit last, in the slow lane only. So a slowish
+   but real answer does not queue behind hangs. An ordinary item waits behind
+   a slow or hanging one at most for a second pass that an idle lane had
+   started, never for its full limit, and a math hang costs its math limit
+   of CPU in a math child, not a worker (the child is killed).
 4. A stream that stays quiet for ``timeout_s`` means a stuck task (a hang that
    is not math's: the safety net). The worker is
    killed and replaced. When the stream pins the hang on one task, that task
@@ -464,7 +466,7 @@ class Scheduler:
             if not chunk:
                 return
             if slot.gone:  # given up while this lane waited for work
-                self._requeue(chunk, isolated=fence_all, slow=slow)
+                self._requeue(chunk, isolated=fence_all, slow=chunk[0].slow_pass > 0)
                 return
             self._metrics.count("worker_calls")
             try:
@@ -493,13 +495,19 @@ class Scheduler:
     async def _next_chunk(self) -> tuple[list[_Task], bool]:
         """The next ordinary chunk and whether to fence every task; empty when closing.
 
-        Isolated tasks come first, then the queue in chunks.
+        Isolated tasks come first, then the queue in chunks. A lane with
+        neither takes a task waiting for its second pass (alone, fenced): idle
+        capacity scores deferred checks at full priority, bounded by
+        :data:`SECOND_PASS_S` of CPU, instead of leaving them to the nice slow lane.
         """
-        while not (self._queue or self._isolated or self._closing):
+        while not (self._queue or self._isolated or self._second_pass or self._closing):
             self._wakeup.clear()
             await self._wakeup.wait()
         if self._closing:
             return [], False
+        if not (self._queue or self._isolated):
+            self._metrics.count("second_pass_idle")
+            return [self._second_pass.popleft()], True
         if self._isolated:
             source, fence_all = self._isolated, True
         else:
@@ -528,6 +536,7 @@ class Scheduler:
             task.slow_pass = 2
         self._pass_queue(task).append(task)
         self._slow_wakeup.set()
+        self._wakeup.set()
 
     def _pass_queue(self, task: _Task) -> deque[_Task]:
         """Where a slow-lane task waits: the second pass or the last."""
@@ -544,7 +553,13 @@ class Scheduler:
     async def _run_chunk(
         self, slot: _Slot, tasks: list[_Task], fence_all: bool, slow: bool
     ) -> None:
-        """Stream ``tasks`` through the slot's worker: a first pass, or the slow lane."""
+        """Stream ``tasks`` through the slot's worker: a first pass, or a slow-lane task.
+
+        ``slow``: in the worker's slow lane (its nice math children). A
+        slow-lane task (deferred) keeps its pass's cap, deadline and queue in
+        either lane.
+        """
+        deferred = tasks[0].slow_pass > 0
         samples: list[Mapping[str, Any]] = []
         index_of: dict[int, int] = {}
         calls = []
@@ -571,13 +586,13 @@ class Scheduler:
             self._config.progress_interval_s,
             self._config.fence_min_s,
             fence_all,
-            self._pass_cap(tasks[0]) if slow else self._config.first_pass_s,
+            self._pass_cap(tasks[0]) if deferred else self._config.first_pass_s,
             self._config.slow_lane_niceness if slow else 0,
         )
-        deadline_s = self._config.slow_lane_timeout_s if slow else self._config.timeout_s
+        deadline_s = self._config.slow_lane_timeout_s if deferred else self._config.timeout_s
         slot.in_flight += len(tasks)
         try:
-            await self._read_stream(slot, generation, stream, tasks, deadline_s, slow)
+            await self._read_stream(slot, generation, stream, tasks, deadline_s, deferred)
         finally:
             slot.in_flight -= len(tasks)
 
@@ -655,6 +670,7 @@ class Scheduler:
             for task in reversed(tasks):
                 self._pass_queue(task).appendleft(task)
             self._slow_wakeup.set()
+            self._wakeup.set()
             return
         target = self._isolated if isolated else self._queue
         target.extendleft(reversed(tasks))

@@ -40,7 +40,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.rewards.math_check import first_pass, low_priority
+from skyrl_rewards.rewards.math_check import first_pass, low_priority, recent_check_cpu_s
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.rewards.result import ComponentScore
 
@@ -55,6 +55,11 @@ SLOW_LANE = "slow_lane"
 
 DEFERRED = "deferred"
 """Status of a task whose math check needed more than the call's first-pass cap."""
+
+FIRST_PASS_FACTOR = 4.0
+"""The first-pass cap is at least this many times the p99 CPU time of the worker's recent checks."""
+FIRST_PASS_MAX_S = 0.5
+"""The first-pass cap never rises above this (CPU seconds)."""
 
 _MEAN_DECAY = 0.8
 logger = logging.getLogger(__name__)
@@ -116,13 +121,15 @@ class RewardWorker:
         Scores never raise (the mix turns every failure into a status). With
         ``fence_all`` every task is fenced, so a hang is pinned exactly. With
         ``first_pass_s > 0`` a task whose math check needs more CPU seconds
-        than that has status :data:`DEFERRED`. Math checks run in children
-        ``niceness`` steps nicer than usual.
+        than :func:`first_pass_cap` (at least ``first_pass_s``) has status
+        :data:`DEFERRED`. Math checks run in children ``niceness`` steps nicer
+        than usual.
         """
         fenced = tuple(
             fence_all or self._mean_s.get(name, fence_min_s) >= fence_min_s for _, name in tasks
         )
         yield Progress(fenced=fenced)
+        cap_s = first_pass_cap(first_pass_s)
         last_yield = time.perf_counter()
         pending: list[tuple[float, str, str]] = []
         for index, (sample_index, name) in enumerate(tasks):
@@ -134,7 +141,7 @@ class RewardWorker:
                 last_yield = time.perf_counter()
             with low_priority(niceness):
                 if first_pass_s > 0:
-                    with first_pass(first_pass_s) as state:
+                    with first_pass(cap_s) as state:
                         score = self._timed_score(name, samples[sample_index])
                     status = DEFERRED if state.deferred else score.status.value
                 else:
@@ -154,3 +161,19 @@ class RewardWorker:
             else (_MEAN_DECAY * previous + (1 - _MEAN_DECAY) * elapsed_s)
         )
         return score
+
+
+def first_pass_cap(first_pass_s: float) -> float:
+    """The CPU cap of a first pass: ``first_pass_s``, or more when this worker's checks need it.
+
+    :data:`FIRST_PASS_FACTOR` x the p99 CPU time of the worker's recent math
+    checks, between ``first_pass_s`` and :data:`FIRST_PASS_MAX_S` (never below
+    ``first_pass_s``). So only checks far slower than the worker's ordinary
+    ones are deferred: on answers whose p99 is 18 ms the cap stays at 0.1 s,
+    and a hang costs that much of the ordinary stream; on heavier answers
+    (p99 80 ms) it is 0.32 s, where 0.1 s would defer ordinary answers by the
+    dozen.
+    """
+    if first_pass_s <= 0:
+        return 0.0
+    return max(first_pass_s, min(FIRST_PASS_MAX_S, FIRST_PASS_FACTOR * recent_check_cpu_s(0.99)))

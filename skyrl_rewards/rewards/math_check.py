@@ -55,7 +55,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
@@ -87,6 +87,9 @@ STARVED_S = 30.0
 """A child whose CPU time does not move for this long (wall) is given up on."""
 CHILD_WAIT_S = 600.0
 """How long a call waits for a free child before giving up (status timeout, not remembered)."""
+
+RECENT_CHECKS = 1000
+"""Checks whose CPU time :func:`recent_check_cpu_s` remembers."""
 
 _POLL_S = 0.02
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -466,6 +469,33 @@ def _power(base: float, exponent: float) -> float:
     return -magnitude if base < 0 and odd else magnitude
 
 
+class _RecentCpu:
+    """A thread-safe window of the CPU seconds of the last ``size`` checks that answered."""
+
+    def __init__(self, size: int) -> None:
+        self._times: deque[float] = deque(maxlen=size)
+        self._lock = threading.Lock()
+
+    def add(self, seconds: float) -> None:
+        with self._lock:
+            self._times.append(seconds)
+
+    def quantile(self, q: float) -> float:
+        with self._lock:
+            times = sorted(self._times)
+        return times[min(len(times) - 1, int(q * len(times)))] if times else 0.0
+
+
+def recent_check_cpu_s(q: float) -> float:
+    """The ``q`` quantile of the CPU seconds of this process's last guarded checks that answered.
+
+    Over the last :data:`RECENT_CHECKS` checks (timeouts and inline checks
+    are not in it); 0.0 before the first. Times are in clock ticks
+    (10 ms on Linux). The reward pool sets its first-pass cap from it.
+    """
+    return _CHECK_CPU.quantile(q)
+
+
 class _TimedOutPairs:
     """A thread-safe bounded record of pairs (by digest) that timed out, with the limit they had."""
 
@@ -596,6 +626,10 @@ class _Child:
         if not line:
             self.kill()
             raise _ChildFailed("died mid-check")
+        if start_cpu is not None:
+            used = _cpu_seconds(self.pid)
+            if used is not None:
+                _CHECK_CPU.add(used - start_cpu)
         return (MathStatus.EQUAL if line.strip() == "1" else MathStatus.NOT_EQUAL), False
 
     def _send(self, request: bytes) -> bool:
@@ -799,14 +833,16 @@ class _ChildPool:
 _CHILDREN = _ChildPool(MAX_CHILDREN)
 atexit.register(lambda: _CHILDREN.close())
 _TIMED_OUT = _TimedOutPairs(max_size=10_000)
+_CHECK_CPU = _RecentCpu(RECENT_CHECKS)
 
 
 def _after_fork_in_child() -> None:
     """A forked process (multiprocessing, a data loader) starts its own server when it checks."""
-    global _CHILDREN, _TIMED_OUT
+    global _CHILDREN, _TIMED_OUT, _CHECK_CPU
     _CHILDREN.abandon()
     _CHILDREN = _ChildPool(MAX_CHILDREN)
     _TIMED_OUT = _TimedOutPairs(max_size=10_000)
+    _CHECK_CPU = _RecentCpu(RECENT_CHECKS)
 
 
 if hasattr(os, "register_at_fork"):

@@ -26,6 +26,7 @@ from skyrl_rewards.rewards.math_check import (
     check_equal,
     first_pass,
     low_priority,
+    recent_check_cpu_s,
     server_command,
     too_complex,
 )
@@ -371,6 +372,13 @@ def test_first_pass_defers_a_slow_check_and_the_full_limit_then_judges_it() -> N
     with first_pass(0.05) as fast:
         assert check_equal("$\\frac{1}{2}$", "0.5") is MathStatus.EQUAL
     assert not fast.deferred
+
+
+def test_recent_check_cpu_counts_the_checks_that_answered() -> None:
+    gold, student = borderline(70)  # about 0.4 s of CPU
+    assert check_equal(gold, student, timeout_s=30) is MathStatus.EQUAL
+    assert recent_check_cpu_s(1.0) >= 0.2  # the slowest recent check
+    assert 0.0 <= recent_check_cpu_s(0.5) <= recent_check_cpu_s(1.0)
 
 
 def _process_table() -> dict[int, tuple[int, int, str]]:
