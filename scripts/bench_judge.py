@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,39 +56,25 @@ def serve(concurrency: int, latency_s: float, urls: Any, stop: Any, counts: Any)
         counts.put({"calls": server.calls, "peak": server.peak, "cpu_s": time.process_time() - cpu})
 
 
-def throughput(args: argparse.Namespace) -> dict[str, Any]:
+@contextlib.contextmanager
+def endpoint(concurrency: int, latency_s: float) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A loopback endpoint in its own process: yields its URL and, after the block, its counts."""
     context = multiprocessing.get_context("spawn")
     urls, counts, stop = context.Queue(), context.Queue(), context.Event()
-    process = context.Process(
-        target=serve, args=(args.concurrency, args.latency_s, urls, stop, counts)
-    )
+    process = context.Process(target=serve, args=(concurrency, latency_s, urls, stop, counts))
     process.start()
-    url = urls.get(timeout=60)
-    config = EndpointConfig.from_mapping(
-        {"base_url": url, "model": "bench", "limits": {"max_in_flight": args.concurrency}}
-    )
-
-    async def go() -> tuple[float, dict[str, Any], Counter[str]]:
-        client = JudgeClient(config)
-        await asyncio.gather(
-            *(client.complete(request(-i)) for i in range(1, args.concurrency + 1))
-        )
-        start, cpu = time.perf_counter(), time.process_time()  # connections open: steady state
-        outcomes = await asyncio.gather(
-            *(client.complete(request(i)) for i in range(args.requests))
-        )
-        elapsed = time.perf_counter() - start
-        metrics = {**client.metrics(), "cpu_s": time.process_time() - cpu}
-        kinds = Counter(o.failure or "ok" for o in outcomes)
-        await client.aclose()
-        return elapsed, metrics, kinds
-
+    served: dict[str, Any] = {}
     try:
-        elapsed, metrics, kinds = asyncio.run(go())
+        yield urls.get(timeout=60), served
     finally:
         stop.set()
-        server = counts.get(timeout=60)
+        served.update(counts.get(timeout=60))
         process.join(timeout=30)
+
+
+def throughput(args: argparse.Namespace) -> dict[str, Any]:
+    with endpoint(args.concurrency, args.latency_s) as (url, server):
+        elapsed, metrics, kinds = asyncio.run(measure_client(url, args))
     bound = args.concurrency / args.latency_s
     rate = args.requests / elapsed
     return {
@@ -107,6 +95,24 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
         "latency_p50_s": metrics["latency_s"]["p50"],
         "latency_p99_s": metrics["latency_s"]["p99"],
     }
+
+
+async def measure_client(
+    url: str, args: argparse.Namespace
+) -> tuple[float, dict[str, Any], Counter[str]]:
+    """Elapsed seconds, client metrics and outcome kinds of ``args.requests`` distinct requests."""
+    config = EndpointConfig.from_mapping(
+        {"base_url": url, "model": "bench", "limits": {"max_in_flight": args.concurrency}}
+    )
+    client = JudgeClient(config)
+    await asyncio.gather(*(client.complete(request(-i)) for i in range(1, args.concurrency + 1)))
+    start, cpu = time.perf_counter(), time.process_time()  # connections open: steady state
+    outcomes = await asyncio.gather(*(client.complete(request(i)) for i in range(args.requests)))
+    elapsed = time.perf_counter() - start
+    metrics = {**client.metrics(), "cpu_s": time.process_time() - cpu}
+    kinds = Counter(o.failure or "ok" for o in outcomes)
+    await client.aclose()
+    return elapsed, metrics, kinds
 
 
 def outage(args: argparse.Namespace) -> dict[str, Any]:
@@ -161,35 +167,23 @@ def outage(args: argparse.Namespace) -> dict[str, Any]:
 def through_pool(args: argparse.Namespace) -> dict[str, Any]:
     from skyrl_rewards.pool.reward_pool import RewardPool
 
-    context = multiprocessing.get_context("spawn")
-    urls, counts, stop = context.Queue(), context.Queue(), context.Event()
-    process = context.Process(
-        target=serve, args=(args.concurrency, args.latency_s, urls, stop, counts)
-    )
-    process.start()
-    url = urls.get(timeout=60)
-    judge = {"base_url": url, "model": "bench", "max_in_flight": args.concurrency}
-    config = {
-        "name": "bench_judge_pool",
-        "num_workers": 1,
-        "local_rewards": [],
-        "rewards": {"judge": {**judge, "template": "{completion}"}},
-    }
-
     def rows(count: int, start: int) -> list[dict[str, Any]]:
         return [{"completion": f"answer {start + i}", "solution": ""} for i in range(count)]
 
-    try:
+    with endpoint(args.concurrency, args.latency_s) as (url, server):
+        judge = {"base_url": url, "model": "bench", "max_in_flight": args.concurrency}
+        config = {
+            "name": "bench_judge_pool",
+            "num_workers": 1,
+            "local_rewards": [],
+            "rewards": {"judge": {**judge, "template": "{completion}"}},
+        }
         with RewardPool.from_config(config) as pool:
             pool.score(rows(args.concurrency, -args.concurrency))  # connections open
             start = time.perf_counter()
             results = pool.score(rows(args.requests, 0))
             elapsed = time.perf_counter() - start
             metrics = pool.metrics()
-    finally:
-        stop.set()
-        server = counts.get(timeout=60)
-        process.join(timeout=30)
     bound = args.concurrency / args.latency_s
     rate = args.requests / elapsed
     (judge_metrics,) = metrics["judge"].values()

@@ -10,6 +10,7 @@ every item gets exactly one result when the lane's actor is killed mid-judging.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -20,6 +21,7 @@ import pytest
 import ray
 from judge_server import JudgeServer
 from ray import cloudpickle
+from ray.cluster_utils import Cluster
 
 from skyrl_rewards.pool.reward_pool import RewardPool
 from skyrl_rewards.rewards.models.lanes import JUDGE_LANE
@@ -140,20 +142,32 @@ def _score_from_another_process(name: str, start: int, count: int) -> list[float
         pool.shutdown()
 
 
-def test_the_endpoint_limits_hold_for_the_whole_pool_across_processes_and_nodes(
-    _ray_session: None,
-) -> None:
-    from ray.cluster_utils import Cluster
+@contextlib.contextmanager
+def two_node_cluster(head_cpus: int) -> Iterator[list[Any]]:
+    """A loopback Ray cluster: a head with ``head_cpus`` and two nodes of 2 CPUs; yields the nodes.
 
+    The session's local Ray is shut down first (the next test that needs it starts it again).
+    """
     if ray.is_initialized():
         ray.shutdown()
     local = {"node_ip_address": "127.0.0.1", "include_dashboard": False}
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, **local})
-    cluster.add_node(num_cpus=2, **local)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, **local})
+    nodes = [cluster.add_node(num_cpus=2, **local) for _ in range(2)]
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, namespace="skyrl_rewards", log_to_driver=False)
-    per_minute = 600.0  # 10 requests per second
     try:
+        yield [cluster, *nodes]
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.mark.multinode
+def test_the_endpoint_limits_hold_for_the_whole_pool_across_processes_and_nodes(
+    _ray_session: None,
+) -> None:
+    per_minute = 600.0  # 10 requests per second
+    with two_node_cluster(head_cpus=2):
         with JudgeServer(reply=grader, latency_s=0.3) as server:
             config = pool_config(
                 "t_judge_limits", server, max_in_flight=3, requests_per_minute=per_minute
@@ -167,9 +181,6 @@ def test_the_endpoint_limits_hold_for_the_whole_pool_across_processes_and_nodes(
                 here = [r.components["judge"] for r in pool.score(rows(60))]
                 there = ray.get(other, timeout=300)
             arrivals = sorted(server.arrivals)
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
     assert here == there == [1.0, 0.0] * 30
     assert server.calls == 120
     assert server.peak <= 3  # in flight, counted at the server, never above the limit
@@ -206,16 +217,7 @@ def test_every_item_gets_one_result_when_the_judge_lane_is_killed_mid_judging(
 def test_every_item_gets_one_result_when_the_judge_lanes_node_goes_away(
     _ray_session: None,
 ) -> None:
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
-    local = {"node_ip_address": "127.0.0.1", "include_dashboard": False}
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, **local})
-    nodes = [cluster.add_node(num_cpus=2, **local) for _ in range(2)]
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace="skyrl_rewards", log_to_driver=False)
-    try:
+    with two_node_cluster(head_cpus=0) as (cluster, *nodes):
         with JudgeServer(reply=grader, latency_s=0.2) as server:
             config = pool_config("t_judge_node", server)
             config["judge_lane"] = {"num_cpus": 1.0}  # on a worker node, not the head
@@ -233,9 +235,6 @@ def test_every_item_gets_one_result_when_the_judge_lanes_node_goes_away(
                 cluster.remove_node(next(n for n in nodes if n.node_id == lane_node))
                 scoring.join(timeout=300)
                 metrics = pool.metrics()
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
     assert not scoring.is_alive()
     assert [r.components["judge"] for r in results] == [1.0, 0.0] * 100
     assert not any(r.should_mask for r in results)
