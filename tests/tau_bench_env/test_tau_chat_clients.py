@@ -114,3 +114,14 @@ def test_user_failing_after_its_retries_ends_the_episode_masked() -> None:
     assert failure.startswith("UserSimulatorError") and "http_status after 2 attempts" in failure
     assert "HTTP 503" in failure and len(server.arrivals) == 3
     assert env.get_metrics()["should_mask"] == 1.0
+
+
+def test_agent_failures_do_not_open_a_breaker_on_other_episodes() -> None:
+    # more consecutive 5xx than the judge's breaker allows (5): the next request is still sent
+    with PlannedServer(lambda n: (500, {}) if n <= 6 else (200, {})) as server:
+        policy = ChatPolicy(PolicyConfig(base_url=server.url, max_retries=0))
+        for _ in range(6):
+            with pytest.raises(PolicyEndpointError, match="http_status after 1 attempts: HTTP 500"):
+                policy.act([{"role": "user", "content": "hi"}], [], 1)
+        assert policy.act([{"role": "user", "content": "hi"}], [], 1).text == "Hello."
+    assert len(server.arrivals) == 7
