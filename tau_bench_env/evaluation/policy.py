@@ -1,7 +1,8 @@
 """The agent under evaluation: a policy behind an OpenAI-compatible chat endpoint.
 
 :class:`ChatPolicy` posts the conversation to ``<base_url>/chat/completions``
-(urllib, no SDK) and turns the reply into the text the env's ``step`` parses:
+(on the judge's chat client, :func:`skyrl_rewards.rewards.models.chat_client.post_chat`)
+and turns the reply into the text the env's ``step`` parses:
 
 - ``tool_mode="native"`` sends the tool schemas as ``tools=`` and reads the
   reply's ``tool_calls``; only the first call is kept (tau-bench's
@@ -12,24 +13,24 @@
   text (Hermes ``<tool_call>``, OpenAI JSON or bare JSON, as the system prompt
   asks) and the env parses them.
 
-Every request has a timeout; connection errors, timeouts and 5xx/429 answers
-are retried with doubling back-off, then :class:`PolicyEndpointError` is
-raised (an outage is an error, never a judgement of the agent).
+Every call has a timeout; connection errors, timeouts and 5xx/429 answers are
+retried with doubling, jittered back-off (a 429's or 503's ``Retry-After`` is
+honoured), then :class:`PolicyEndpointError` is raised naming the cause
+(``connect``, ``timeout``, ``http_status``, ``rate_limited``, ``bad_response``):
+an outage is an error, never a judgement of the agent. Replies are never cached
+(sampling may differ between identical requests).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from skyrl_rewards.rewards.models.chat_client import caller_endpoint, message_problem, post_chat
+
 TOOL_MODES = ("native", "text")
-MAX_BACKOFF_S = 30.0
 
 
 class PolicyEndpointError(RuntimeError):
@@ -57,7 +58,8 @@ class PolicyConfig:
     max_retries: int = 3
     """Retries after a connection error, a timeout or a 5xx/429 answer."""
     backoff_s: float = 1.0
-    """Wait before the first retry, doubled for each further one (at most 30 s)."""
+    """Bound of the wait before the first retry, doubled for each further one (at most
+    30 s; each wait uniform below its bound, at least a 429's ``Retry-After``)."""
 
     def __post_init__(self) -> None:
         if self.tool_mode not in TOOL_MODES:
@@ -84,55 +86,6 @@ class PolicyTurn:
     tool_call_id: str | None
     prompt_tokens: int
     completion_tokens: int
-
-
-def post_chat(
-    url: str,
-    body: Mapping[str, Any],
-    *,
-    api_key_env: str | None,
-    timeout_s: float,
-    max_retries: int,
-    backoff_s: float,
-) -> dict[str, Any]:
-    """POST ``body`` to ``url`` and return the JSON reply, retrying transient failures.
-
-    Raises :class:`PolicyEndpointError` naming the URL and the last failure
-    after ``max_retries + 1`` attempts, or at once on a 4xx (other than 429)
-    or a reply that is not a JSON object.
-    """
-    headers = {"Content-Type": "application/json"}
-    key = os.environ.get(api_key_env) if api_key_env else None
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    data = json.dumps(body).encode("utf-8")
-    last_error = ""
-    for attempt in range(max_retries + 1):
-        if attempt:
-            time.sleep(min(backoff_s * 2.0 ** (attempt - 1), MAX_BACKOFF_S))
-        request = urllib.request.Request(url, data=data, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as error:
-            last_error = f"HTTP {error.code} from {url}"
-            if error.code == 429 or error.code >= 500:
-                continue
-            raise PolicyEndpointError(last_error) from error
-        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as error:
-            last_error = f"cannot reach {url}: {error}"
-            continue
-        try:
-            payload = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise PolicyEndpointError(f"{url} answered with invalid JSON") from error
-        if not isinstance(payload, dict):
-            raise PolicyEndpointError(f"{url} answered with JSON that is not an object")
-        return payload
-    raise PolicyEndpointError(
-        f"{last_error} (after {max_retries + 1} attempts; check that the server is up "
-        "and the base URL ends in /v1)"
-    )
 
 
 def _usage(payload: Mapping[str, Any]) -> tuple[int, int]:
@@ -174,6 +127,14 @@ class ChatPolicy:
     def __init__(self, config: PolicyConfig) -> None:
         self.config = config
         self._url = config.base_url.rstrip("/") + "/chat/completions"
+        self._endpoint = caller_endpoint(
+            config.base_url,
+            config.model,
+            api_key_env=config.api_key_env,
+            timeout_s=config.timeout_s,
+            max_retries=config.max_retries,
+            backoff_s=config.backoff_s,
+        )
 
     def act(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], turn: int
@@ -194,20 +155,14 @@ class ChatPolicy:
             body["max_tokens"] = config.max_tokens
         if config.tool_mode == "native":
             body["tools"] = list(tools)
-        payload = post_chat(
-            self._url,
-            body,
-            api_key_env=config.api_key_env,
-            timeout_s=config.timeout_s,
-            max_retries=config.max_retries,
-            backoff_s=config.backoff_s,
-        )
-        try:
-            message = payload["choices"][0]["message"]
-        except (KeyError, IndexError, TypeError) as error:
-            raise PolicyEndpointError(f"{self._url} answered without choices[0].message") from error
-        if not isinstance(message, Mapping):
-            raise PolicyEndpointError(f"{self._url} answered with a non-object message")
+        reply = post_chat(self._endpoint, body, message_problem)
+        if not reply.ok or reply.data is None:
+            raise PolicyEndpointError(
+                f"agent endpoint {self._url}: {reply.failure} after {reply.calls} attempts: "
+                f"{reply.message}; check that the server is up and the base URL ends in /v1"
+            )
+        payload = reply.data
+        message = payload["choices"][0]["message"]
         content = message.get("content")
         content = content if isinstance(content, str) else ""
         prompt_tokens, completion_tokens = _usage(payload)

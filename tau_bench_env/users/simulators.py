@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -159,11 +156,15 @@ class OpenAIUser:
     """A user played by a model behind an OpenAI-compatible ``/chat/completions``.
 
     The API key is read from the environment variable named ``api_key_env``
-    (no key is sent when it is unset, as local servers need none). Each
-    request has a timeout of ``timeout_s`` and is retried ``max_retries``
-    times on connection errors and 5xx/429 answers, waiting ``backoff_s``
-    seconds and doubling the wait each time; then
-    :class:`UserSimulatorError` is raised.
+    (no key is sent when it is unset, as local servers need none). Requests go
+    through the judge's chat client
+    (:func:`skyrl_rewards.rewards.models.chat_client.post_chat`, imported on the
+    first request; never cached). Each call has a timeout of ``timeout_s`` and is
+    retried ``max_retries`` times on connection errors, timeouts and 5xx/429
+    answers, the first wait bounded by ``backoff_s`` seconds and the bound
+    doubling each time (jittered; at least a 429's ``Retry-After``); then
+    :class:`UserSimulatorError` is raised naming the cause (``connect``,
+    ``timeout``, ``http_status``, ``rate_limited``, ``bad_response``).
 
     With user tools bound (:meth:`bind_tools`), requests carry the tool
     schemas; each tool call the model answers with is run and its result sent
@@ -190,6 +191,7 @@ class OpenAIUser:
         max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
     ) -> None:
         self._url = base_url.rstrip("/") + "/chat/completions"
+        self._base_url = base_url
         self._model = model
         self._api_key_env = api_key_env
         self._temperature = temperature
@@ -283,41 +285,27 @@ class OpenAIUser:
             body["tools"] = list(self._tools)
             if tool_choice_none:
                 body["tool_choice"] = "none"
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self._api_key_env) if self._api_key_env else None
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        request = urllib.request.Request(
-            self._url, data=json.dumps(body).encode("utf-8"), headers=headers, method="POST"
+        from skyrl_rewards.rewards.models.chat_client import (
+            caller_endpoint,
+            message_problem,
+            post_chat,
         )
-        last_error = ""
-        for attempt in range(self._max_retries + 1):
-            if attempt:
-                time.sleep(min(self._backoff_s * 2.0 ** (attempt - 1), 30.0))
-            try:
-                with urllib.request.urlopen(request, timeout=self._timeout_s) as response:
-                    payload = json.loads(response.read().decode("utf-8"))
-            except urllib.error.HTTPError as error:
-                last_error = f"HTTP {error.code} from {self._url}"
-                if error.code == 429 or error.code >= 500:
-                    continue
-                raise UserSimulatorError(last_error) from error
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
-                last_error = f"cannot reach {self._url}: {error}"
-                continue
-            except json.JSONDecodeError as error:
-                raise UserSimulatorError(f"{self._url} answered with invalid JSON") from error
-            return self._content(payload)
-        raise UserSimulatorError(f"{last_error} (after {self._max_retries + 1} attempts)")
 
-    def _content(self, payload: Any) -> dict[str, Any]:
-        try:
-            message = payload["choices"][0]["message"]
-        except (KeyError, IndexError, TypeError) as error:
-            raise UserSimulatorError(f"{self._url} answered without choices[0].message") from error
-        if not isinstance(message, dict):
-            raise UserSimulatorError(f"{self._url} answered without choices[0].message")
-        return message
+        endpoint = caller_endpoint(
+            self._base_url,
+            self._model,
+            api_key_env=self._api_key_env,
+            timeout_s=self._timeout_s,
+            max_retries=self._max_retries,
+            backoff_s=self._backoff_s,
+        )
+        reply = post_chat(endpoint, body, message_problem)
+        if not reply.ok or reply.data is None:
+            raise UserSimulatorError(
+                f"user endpoint {self._url}: {reply.failure} after {reply.calls} attempts: "
+                f"{reply.message}"
+            )
+        return reply.data["choices"][0]["message"]
 
 
 def _call_id(call: Any) -> str:

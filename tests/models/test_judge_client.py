@@ -238,3 +238,12 @@ def test_failures_are_not_cached() -> None:
 def test_bad_endpoint_settings_are_named(fields: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         EndpointConfig.from_mapping({"base_url": "http://h/v1", "model": "m", **fields})
+
+
+def test_breaker_can_be_off() -> None:
+    with JudgeServer() as server:
+        server.down = True
+        cfg = config(server, breaker={"failures": None}, max_retries=0)
+        outcomes, metrics = run(cfg, [request(str(i)) for i in range(8)])
+    assert {o.failure for o in outcomes} == {"connect"} and server.calls == 8
+    assert metrics["breaker"] == {"state": "off", "opens": 0}
