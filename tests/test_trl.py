@@ -87,9 +87,9 @@ def load_tokenizer(folder: Path) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast.from_pretrained(folder)
 
 
-def tiny_model(tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
-    torch.manual_seed(0)
-    config = Qwen2Config(
+def tiny_config(tokenizer: PreTrainedTokenizerFast, **fields: Any) -> Qwen2Config:
+    """A one-layer Qwen2 of hidden size 16 over ``tokenizer``'s vocabulary (``fields`` added)."""
+    return Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=16,
         intermediate_size=32,
@@ -98,9 +98,13 @@ def tiny_model(tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
         num_key_value_heads=1,
         max_position_embeddings=256,
         pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        **fields,
     )
-    return Qwen2ForCausalLM(config)
+
+
+def tiny_model(tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(tiny_config(tokenizer, eos_token_id=tokenizer.eos_token_id))
 
 
 def grpo_args(output_dir: Path, **overrides: Any) -> GRPOConfig:
@@ -398,18 +402,7 @@ def test_a_reward_model_scores_inside_the_trainer(tokenizer_dir: Path, tmp_path:
 
     tokenizer = load_tokenizer(tokenizer_dir)
     torch.manual_seed(1)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=256,
-        pad_token_id=tokenizer.pad_token_id,
-        num_labels=1,
-        initializer_range=0.5,
-    )
+    config = tiny_config(tokenizer, num_labels=1, initializer_range=0.5)
     rm_dir = tmp_path / "rm"
     Qwen2ForSequenceClassification(config).save_pretrained(rm_dir)
     tokenizer.save_pretrained(rm_dir)
