@@ -153,11 +153,17 @@ def test_pool_start_names_a_typo_before_joining_a_cluster(override: str, message
 
 
 class _NoDriverCheck:
-    """Stands in for the driver's mix check, so the workers get the bad mix (the path under test)."""
+    """Stands in for the driver's mix check, so the workers get the bad mix (the path under test).
+
+    The mix it gives asks for no model lane.
+    """
 
     @staticmethod
-    def from_config(rewards: object) -> None:
-        return None
+    def from_config(rewards: object) -> _NoDriverCheck:
+        return _NoDriverCheck()
+
+    def lanes(self) -> frozenset[str]:
+        return frozenset()
 
 
 def test_a_worker_that_fails_to_load_puts_its_own_error_in_the_message(ray_local: None) -> None:

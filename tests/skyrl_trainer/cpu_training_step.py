@@ -111,7 +111,7 @@ def tau_data(out: Path) -> tuple[list[Path], dict[str, list[str]], list[str]]:
     """Two retail tasks that write data: gold actions for sample 0, goodbye for sample 1."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from tau_bench_env.tasks import RESPOND
+    from tau_bench_env.data_model.tasks import RESPOND
 
     from tau_bench_env.backends import load_domain
 
