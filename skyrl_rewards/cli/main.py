@@ -311,6 +311,8 @@ def cmd_pool_status(args: argparse.Namespace) -> int:
         f"{info['workers_pending']} pending{failed})"
     )
     print(f"worker_replacements: {info['worker_replacements']}")
+    for lane, counts in info["lanes"].items():
+        print(f"{lane} lane: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
     print(f"rewards: {format_mix(info['rewards'])}")
     for key in ("batch_size", "timeout_s", "max_retries", "fallback", "placement"):
         print(f"{key}: {info['config'][key]}")

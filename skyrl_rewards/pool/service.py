@@ -135,7 +135,10 @@ def start(config: PoolConfig) -> dict[str, Any]:
 def status(
     name: str, *, namespace: str = PoolConfig.namespace, address: str | None = None
 ) -> dict[str, Any]:
-    """The running pool's settings, its workers running and pending, and replacements so far."""
+    """The running pool's settings, its workers running and pending, and replacements so far.
+
+    ``lanes``: per model lane (judge, reward model) its actors by state (``running``, ...).
+    """
     _connect(address, namespace)
     directory = _directory(name, namespace)
     config = ray.get(directory.config.remote(), timeout=_STOP_WAIT_S)
@@ -143,6 +146,7 @@ def status(
         generation for generation, _ in ray.get(directory.workers.remote(), timeout=_STOP_WAIT_S)
     ]
     states = ray.get(directory.worker_states.remote(), timeout=_STOP_WAIT_S)
+    lanes = ray.get(directory.lane_states.remote(), timeout=_STOP_WAIT_S)
     return {
         "name": name,
         "namespace": namespace,
@@ -151,6 +155,10 @@ def status(
         "workers_pending": states.count("pending"),
         "workers_failed": states.count("failed"),
         "worker_replacements": sum(generations),
+        "lanes": {
+            lane: {s: lane_states.count(s) for s in set(lane_states)}
+            for lane, lane_states in lanes.items()
+        },
         "rewards": config["rewards"],
         "config": config,
     }

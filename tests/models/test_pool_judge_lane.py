@@ -23,6 +23,7 @@ from judge_server import JudgeServer
 from ray import cloudpickle
 from ray.cluster_utils import Cluster
 
+from skyrl_rewards.pool import service
 from skyrl_rewards.pool.reward_pool import RewardPool
 from skyrl_rewards.rewards.models.lanes import JUDGE_LANE
 from skyrl_rewards.rewards.result import Status
@@ -77,6 +78,8 @@ def test_a_mix_of_rules_and_a_judge_scores_each_item_once_in_order(
     with RewardPool.from_config(pool_config("t_judge_mix", server)) as pool:
         results = pool.score(rows(40) + rows(40))  # the second half repeats the first
         metrics = pool.metrics()
+        status = service.status("t_judge_mix")
+    assert status["lanes"] == {JUDGE_LANE: {"running": 1}}
     assert [r.components["judge"] for r in results] == [1.0, 0.0] * 40
     assert all(r.components["format"] == 1.0 and r.ok for r in results)
     assert [r.total for r in results[:2]] == [1.5, 0.5]
