@@ -20,6 +20,7 @@ settles the outcome (a failure settles masked, with its cause).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,6 +37,8 @@ from skyrl_rewards.rewards.result import ComponentScore, Status
 ScoreTuple = tuple[float, str, str]
 """``(value, status, error)``: a :class:`ComponentScore` as it crosses Ray."""
 
+logger = logging.getLogger(__name__)
+
 
 def _as_tuple(score: ComponentScore) -> ScoreTuple:
     return float(score.value), score.status.value, score.error
@@ -45,6 +48,23 @@ def _where() -> tuple[int, str]:
     import ray
 
     return os.getpid(), ray.get_runtime_context().get_node_id()
+
+
+def _request(mix: RewardMix, name: str, sample: Mapping[str, Any]) -> ModelRequest | ScoreTuple:
+    """Component ``name``'s request for ``sample``, or the error score of a row it cannot build.
+
+    A ``ValueError`` is the row's fault (a missing field, an unreadable image); any
+    other exception is a bug, logged with its traceback, and scores this item only.
+    """
+    try:
+        return mix.component(name).lane_request(sample)
+    except ValueError as error:
+        return _as_tuple(ComponentScore(0.0, Status.ERROR, f"{name}: {error}"))
+    except Exception as error:  # noqa: BLE001 - one bad row must not fail the call's others
+        logger.exception("reward %s failed to build its model request", name)
+        return _as_tuple(
+            ComponentScore(0.0, Status.ERROR, f"{name}: {type(error).__name__}: {error}")
+        )
 
 
 def _lane_endpoints(mix: RewardMix, lane: str) -> dict[str, dict[str, Any]]:
@@ -82,16 +102,14 @@ class JudgeLane:
         )
 
     async def _score(self, sample: Mapping[str, Any], name: str) -> ScoreTuple:
-        component = self._mix.component(name)
-        try:
-            request = component.lane_request(sample)
-        except ValueError as error:
-            return _as_tuple(ComponentScore(0.0, Status.ERROR, f"{name}: {error}"))
+        request = _request(self._mix, name, sample)
+        if not isinstance(request, ModelRequest):
+            return request
         client = self._clients.get(request.endpoint)
         if client is None:  # a bug: the component named an endpoint it did not declare
             return _as_tuple(ComponentScore(0.0, Status.ERROR, f"{name}: unknown judge endpoint"))
         outcome = await client.complete(request)
-        return _as_tuple(component.settle(request, outcome))
+        return _as_tuple(self._mix.component(name).settle(request, outcome))
 
     async def metrics(self) -> dict[str, Any]:
         """Per endpoint (``model@base_url``): the judge client's counters (see ``JudgeClient``)."""
@@ -131,12 +149,11 @@ class RewardModelWorker:
         scores: list[ScoreTuple | None] = [None] * len(tasks)
         pending: list[tuple[int, str, ModelRequest]] = []
         for position, (index, name) in enumerate(tasks):
-            try:
-                request = self._mix.component(name).lane_request(samples[index])
-            except ValueError as error:
-                scores[position] = _as_tuple(ComponentScore(0.0, Status.ERROR, f"{name}: {error}"))
-                continue
-            pending.append((position, name, request))
+            request = _request(self._mix, name, samples[index])
+            if isinstance(request, ModelRequest):
+                pending.append((position, name, request))
+            else:
+                scores[position] = request
         outcomes: list[ModelOutcome] = run_requests(
             [request for _, _, request in pending], self._endpoints
         )
