@@ -111,9 +111,9 @@ def tau_data(out: Path) -> tuple[list[Path], dict[str, list[str]], list[str]]:
     """Two retail tasks that write data: gold actions for sample 0, goodbye for sample 1."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from tau_bench_env.data_model.tasks import RESPOND
 
     from tau_bench_env.backends import load_domain
+    from tau_bench_env.data_model.tasks import RESPOND
 
     parquet = out / "tau.parquet"
     subprocess.run(
