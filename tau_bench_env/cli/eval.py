@@ -147,6 +147,7 @@ def report(summary: dict[str, Any], spec: EvalSpec, out: Path) -> str:
     """The summary as text (what ``eval`` prints without ``--json``)."""
     lines = [
         f"backend: {spec.env.backend}  domain: {spec.domain}  split: {spec.split}",
+        f"task set: {summary['task_set']['label']}",
         f"episodes judged: {summary['episodes']}  errors: {summary['errors']}  "
         f"missing: {summary['missing']}",
         "success rate: n/a (no episode judged)"

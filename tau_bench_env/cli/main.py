@@ -33,13 +33,14 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from tau_bench_env.backends import BACKENDS, load_domain
+from tau_bench_env.backends import BACKENDS, Domain, installed_backends, load_domain
 from tau_bench_env.cli.eval import add_eval_parser, run_eval
+from tau_bench_env.config import OFFICIAL_TAU2_BACKENDS
 from tau_bench_env.rescoring.rescore import (
     FORMATS,
     REWARDS,
-    TAU2_REWARD_BACKEND,
     detect_format,
     rescore,
     summarize,
@@ -63,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     rescore_cmd.add_argument(
         "--backend",
         choices=sorted(BACKENDS),
-        help=f"default {DEFAULT_BACKEND}; {TAU2_REWARD_BACKEND} with --reward tau2",
+        help=f"default {DEFAULT_BACKEND}; with --reward tau2 the installed one of "
+        f"{', '.join(OFFICIAL_TAU2_BACKENDS)}",
     )
     rescore_cmd.add_argument(
         "--format", choices=FORMATS, help="results format (default: detected from the file)"
@@ -83,6 +85,11 @@ def _parser() -> argparse.ArgumentParser:
         "--strict-outputs",
         action="store_true",
         help="outputs must appear as whole tokens, numbers compared by value",
+    )
+    rescore_cmd.add_argument(
+        "--fresh-tasks",
+        action="store_true",
+        help="tau2 files: score against the backend's task set, not the tasks the file holds",
     )
     rescore_cmd.add_argument(
         "--keep-diverged",
@@ -146,6 +153,7 @@ def _report(
     lines = [
         f"results: {results} ({setting['format']})",
         f"backend: {setting['backend']}  domain: {setting['domain']}  reward: {setting['reward']}",
+        task_set_line(summary["task_set"]),
         f"runs: {summary['runs']}",
         *_divergence_lines(summary, messages, kept),
         *_foreign_lines(summary, setting["domain"], user_tools),
@@ -170,8 +178,35 @@ def _setting(args: argparse.Namespace, runs: object) -> dict[str, str]:
     domain = args.domain or (recorded_domain(runs) if fmt == "tau2" else None)
     if domain is None:
         raise ValueError(f"--domain is required: the {fmt} file does not name its domain")
-    backend = args.backend or (TAU2_REWARD_BACKEND if args.reward == "tau2" else DEFAULT_BACKEND)
+    backend = args.backend or (_official_backend() if args.reward == "tau2" else DEFAULT_BACKEND)
     return {"format": fmt, "domain": domain, "backend": backend, "reward": args.reward}
+
+
+def _official_backend() -> str:
+    """The installed backend of tau2-bench's own code (``tau2_bench`` first), else the first."""
+    installed = [name for name in OFFICIAL_TAU2_BACKENDS if name in installed_backends()]
+    return installed[-1] if installed else OFFICIAL_TAU2_BACKENDS[0]
+
+
+def task_set_summary(domain: Domain, fmt: str, *, fresh: bool, tasks: int) -> dict[str, Any]:
+    """What the runs were scored against: ``scored_against`` (``"backend"``: the domain's
+    task set; ``"file"``: the tasks a tau2 file holds, ``file_tasks`` of them) and the
+    backend's task set (:class:`~tau_bench_env.backends.task_sets.TaskSet` fields)."""
+    against = "file" if fmt == "tau2" and not fresh else "backend"
+    found = {"scored_against": against, **domain.task_set.to_dict()}
+    if against == "file":
+        found["file_tasks"] = tasks
+    return found
+
+
+def task_set_line(found: dict[str, Any]) -> str:
+    """The summary's ``task set:`` line."""
+    if found["scored_against"] == "file":
+        return (
+            f"task set: the {found['file_tasks']} tasks the file holds; the backend's is "
+            f"{found['label']} (--fresh-tasks scores against it)"
+        )
+    return f"task set: {found['label']}"
 
 
 def _error(message: str) -> int:
@@ -195,9 +230,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             reward=args.reward,
             score_truncated=args.score_truncated,
             strict_outputs=args.strict_outputs,
+            use_fresh_tasks=args.fresh_tasks,
         )
         trials = recorded_trials(runs) if setting["format"] == "tau2" else None
         summary = summarize(scores, keep_diverged=args.keep_diverged, max_k=trials)
+        summary["task_set"] = task_set_summary(
+            domain,
+            setting["format"],
+            fresh=args.fresh_tasks,
+            tasks=len({s.task_id for s in scores}),
+        )
     except (OSError, ResultsFileError) as error:
         return _error(str(error))
     except ValueError as error:

