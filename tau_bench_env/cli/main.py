@@ -91,6 +91,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="tau2 files: score against the backend's task set, not the tasks the file holds",
     )
+    judge = rescore_cmd.add_argument_group(
+        "NL-assertion judge (--reward tau2; an OpenAI-compatible chat endpoint)"
+    )
+    judge.add_argument("--judge-base-url", help="e.g. http://127.0.0.1:8000/v1")
+    judge.add_argument("--judge-model", help="tau2-bench 1.x's own judge: gpt-4.1-2025-04-14")
+    judge.add_argument(
+        "--judge-api-key-env", help="environment variable holding the API key (default: none)"
+    )
     rescore_cmd.add_argument(
         "--keep-diverged",
         action="store_true",
@@ -146,6 +154,16 @@ def _share(value: float | None) -> str:
     return "n/a (no run scored)" if value is None else f"{value:.4f}"
 
 
+def _left_out_lines(summary: dict) -> list[str]:
+    """The runs that are no judgement, each with its cause."""
+    if not summary["left_out"]:
+        return []
+    lines = [f"left out (no judgement): {summary['left_out']} of {summary['runs']} runs"]
+    for item in summary["left_out_runs"][:20]:
+        lines.append(f"  task_id={item['task_id']} trial={item['trial']}: {item['detail']}")
+    return lines
+
+
 def _report(
     summary: dict, results: Path, setting: dict[str, str], kept: bool, user_tools: set[str]
 ) -> str:
@@ -157,6 +175,7 @@ def _report(
         f"runs: {summary['runs']}",
         *_divergence_lines(summary, messages, kept),
         *_foreign_lines(summary, setting["domain"], user_tools),
+        *_left_out_lines(summary),
         f"scored: {summary['scored']}",
         f"success rate: {_share(summary['success_rate'])}",
         "pass^k:",
@@ -180,6 +199,17 @@ def _setting(args: argparse.Namespace, runs: object) -> dict[str, str]:
         raise ValueError(f"--domain is required: the {fmt} file does not name its domain")
     backend = args.backend or (_official_backend() if args.reward == "tau2" else DEFAULT_BACKEND)
     return {"format": fmt, "domain": domain, "backend": backend, "reward": args.reward}
+
+
+def _judge(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The judge endpoint the flags give, or None; ``ValueError`` naming the missing flag."""
+    given = {"base_url": args.judge_base_url, "model": args.judge_model}
+    if not any(given.values()):
+        return None
+    for key, value in given.items():
+        if not value:
+            raise ValueError(f"--judge-{key.replace('_', '-')} is required with a judge")
+    return {**given, "api_key_env": args.judge_api_key_env}
 
 
 def _official_backend() -> str:
@@ -231,6 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             score_truncated=args.score_truncated,
             strict_outputs=args.strict_outputs,
             use_fresh_tasks=args.fresh_tasks,
+            judge=_judge(args),
         )
         trials = recorded_trials(runs) if setting["format"] == "tau2" else None
         summary = summarize(scores, keep_diverged=args.keep_diverged, max_k=trials)

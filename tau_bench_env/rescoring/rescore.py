@@ -54,9 +54,16 @@ from tau_bench_env.backends.protocol import Domain
 from tau_bench_env.config import OFFICIAL_TAU2_BACKENDS
 from tau_bench_env.data_model.tasks import RESPOND, task_from_dict
 from tau_bench_env.episode.episode import Episode
-from tau_bench_env.episode.nvidia_tau2_reward import Tau2RewardResult, score_tau2
+from tau_bench_env.episode.nl_assertions import NLVerdict, judge_many
+from tau_bench_env.episode.nvidia_tau2_reward import (
+    Tau2RewardResult,
+    needs_judge,
+    nl_statements,
+    score_tau2,
+)
 from tau_bench_env.episode.reward import RewardResult
 from tau_bench_env.rescoring.tau2_results import (
+    INFRASTRUCTURE_REASONS,
     RecordedResult,
     Tau2Simulation,
     agent_tool_names,
@@ -184,6 +191,10 @@ class RunScore:
     first_divergence: Divergence | None = None
     foreign_tools: tuple[str, ...] = ()
     """The tools the agent called when the domain has none of them (tau2 files), else ``()``."""
+    left_out: str = ""
+    """Why the run is no judgement and stays out of the figures (``"infrastructure_error"``:
+    tau2 1.x's termination reason, which its metrics leave out; ``"judge_failure"``: no
+    verdict from the NL-assertion judge), ``""`` for a judged run."""
 
     @property
     def agrees(self) -> bool:
@@ -619,8 +630,14 @@ def replay_simulation(
     reward: str = "hash",
     score_truncated: bool = False,
     strict_outputs: bool = False,
+    verdict: NLVerdict | None = None,
 ) -> RunScore:
     """Replay one tau2 simulation from its task's initial data and score it with ``reward``.
+
+    ``verdict`` is the NL-assertion judge's grading of the run (``reward="tau2"``,
+    asked by :func:`rescore` for every run at once); a failed one leaves the run
+    out of the figures (``left_out="judge_failure"``), as does an
+    ``infrastructure_error`` ending.
 
     The user's tool calls run on the user's side (:meth:`Episode.call_user_tool`);
     the task's message history is the episode's opening (already applied).
@@ -658,11 +675,16 @@ def replay_simulation(
         results.check(turn.result, observation, name, requestor=turn.requestor, ran=ran)
     truncated = not simulation.stopped
     result: RewardResult | Tau2RewardResult
+    left_out = (
+        "infrastructure_error" if simulation.termination_reason in INFRASTRUCTURE_REASONS else ""
+    )
     if reward == "tau2":
         try:
-            result = score_tau2(episode, truncated=truncated)
+            result = score_tau2(episode, truncated=truncated, verdict=verdict)
         except ValueError as error:
             raise ValueError(f"{simulation.where}: {error}") from error
+        if result.judge_failure:
+            left_out = left_out or "judge_failure"
     else:
         result = episode.score(
             truncated=truncated,
@@ -679,7 +701,35 @@ def replay_simulation(
         results.diverged,
         results.first,
         foreign_tools(domain, simulation),
+        left_out,
     )
+
+
+def judge_verdicts(
+    simulations: Sequence[Tau2Simulation], judge: Mapping[str, Any] | None
+) -> list[NLVerdict | None]:
+    """The NL-assertion judge's verdict on each run that needs one, asked all at once.
+
+    A run needs one when it stopped normally and its task has assertions in its
+    reward basis (:func:`~tau_bench_env.episode.nvidia_tau2_reward.needs_judge`);
+    the judge reads the file's own messages (:attr:`Tau2Simulation.transcript`).
+    None for the others, and for every run when ``judge`` is None.
+    """
+    if judge is None:
+        return [None] * len(simulations)
+    asked = [
+        index
+        for index, simulation in enumerate(simulations)
+        if simulation.stopped and needs_judge(tau2_task(simulation))
+    ]
+    graded = judge_many(
+        [(simulations[i].transcript, nl_statements(tau2_task(simulations[i]))) for i in asked],
+        judge,
+    )
+    verdicts: list[NLVerdict | None] = [None] * len(simulations)
+    for index, verdict in zip(asked, graded, strict=True):
+        verdicts[index] = verdict
+    return verdicts
 
 
 def pass_hat_k(scores: Sequence[RunScore], *, max_k: int | None = None) -> dict[int, float]:
@@ -729,10 +779,12 @@ def summarize(
     that do not agree, with the check that failed. ``foreign``: the runs whose
     agent called only tools the domain lacks (tau2 files), scored like the
     others and listed in ``foreign_runs`` (the tools, those of them that are
-    the user's, the reward).
+    the user's, the reward). ``left_out``: the runs that are no judgement
+    (:attr:`RunScore.left_out`), out of every figure and listed in
+    ``left_out_runs`` with the cause (pass^k counts a task's other runs).
     """
     diverged_tasks = set() if keep_diverged else {s.task_id for s in scores if s.diverged}
-    scored = [s for s in scores if keep_diverged or not s.diverged]
+    scored = [s for s in scores if not s.left_out and (keep_diverged or not s.diverged)]
     count = len(scored)
     successes = sum(1 for s in scored if abs(s.reward - 1.0) <= SUCCESS_TOLERANCE)
     whole_tasks = [s for s in scored if s.task_id not in diverged_tasks]
@@ -755,6 +807,17 @@ def summarize(
             }
             for s in scored
             if not s.agrees
+        ],
+        "left_out": sum(1 for s in scores if s.left_out),
+        "left_out_runs": [
+            {
+                "task_id": s.task_id,
+                "trial": s.trial,
+                "cause": s.left_out,
+                "detail": getattr(s.result, "judge_failure", "") or s.left_out,
+            }
+            for s in scores
+            if s.left_out
         ],
         "foreign": sum(1 for s in scores if s.foreign_tools),
         "foreign_runs": [
@@ -808,11 +871,14 @@ def rescore(
     score_truncated: bool = False,
     strict_outputs: bool = False,
     use_fresh_tasks: bool = False,
+    judge: Mapping[str, Any] | None = None,
 ) -> list[RunScore]:
     """Re-score every run of a parsed results file, in file order.
 
     A tau2 file's runs are scored against the file's own tasks, or with
-    ``use_fresh_tasks`` against ``domain``'s (:func:`fresh_tasks`).
+    ``use_fresh_tasks`` against ``domain``'s (:func:`fresh_tasks`). ``judge``
+    (an endpoint configuration) grades NL assertions for ``reward="tau2"``
+    (:func:`judge_verdicts`); without it a run that needs one is refused.
 
     ``runs`` is tau-bench's list of runs or tau2's results object;
     ``results_format`` (``"tau_bench"``, ``"tau2"``) forces one, None detects it
@@ -843,7 +909,11 @@ def rescore(
         for simulation in simulations:
             if why := unreplayable(domain, simulation):
                 raise ValueError(why)
-        return [replay_simulation(domain, s, reward=reward, **options) for s in simulations]
+        verdicts = judge_verdicts(simulations, judge if reward == "tau2" else None)
+        return [
+            replay_simulation(domain, s, reward=reward, verdict=v, **options)
+            for s, v in zip(simulations, verdicts, strict=True)
+        ]
     if use_fresh_tasks:
         raise ValueError("--fresh-tasks is for tau2 files (tau-bench files name no task JSON)")
     if not isinstance(runs, Sequence) or isinstance(runs, (str, bytes)):

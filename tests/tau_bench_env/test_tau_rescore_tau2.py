@@ -497,7 +497,8 @@ def test_summary_keeps_the_tau_bench_shape() -> None:
     tau_bench_keys = {"runs", "success_rate", "agreement", "pass_hat_k", "disagreements"}
     divergence_keys = {"scored", "diverged", "tool_results", "divergences"}
     foreign_keys = {"foreign", "foreign_runs"}
-    assert set(summary) == tau_bench_keys | divergence_keys | foreign_keys
+    left_out_keys = {"left_out", "left_out_runs"}
+    assert set(summary) == tau_bench_keys | divergence_keys | foreign_keys | left_out_keys
     assert summary["pass_hat_k"] == pytest.approx({"1": 2 / 6, "2": 0.0, "3": 0.0})
 
 
