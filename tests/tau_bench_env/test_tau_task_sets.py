@@ -295,3 +295,68 @@ def test_judge_flags_come_in_pairs(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["rescore", str(DATA / "tau2_airline_results.json"), "--judge-base-url", "http://h/v1"]
     assert main(args) == 2
     assert "--judge-model is required with a judge" in capsys.readouterr().err
+
+
+# --- eval on tau2-bench 1.x: retail's NL assertions through the judge ---------------------------
+
+tau2_bench_only = pytest.mark.skipif(
+    "tau2_bench" not in installed_backends(), reason="tau2-bench is not installed"
+)
+
+
+def _retail_test_tasks() -> tuple[list[int], list[int]]:
+    """Indices in retail's test split of tasks with assertions to grade, and of tasks without."""
+    from tau_bench_env.episode.nvidia_tau2_reward import needs_judge
+
+    tasks = load_domain("tau2_bench", "retail").tasks("test")
+    judged = [i for i, t in enumerate(tasks) if needs_judge(t)]
+    unjudged = [i for i, t in enumerate(tasks) if not needs_judge(t)]
+    return judged, unjudged
+
+
+@tau2_bench_only
+@pytest.mark.parametrize("met", [True, False])
+def test_eval_grades_retail_nl_assertions_with_the_judge(
+    met: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tau_eval_helpers import AgentServer, UserServer
+
+    judged, unjudged = _retail_test_tasks()
+    assert judged and unjudged  # 1.x: assertions in some retail bases, empty in others
+    indices = judged[:2] + unjudged[:1]
+    domain = load_domain("tau2_bench", "retail")
+    tasks = domain.tasks("test")
+    chosen = [tasks[i] for i in indices]
+
+    def verdict(body: dict[str, Any]) -> str:
+        asked = body["messages"][1]["content"].split("expectedOutcomes:")[1]
+        statements = next(
+            s for s in (t.criteria["nl_assertions"] for t in chosen) if str(s) in asked
+        )
+        results = [
+            {"expectedOutcome": a, "reasoning": "r", "metExpectation": met} for a in statements
+        ]
+        return json.dumps({"results": results})
+
+    with (
+        AgentServer(domain, tasks).running() as agent,
+        UserServer(chosen).running() as user,
+        JudgeServer(reply=verdict) as judge,
+    ):
+        args = ["eval", "--backend", "tau2_bench", "--domain", "retail", "--split", "test"]
+        args += ["--tasks", ",".join(map(str, indices)), "--out", str(tmp_path / "run")]
+        args += ["--reward", "tau2", "--judge-base-url", judge.url, "--judge-model", "judge"]
+        args += ["--agent-base-url", agent.base_url, "--agent-model", "scripted"]
+        args += ["--user-kind", "openai", "--user-base-url", user.base_url, "--user-model", "u"]
+        assert main([*args, "--no-progress", "--json"]) == 0
+        calls = judge.calls
+    summary = json.loads(capsys.readouterr().out)
+    assert calls == 2  # one per episode with assertions, none for the task without
+    rewards = {int(k): v["rewards"] for k, v in summary["per_task"].items()}
+    assert rewards == {
+        judged[0]: [1.0 if met else 0.0],
+        judged[1]: [1.0 if met else 0.0],
+        unjudged[0]: [1.0],
+    }
+    assert summary["task_set"]["source"] == "tau2-bench"
+    assert summary["task_set"]["release"] == SINCE_1_0
