@@ -360,3 +360,29 @@ def test_eval_grades_retail_nl_assertions_with_the_judge(
     }
     assert summary["task_set"]["source"] == "tau2-bench"
     assert summary["task_set"]["release"] == SINCE_1_0
+
+
+@tau2_bench_only
+def test_eval_judge_outage_is_an_error_not_a_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tau_eval_helpers import AgentServer, UserServer
+
+    judged, _ = _retail_test_tasks()
+    domain = load_domain("tau2_bench", "retail")
+    tasks = domain.tasks("test")
+    with (
+        AgentServer(domain, tasks).running() as agent,
+        UserServer([tasks[judged[0]]]).running() as user,
+        JudgeServer(plan=lambda n, body: Response(status=503, text="down")) as judge,
+    ):
+        args = ["eval", "--backend", "tau2_bench", "--domain", "retail", "--split", "test"]
+        args += ["--tasks", str(judged[0]), "--out", str(tmp_path / "run"), "--reward", "tau2"]
+        args += ["--judge-base-url", judge.url, "--judge-model", "judge"]
+        args += ["--agent-base-url", agent.base_url, "--agent-model", "scripted"]
+        args += ["--user-kind", "openai", "--user-base-url", user.base_url, "--user-model", "u"]
+        assert main([*args, "--no-progress", "--json"]) == 1  # errors: rerun with --resume
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["episodes"] == 0 and summary["success_rate"] is None
+    (error,) = summary["error_list"]
+    assert error["kind"] == "env" and "judge" in error["cause"]
