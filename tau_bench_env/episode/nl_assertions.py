@@ -158,13 +158,30 @@ def judge_nl_assertions(
     did or wrote (a failed verdict instead); raises ``ValueError`` for a bad
     configuration or an unset API key variable.
     """
-    if not assertions:
-        return NLVerdict(met=True)
+    (verdict,) = judge_many([(messages, assertions)], judge)
+    return verdict
+
+
+def judge_many(
+    items: Sequence[tuple[Sequence[tuple[str, str | None]], Sequence[str]]],
+    judge: Mapping[str, Any],
+) -> list[NLVerdict]:
+    """:func:`judge_nl_assertions` for many ``(messages, assertions)`` pairs, the requests
+    concurrent under the endpoint's limits; one verdict per pair, in order."""
     key = endpoint_key(dict(judge))
-    request = ModelRequest(
-        JUDGE_LANE, key, {"messages": judge_messages(messages, list(assertions))}
-    )
-    (outcome,) = run_judge_requests([request], {key: judge})
+    asked = [index for index, (_, assertions) in enumerate(items) if assertions]
+    requests = [
+        ModelRequest(JUDGE_LANE, key, {"messages": judge_messages(items[i][0], list(items[i][1]))})
+        for i in asked
+    ]
+    verdicts = [NLVerdict(met=True)] * len(items)
+    for index, outcome in zip(asked, run_judge_requests(requests, {key: judge}), strict=True):
+        verdicts[index] = _verdict(outcome)
+    return verdicts
+
+
+def _verdict(outcome: Any) -> NLVerdict:
+    """The verdict of one judge outcome (:class:`~skyrl_rewards.rewards.models.lanes.ModelOutcome`)."""
     if not outcome.ok:
         return NLVerdict(met=False, failure=f"judge {outcome.failure}: {outcome.message}"[:500])
     try:

