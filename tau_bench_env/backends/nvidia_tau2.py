@@ -25,13 +25,15 @@ Tasks with their own initial state, and every telecom task: tau2's
 history; then telecom's phone sync) on a copy of the loaded databases. An
 episode of such a task holds :class:`LiveData`: the task's shared databases,
 deep-copied whole on the episode's first write (telecom's two databases are
-about 10 kB of JSON; a copy takes under 1 ms) and live for the rest of the
-episode. Telecom's user tools (the phone: dual control) run on the user
-database of the same data; after every successful call, agent's or user's,
-tau2's ``sync_tools`` runs as ``Environment.get_response`` does (the line's
-state reaches the phone, a paid bill reaches the agent's database). The hash
-of such data is tau-bench's hash of ``{"db": ..., "user_db": ...}``, each the
-database's ``model_dump(mode="json")``. The message history's texts and calls
+about 10 kB of JSON; a copy, validated from their dumps taken once per task,
+takes about 0.06 ms) and live for the rest of the episode. Telecom's user
+tools (the phone: dual control) run on the user database of the same data;
+after every successful call, agent's or user's, tau2's ``sync_tools`` runs as
+``Environment.get_response`` does (the line's state reaches the phone, a paid
+bill reaches the agent's database). The hash of such data is tau-bench's hash
+of ``{"db": ..., "user_db": ...}``, each the database's
+``model_dump(mode="json")``, through the domain's exact
+:class:`~tau_bench_env.data_model.hashing.HashMemo`. The message history's texts and calls
 are the episode's opening (see the env) and count in its action log.
 
 Install with the modules only (the package's own dependency set is heavy):
@@ -76,7 +78,8 @@ _TAU2_TASK_KEYS = frozenset({"user_scenario", "evaluation_criteria", "initial_st
 a None there is the union of keys a parquet round trip gives every row)."""
 MAX_TASK_STATES = 4096
 """Initial states a domain keeps (least recently used out first): every task of telecom's
-``full`` split (2,285, about 60 kB each); an episode keeps its own state alive regardless."""
+``full`` split (2,285, about 60 kB each, plus the dumps an episode copies from); an episode
+keeps its own state alive regardless."""
 _USER_TOOLKITS = {
     "telecom": ("TelecomUserTools", "TelecomUserDB", "TELECOM_USER_DB_PATH"),
 }
@@ -96,17 +99,21 @@ class Tau2Task(Task):
     initial_state: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def fingerprint(self) -> str:
-        """The ground truth's digest, with the initial state it starts from."""
+        """The ground truth's digest, with the initial state it starts from (computed once)."""
         if self.initial_state is None:
             return super().fingerprint()
-        start = {k: v for k, v in self.initial_state.items() if k != "message_history"}
-        payload = json.dumps(
-            [super().fingerprint(), start, list(self.history)],
-            sort_keys=True,
-            ensure_ascii=False,
-            default=str,
-        )
-        return sha256(payload.encode("utf-8")).hexdigest()
+        found = self.__dict__.get("_state_digest")
+        if found is None:
+            start = {k: v for k, v in self.initial_state.items() if k != "message_history"}
+            payload = json.dumps(
+                [super().fingerprint(), start, list(self.history)],
+                sort_keys=True,
+                ensure_ascii=False,
+                default=str,
+            )
+            found = sha256(payload.encode("utf-8")).hexdigest()
+            object.__setattr__(self, "_state_digest", found)
+        return found
 
 
 class ModelTable(MutableMapping[str, Any]):
@@ -228,11 +235,35 @@ def _episode_models(data: EpisodeData) -> dict[str, dict[str, Any]]:
 
 @dataclass(frozen=True, eq=False)
 class LiveState:
-    """A task's initial databases, shared by its episodes and never written; their hash."""
+    """A task's initial databases, shared by its episodes and never written; their hash.
+
+    ``dumps`` holds each database's ``model_dump()`` (Python mode), taken once: an
+    episode's copy is validated from it (:meth:`copies`).
+    """
 
     agent: Any
     user: Any | None
     digest: str
+    dumps: tuple[dict[str, Any], dict[str, Any] | None] = field(default=(), repr=False)
+
+    @classmethod
+    def of(cls, agent: Any, user: Any | None, digest: str) -> LiveState:
+        """The state of two databases, their dumps taken now."""
+        dumps = (agent.model_dump(), None if user is None else user.model_dump())
+        return cls(agent, user, digest, dumps)
+
+    def copies(self) -> tuple[Any, Any | None]:
+        """Independent copies of both databases, equal to deep copies.
+
+        Validated from the dumps taken once (pydantic's validator builds every
+        model, list and dict anew; tau2's database models hold no private
+        attributes or shared references a dump would lose): about 1.6x faster
+        than validating a fresh dump, 8x than ``model_copy(deep=True)``.
+        """
+        agent_dump, user_dump = self.dumps
+        agent = type(self.agent).model_validate(agent_dump)
+        user = None if self.user is None else type(self.user).model_validate(user_dump)
+        return agent, user
 
 
 def _copy(model: Any) -> Any:
@@ -271,8 +302,7 @@ class LiveData(EpisodeData):
     def fork(self) -> None:
         """Take the episode's own deep copies of the task's databases (once)."""
         if self.own is None:
-            agent, user = self.state.agent, self.state.user
-            self.own = (_copy(agent), None if user is None else _copy(user))
+            self.own = self.state.copies()
 
     def databases(self) -> tuple[Any, Any | None]:
         """(agent database, user database or None) as the episode sees them."""
@@ -390,7 +420,7 @@ class _DomainSpec:
                 ) from error
         user = environment.user_tools.db if environment.user_tools is not None else None
         agent = environment.tools.db
-        return LiveState(agent, user, self.hash_memo.digest(_dump(agent, user)))
+        return LiveState.of(agent, user, self.hash_memo.digest(_dump(agent, user)))
 
     def live_digest(self, data: LiveData) -> str:
         """tau-bench's hash of live data (the shared state's, while the episode wrote nothing)."""
