@@ -27,10 +27,13 @@ to the model as the tool's ``Error: ...`` observation.
 from __future__ import annotations
 
 import ast
+import dis
+import functools
 import math
 import sys
 import time
 from collections.abc import Callable, Mapping
+from types import CodeType
 from typing import Any, TypeVar
 
 MAX_ARGUMENT_DEPTH = 16
@@ -239,6 +242,37 @@ ARGUMENT_CHECKS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {"calculate
 # -- CPU time --------------------------------------------------------------
 
 
+_BACKWARD_JUMPS = frozenset(
+    dis.opmap[name]
+    for name in ("JUMP_ABSOLUTE", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT")
+    if name in dis.opmap
+)
+"""Opcodes that jump backwards (Python 3.10: ``JUMP_ABSOLUTE``, which loops; 3.11+:
+``JUMP_BACKWARD``...)."""
+
+
+@functools.lru_cache(maxsize=16384)
+def _loops(code: CodeType) -> bool:
+    """Whether ``code`` can jump backwards (a loop), so that it may run without calling.
+
+    >>> _loops((lambda x: x + 1).__code__)
+    False
+    >>> def spin():
+    ...     while True:
+    ...         pass
+    >>> _loops(spin.__code__)
+    True
+    """
+    for instruction in dis.get_instructions(code):
+        if instruction.opcode in _BACKWARD_JUMPS:
+            return True
+        if instruction.opcode in dis.hasjrel or instruction.opcode in dis.hasjabs:
+            target = instruction.argval
+            if isinstance(target, int) and target <= instruction.offset:
+                return True
+    return False
+
+
 def run_with_cpu_limit(function: Callable[[], T], *, cpu_limit_s: float, tool: str) -> T:
     """Run ``function()`` in this thread; stop it after ``cpu_limit_s`` s of this thread's CPU time.
 
@@ -261,11 +295,17 @@ def run_with_cpu_limit(function: Callable[[], T], *, cpu_limit_s: float, tool: s
 
     def on_call(frame: Any, event: str, arg: Any) -> Any:
         # code run by eval (calculate's expression: one line, many operations) is checked
-        # between any two bytecodes; other code at every line, loops included
-        frame.f_trace_opcodes = frame.f_code.co_filename == "<string>"
-        if time.thread_time() > deadline:
+        # between any two bytecodes; other code that loops at every line; code without a
+        # loop runs a bounded number of bytecodes, so its calls are checked, not its lines
+        nonlocal events
+        events += 1
+        if events % _CHECK_EVERY == 0 and time.thread_time() > deadline:
             raise _OverBudget
-        return local
+        code = frame.f_code
+        if code.co_filename == "<string>":
+            frame.f_trace_opcodes = True
+            return local
+        return local if _loops(code) else None
 
     previous = sys.gettrace()
     sys.settrace(on_call)
