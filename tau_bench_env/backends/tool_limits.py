@@ -245,13 +245,9 @@ ARGUMENT_CHECKS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {"calculate
 # -- CPU time --------------------------------------------------------------
 
 
-_BACKWARD_JUMPS = frozenset(
-    dis.opmap[name]
-    for name in ("JUMP_ABSOLUTE", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT")
-    if name in dis.opmap
-)
-"""Opcodes that jump backwards (Python 3.10: ``JUMP_ABSOLUTE``, which loops; 3.11+:
-``JUMP_BACKWARD``...)."""
+_BACKWARD_OPCODES = frozenset(op for name, op in dis.opmap.items() if "BACKWARD" in name)
+"""Python 3.11+: the opcodes of every backward jump (``JUMP_BACKWARD``...; no jump is
+absolute there). Empty on 3.10, where jumps are read one by one."""
 
 
 @functools.lru_cache(maxsize=16384)
@@ -266,9 +262,10 @@ def _loops(code: CodeType) -> bool:
     >>> _loops(spin.__code__)
     True
     """
+    if _BACKWARD_OPCODES:
+        # co_code: one opcode, one argument byte per unit; inline caches are zeros
+        return not _BACKWARD_OPCODES.isdisjoint(code.co_code[::2])
     for instruction in dis.get_instructions(code):
-        if instruction.opcode in _BACKWARD_JUMPS:
-            return True
         if instruction.opcode in dis.hasjrel or instruction.opcode in dis.hasjabs:
             target = instruction.argval
             if isinstance(target, int) and target <= instruction.offset:
