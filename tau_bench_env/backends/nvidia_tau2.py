@@ -43,6 +43,7 @@ python-dotenv docstring-parser pyyaml toml addict``.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -238,19 +239,25 @@ class LiveState:
     """A task's initial databases, shared by its episodes and never written; their hash.
 
     ``dumps`` holds each database's ``model_dump()`` (Python mode), taken once: an
-    episode's copy is validated from it (:meth:`copies`).
+    episode's copy is validated from it (:meth:`copies`). :attr:`digest` is computed
+    on first use (only the data check reads it) through ``memo``.
     """
 
     agent: Any
     user: Any | None
-    digest: str
-    dumps: tuple[dict[str, Any], dict[str, Any] | None] = field(default=(), repr=False)
+    dumps: tuple[dict[str, Any], dict[str, Any] | None] = field(repr=False)
+    memo: HashMemo = field(repr=False)
 
     @classmethod
-    def of(cls, agent: Any, user: Any | None, digest: str) -> LiveState:
+    def of(cls, agent: Any, user: Any | None, memo: HashMemo) -> LiveState:
         """The state of two databases, their dumps taken now."""
         dumps = (agent.model_dump(), None if user is None else user.model_dump())
-        return cls(agent, user, digest, dumps)
+        return cls(agent, user, dumps, memo)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """tau-bench's hash of ``{"db": ..., "user_db": ...}`` (the databases' JSON dumps)."""
+        return self.memo.digest(_dump(self.agent, self.user))
 
     def copies(self) -> tuple[Any, Any | None]:
         """Independent copies of both databases, equal to deep copies.
@@ -364,14 +371,14 @@ class _DomainSpec:
         self.sync: Any = None
         """tau2's ``sync_tools`` of the domain's environment, None when it does nothing
         (set by :func:`load_domain` from the official environment)."""
-        self._pristine = LiveState.of(self.pristine, self.user_pristine, "")
+        self.hash_memo = HashMemo()
+        """The digests of live data and the text of each of its records (exact memo)."""
+        self._pristine = LiveState.of(self.pristine, self.user_pristine, self.hash_memo)
         """The loaded databases, the source of every task's initial state (no digest needed)."""
         self.template = self.environment.get_environment()
         """tau2's environment of the domain (its class, name, policy text, tools, schemas)."""
         self._states: OrderedDict[str, LiveState] = OrderedDict()
         self._lock = threading.Lock()
-        self.hash_memo = HashMemo()
-        """The digests of live data and the text of each of its records (exact memo)."""
 
     def live_state(self, task: Task | None) -> LiveState:
         """The initial databases of ``task`` (None: the domain's own), computed once per task
@@ -419,7 +426,7 @@ class _DomainSpec:
                 ) from error
         user = environment.user_tools.db if environment.user_tools is not None else None
         agent = environment.tools.db
-        return LiveState.of(agent, user, self.hash_memo.digest(_dump(agent, user)))
+        return LiveState.of(agent, user, self.hash_memo)
 
     def settle(self, data: LiveData) -> None:
         """Run the phone sync that a raised write call skipped (tau2's replay ends with one)."""
