@@ -72,6 +72,9 @@ class HashMemo:
     >>> data = {"db": {"t": [{"a": 1}, {"b": [1.0, True]}]}, "u": {}}
     >>> memo.digest(data) == data_hash(data) == memo.digest(data)
     True
+    >>> odd = {"db": {"t": [{"f": lambda: 0}]}}  # not JSON: pickle refuses it; no memo
+    >>> memo.digest(odd) == data_hash(odd)
+    True
     """
 
     __slots__ = ("_depth", "_limit", "_digests", "_texts")
@@ -85,31 +88,29 @@ class HashMemo:
     def digest(self, data: dict[str, Any]) -> str:
         """:func:`data_hash` of ``data``; raises :class:`UnhashableDataError` as it does."""
         try:
-            key = pickle.dumps(data, protocol=5)
+            key = _pickled(data)
+            found = None if key is None else self._digests.get(key)
+            if found is None:
+                found = sha256(self._text(data, 0).encode("utf-8")).hexdigest()
+                if key is not None:
+                    if len(self._digests) >= self._limit:
+                        self._digests.clear()
+                    self._digests[key] = found
         except RecursionError as error:
             raise UnhashableDataError("the data is nested too deeply to hash") from error
-        found = self._digests.get(key)
-        if found is None:
-            try:
-                text = self._text(data, 0)
-            except RecursionError as error:
-                raise UnhashableDataError("the data is nested too deeply to hash") from error
-            found = sha256(text.encode("utf-8")).hexdigest()
-            if len(self._digests) >= self._limit:
-                self._digests.clear()
-            self._digests[key] = found
         return found
 
     def _text(self, value: Any, depth: int) -> str:
         """``repr(to_hashable(value))`` (its text inside a tuple), memoized at ``self._depth``."""
         if depth == self._depth:
-            key = pickle.dumps(value, protocol=5)
-            found = self._texts.get(key)
+            key = _pickled(value)
+            found = None if key is None else self._texts.get(key)
             if found is None:
                 found = repr(to_hashable(value))
-                if len(self._texts) >= self._limit:
-                    self._texts.clear()
-                self._texts[key] = found
+                if key is not None:
+                    if len(self._texts) >= self._limit:
+                        self._texts.clear()
+                    self._texts[key] = found
             return found
         if isinstance(value, dict):
             parts = [
@@ -122,6 +123,15 @@ class HashMemo:
         if len(parts) == 1:
             return f"({parts[0]},)"
         return "(" + ", ".join(parts) + ")"
+
+
+def _pickled(value: Any) -> bytes | None:
+    """``value``'s pickle (protocol 5), the memo's key; None for what pickle refuses
+    (never JSON data: such a value is hashed without the memo)."""
+    try:
+        return pickle.dumps(value, protocol=5)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return None
 
 
 def _record_text(key: str, value: Any) -> bytes:
