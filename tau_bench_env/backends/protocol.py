@@ -99,6 +99,9 @@ class Domain:
         """tau-bench's hash of ``data`` (incremental over the shared base)."""
         return self.hash_index.digest(data)
 
+    def settle(self, data: EpisodeData) -> None:
+        """Bring ``data`` to the state a reward's checks read (here: it already is)."""
+
     def run_tool(
         self,
         data: EpisodeData,

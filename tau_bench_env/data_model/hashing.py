@@ -12,6 +12,7 @@ into sha256 around the changed records' new text.
 
 from __future__ import annotations
 
+import pickle
 from array import array
 from bisect import bisect_left
 from collections.abc import Mapping
@@ -54,6 +55,83 @@ def data_hash(data: dict[str, Any]) -> str:
         return sha256(str(to_hashable(data)).encode("utf-8")).hexdigest()
     except RecursionError as error:
         raise UnhashableDataError("the data is nested too deeply to hash") from error
+
+
+class HashMemo:
+    """:func:`data_hash` of plain data, memoized exactly: the whole data's digest and the
+    text of each value at depth ``depth`` (telecom's records, under ``{"db": {table: [...]}}``).
+
+    A value is looked up by its pickle (protocol 5): equal pickles unpickle to the same
+    structure with the same types and float bits, so they have the same text (``1`` and
+    ``1.0``, ``True`` and ``1`` stay apart); a different pickle of equal data is only a
+    miss. The text above ``depth`` is composed exactly as ``str(to_hashable(...))``
+    writes it. Each table holds at most ``limit`` entries (emptied when full); safe to
+    share between threads (a race only computes a text twice).
+
+    >>> memo = HashMemo()
+    >>> data = {"db": {"t": [{"a": 1}, {"b": [1.0, True]}]}, "u": {}}
+    >>> memo.digest(data) == data_hash(data) == memo.digest(data)
+    True
+    >>> odd = {"db": {"t": [{"f": lambda: 0}]}}  # not JSON: pickle refuses it; no memo
+    >>> memo.digest(odd) == data_hash(odd)
+    True
+    """
+
+    __slots__ = ("_depth", "_limit", "_digests", "_texts")
+
+    def __init__(self, depth: int = 3, limit: int = 65536) -> None:
+        self._depth = depth
+        self._limit = limit
+        self._digests: dict[bytes, str] = {}
+        self._texts: dict[bytes, str] = {}
+
+    def digest(self, data: dict[str, Any]) -> str:
+        """:func:`data_hash` of ``data``; raises :class:`UnhashableDataError` as it does."""
+        try:
+            key = _pickled(data)
+            found = None if key is None else self._digests.get(key)
+            if found is None:
+                found = sha256(self._text(data, 0).encode("utf-8")).hexdigest()
+                if key is not None:
+                    if len(self._digests) >= self._limit:
+                        self._digests.clear()
+                    self._digests[key] = found
+        except RecursionError as error:
+            raise UnhashableDataError("the data is nested too deeply to hash") from error
+        return found
+
+    def _text(self, value: Any, depth: int) -> str:
+        """``repr(to_hashable(value))`` (its text inside a tuple), memoized at ``self._depth``."""
+        if depth == self._depth:
+            key = _pickled(value)
+            found = None if key is None else self._texts.get(key)
+            if found is None:
+                found = repr(to_hashable(value))
+                if key is not None:
+                    if len(self._texts) >= self._limit:
+                        self._texts.clear()
+                    self._texts[key] = found
+            return found
+        if isinstance(value, dict):
+            parts = [
+                f"({key!r}, {self._text(item, depth + 1)})" for key, item in sorted(value.items())
+            ]
+        elif isinstance(value, list):
+            parts = [self._text(item, depth + 1) for item in value]
+        else:
+            return repr(to_hashable(value))
+        if len(parts) == 1:
+            return f"({parts[0]},)"
+        return "(" + ", ".join(parts) + ")"
+
+
+def _pickled(value: Any) -> bytes | None:
+    """``value``'s pickle (protocol 5), the memo's key; None for what pickle refuses
+    (never JSON data: such a value is hashed without the memo)."""
+    try:
+        return pickle.dumps(value, protocol=5)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return None
 
 
 def _record_text(key: str, value: Any) -> bytes:

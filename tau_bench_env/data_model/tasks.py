@@ -57,12 +57,19 @@ class Task:
         return self.requestors[index] if index < len(self.requestors) else "assistant"
 
     def fingerprint(self) -> str:
-        """Hex digest of the ground-truth actions: equal for tasks with equal replays."""
-        actions: list[list[Any]] = [[action.name, action.kwargs] for action in self.actions]
-        if "user" in self.requestors:
-            actions = [[*a, self.requestor(i)] for i, a in enumerate(actions)]
-        payload = json.dumps(actions, sort_keys=True, ensure_ascii=False, default=str)
-        return sha256(payload.encode("utf-8")).hexdigest()
+        """Hex digest of the ground-truth actions: equal for tasks with equal replays.
+
+        Computed once per task object (a task is never changed once built).
+        """
+        found = self.__dict__.get("_actions_digest")
+        if found is None:
+            actions: list[list[Any]] = [[action.name, action.kwargs] for action in self.actions]
+            if "user" in self.requestors:
+                actions = [[*a, self.requestor(i)] for i, a in enumerate(actions)]
+            payload = json.dumps(actions, sort_keys=True, ensure_ascii=False, default=str)
+            found = sha256(payload.encode("utf-8")).hexdigest()
+            object.__setattr__(self, "_actions_digest", found)
+        return found
 
     def to_dict(self) -> dict[str, Any]:
         """tau-bench's JSON form of the task (``info.task`` in its results files)."""

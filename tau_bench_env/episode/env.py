@@ -297,7 +297,9 @@ class TauBenchEnv(BaseTextEnv):
             self.truncated = True
         if done or self.truncated:
             if self.config.reward == "tau2":
-                self.result = score_tau2(episode, truncated=self.truncated, judge=self.config.judge)
+                self.result = score_tau2(
+                    episode, truncated=self.truncated, judge=self.config.judge, data_check=True
+                )
                 if self.result.judge_failure:
                     self.failure = self.result.judge_failure
             else:

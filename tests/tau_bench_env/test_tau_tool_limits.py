@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from typing import Any
@@ -106,6 +107,19 @@ def test_cpu_budget_stops_a_python_loop_and_restores_the_tracer() -> None:
         assert sys.gettrace() is tracer
     finally:
         sys.settrace(previous)
+
+
+def test_cpu_budget_stops_loop_free_code_called_in_a_loop_of_c() -> None:
+    """Code without a loop is traced at its calls only; a C loop calling it is still stopped."""
+
+    def step(value: int) -> int:
+        return value + 1
+
+    def spin() -> int:
+        return sum(map(step, itertools.count()))
+
+    with pytest.raises(ToolLimitError, match="'spin' used more than 0.05 s"):
+        run_with_cpu_limit(spin, cpu_limit_s=0.05, tool="spin")
 
 
 def test_domain_code_catching_exception_cannot_swallow_the_stop() -> None:
