@@ -235,7 +235,7 @@ def _variants(domain_name: str, task: Task) -> list[tuple[list[Action], str | No
     variants: list[tuple[list[Action], str | None]] = [(list(task.actions), None)]
     if any(a.name not in domain.read_only_tools for a in task.actions):
         variants.append((_drop_last_write(domain_name, task), None))
-    if task.outputs or task.criteria.get("nl_assertions"):
+    if task.outputs or (task.criteria or {}).get("nl_assertions"):
         variants.append((list(task.actions), SILENT_REPLY))
     variants.append(([], None))
     return variants
