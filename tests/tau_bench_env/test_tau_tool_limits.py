@@ -21,8 +21,10 @@ from tau_bench_env.config import env_config_from
 from tau_bench_env.episode.env import TauBenchEnv
 from tau_bench_env.episode.episode import Episode
 
-SLOW_SUM = "+".join(["(9**40000)//(7**30000)"] * 2500)
-"""Each term is cheap and allowed; together they take seconds (many bytecodes)."""
+SLOW_SUM = "+".join(["(9**20000)*(7**15000)"] * 2500)
+"""Each term is cheap and allowed; together they take seconds (many bytecodes). Not ``//``:
+Python 3.12 divides such integers in its ``_pylong`` module, which it imports on first use,
+and calculate's builtins-free eval cannot import (every term is then an error at once)."""
 
 
 def _nested(depth: int) -> dict[str, Any]:
