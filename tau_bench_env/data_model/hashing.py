@@ -7,7 +7,9 @@ exactly that. :class:`HashIndex` gives the same digest for an
 :class:`~tau_bench_env.data_model.episode_data.EpisodeData` while stringifying only the
 records the episode changed: the text of every base record is computed once
 per domain, and an episode's digest streams the unchanged runs of that text
-into sha256 around the changed records' new text.
+into sha256 around the changed records' new text. The text before an
+episode's first changed record is the base's own, so the index also keeps
+sha256 states along the base text and resumes from the last one before it.
 """
 
 from __future__ import annotations
@@ -81,9 +83,24 @@ class _TableText:
             self.ends.append(offset)
             offset += 2
 
+    def prefix(self, start: int, stop: int) -> memoryview:
+        """The base text between the starts of records ``start`` and ``stop`` (``start <= stop``).
+
+        The text before record ``k`` ends with record ``k - 1``, its separator
+        excluded, so a prefix and then ``", "`` and a record continue it as in
+        the full text; record ``0``'s prefix is empty.
+        """
+        begin = self.ends[start - 1] if start else 0
+        end = self.ends[stop - 1] if stop else 0
+        return memoryview(self.blob)[begin:end]
+
     def run(self, first: int, last: int) -> memoryview:
         """Text of base records ``first..last`` (inclusive) with their separators."""
         return memoryview(self.blob)[self.starts[first] : self.ends[last]]
+
+
+CHECKPOINT_EVERY = 32
+"""Records of a table between two saved sha256 states of the base text."""
 
 
 class HashIndex:
@@ -104,6 +121,23 @@ class HashIndex:
                 raise ValueError(f"data[{name!r}] must be a dict of records to be indexed")
         self._names = sorted(base)
         self._tables = {name: _TableText(base[name]) for name in self._names}
+        self._checkpoints: dict[str, list[Any]] = {}
+        hasher = sha256(b"(")
+        for position, name in enumerate(self._names):
+            if position:
+                hasher.update(b", ")
+            hasher.update(_table_open(name))
+            text = self._tables[name]
+            states = []
+            fed = 0
+            for record in range(0, len(text.keys) + 1, CHECKPOINT_EVERY):
+                hasher.update(text.prefix(fed, record))
+                fed = record
+                states.append(hasher.copy())
+            self._checkpoints[name] = states
+            hasher.update(text.prefix(fed, len(text.keys)))
+            hasher.update(_table_close(len(text.keys)))
+        self._base_digest = _finish(hasher, len(self._names))
 
     def digest(self, data: EpisodeData) -> str:
         """Return :func:`data_hash` of ``data``'s current view, incrementally.
@@ -113,23 +147,39 @@ class HashIndex:
         """
         if sorted(data) != self._names:
             raise ValueError("episode data tables differ from the indexed base data")
-        hasher = sha256(b"(")
-        for position, name in enumerate(self._names):
-            if position:
+        hasher: Any = None
+        for name in self._names:
+            table = data[name]
+            text = self._tables[name]
+            if hasher is None:
+                changed = table.changed_keys()
+                if not changed:
+                    continue
+                # resume from the saved state nearest before the first changed record
+                first = bisect_left(text.keys, min(changed))
+                resume = first - first % CHECKPOINT_EVERY
+                hasher = self._checkpoints[name][resume // CHECKPOINT_EVERY].copy()
+                hasher.update(text.prefix(resume, first))
+                segments = self._table_segments(text, table)
+                count = sum(pieces for _, pieces in segments)
+                written = first > 0
+                if written:
+                    segments = segments[1:]  # the base run before ``first``: fed above
+            else:
                 hasher.update(b", ")
-            hasher.update(b"(" + repr(name).encode("utf-8") + b", (")
-            segments = self._table_segments(self._tables[name], data[name])
-            count = 0
-            for number, (segment, pieces) in enumerate(segments):
-                if number:
+                hasher.update(_table_open(name))
+                segments = self._table_segments(text, table)
+                count = sum(pieces for _, pieces in segments)
+                written = False
+            for segment, _ in segments:
+                if written:
                     hasher.update(b", ")
                 hasher.update(segment)
-                count += pieces
-            hasher.update(b",))" if count == 1 else b"))")
-        if len(self._names) == 1:
-            hasher.update(b",")
-        hasher.update(b")")
-        return hasher.hexdigest()
+                written = True
+            hasher.update(_table_close(count))
+        if hasher is None:
+            return self._base_digest
+        return _finish(hasher, len(self._names))
 
     @staticmethod
     def _table_segments(text: _TableText, table: Any) -> list[tuple[Any, int]]:
@@ -152,3 +202,21 @@ class HashIndex:
         if cursor < size:
             segments.append((text.run(cursor, size - 1), size - cursor))
         return segments
+
+
+def _table_open(name: str) -> bytes:
+    """The text that opens a table: ``(name, (``."""
+    return b"(" + repr(name).encode("utf-8") + b", ("
+
+
+def _table_close(count: int) -> bytes:
+    """The text that closes a table of ``count`` records (a 1-tuple keeps its comma)."""
+    return b",))" if count == 1 else b"))"
+
+
+def _finish(hasher: Any, tables: int) -> str:
+    """Close the outer tuple of ``tables`` tables and return the hex digest."""
+    if tables == 1:
+        hasher.update(b",")
+    hasher.update(b")")
+    return hasher.hexdigest()
