@@ -31,12 +31,16 @@ def clone(value: Any) -> Any:
     2
     """
     if isinstance(value, dict):
-        return {key: clone(item) for key, item in value.items()}
+        return {key: item if type(item) in _SCALARS else clone(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [clone(item) for item in value]
+        return [item if type(item) in _SCALARS else clone(item) for item in value]
     if isinstance(value, set):
         return {clone(item) for item in value}
     return value
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+"""Types :func:`clone` returns as they are without a call (most leaves of the data)."""
 
 
 class CowTable(MutableMapping[str, Any]):
