@@ -27,6 +27,10 @@ class UnhashableDataError(ValueError):
     """Data nested too deeply for ``str()`` (Python's recursion limit); tau-bench cannot hash it either."""
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+"""Types :func:`to_hashable` returns as they are; checked inline to save a call per leaf."""
+
+
 def to_hashable(item: Any) -> Any:
     """Convert JSON-like data to nested tuples exactly as tau-bench does.
 
@@ -34,9 +38,16 @@ def to_hashable(item: Any) -> Any:
     (('a', (3,)), ('b', (1, 2)))
     """
     if isinstance(item, dict):
-        return tuple((key, to_hashable(value)) for key, value in sorted(item.items()))
+        return tuple(
+            [
+                (key, value if type(value) in _SCALARS else to_hashable(value))
+                for key, value in sorted(item.items())
+            ]
+        )
     if isinstance(item, list):
-        return tuple(to_hashable(element) for element in item)
+        return tuple(
+            [element if type(element) in _SCALARS else to_hashable(element) for element in item]
+        )
     if isinstance(item, set):
         return tuple(sorted(to_hashable(element) for element in item))
     return item
@@ -94,6 +105,10 @@ class _TableText:
         end = self.ends[stop - 1] if stop else 0
         return memoryview(self.blob)[begin:end]
 
+    def piece(self, record: int) -> memoryview:
+        """The text of base record ``record``."""
+        return memoryview(self.blob)[self.starts[record] : self.ends[record]]
+
     def run(self, first: int, last: int) -> memoryview:
         """Text of base records ``first..last`` (inclusive) with their separators."""
         return memoryview(self.blob)[self.starts[first] : self.ends[last]]
@@ -149,18 +164,17 @@ class HashIndex:
             raise ValueError("episode data tables differ from the indexed base data")
         hasher: Any = None
         for name in self._names:
-            table = data[name]
             text = self._tables[name]
+            differing = self._differing(text, data[name])
             if hasher is None:
-                changed = table.changed_keys()
-                if not changed:
+                if not differing:
                     continue
-                # resume from the saved state nearest before the first changed record
-                first = bisect_left(text.keys, min(changed))
+                # resume from the saved state nearest before the first differing record
+                first = bisect_left(text.keys, differing[0][0])
                 resume = first - first % CHECKPOINT_EVERY
                 hasher = self._checkpoints[name][resume // CHECKPOINT_EVERY].copy()
                 hasher.update(text.prefix(resume, first))
-                segments = self._table_segments(text, table)
+                segments = self._table_segments(text, differing)
                 count = sum(pieces for _, pieces in segments)
                 written = first > 0
                 if written:
@@ -168,7 +182,7 @@ class HashIndex:
             else:
                 hasher.update(b", ")
                 hasher.update(_table_open(name))
-                segments = self._table_segments(text, table)
+                segments = self._table_segments(text, differing)
                 count = sum(pieces for _, pieces in segments)
                 written = False
             for segment, _ in segments:
@@ -182,21 +196,42 @@ class HashIndex:
         return _finish(hasher, len(self._names))
 
     @staticmethod
-    def _table_segments(text: _TableText, table: Any) -> list[tuple[Any, int]]:
+    def _differing(text: _TableText, table: Any) -> list[tuple[str, bytes | None]]:
+        """The records whose text differs from the base's, in key order: (key, new text or None if deleted).
+
+        A record the episode cloned but left as it was (a write tool reads
+        before it writes) has the base's text and is not listed.
+        """
+        keys = text.keys
+        differing: list[tuple[str, bytes | None]] = []
+        for key in sorted(table.changed_keys()):
+            if key not in table.own:
+                differing.append((key, None))
+                continue
+            piece = _record_text(key, table.own[key])
+            position = bisect_left(keys, key)
+            if position < len(keys) and keys[position] == key and piece == text.piece(position):
+                continue
+            differing.append((key, piece))
+        return differing
+
+    @staticmethod
+    def _table_segments(
+        text: _TableText, differing: list[tuple[str, bytes | None]]
+    ) -> list[tuple[Any, int]]:
         """Segments of the table's text in key order, each with its record count."""
         keys = text.keys
         size = len(keys)
-        changed = sorted(table.changed_keys())
-        if not changed:
+        if not differing:
             return [(memoryview(text.blob), size)] if size else []
         segments: list[tuple[Any, int]] = []
         cursor = 0
-        for key in changed:
+        for key, piece in differing:
             position = bisect_left(keys, key, cursor)
             if cursor < position:
                 segments.append((text.run(cursor, position - 1), position - cursor))
-            if key in table.own:
-                segments.append((_record_text(key, table.own[key]), 1))
+            if piece is not None:
+                segments.append((piece, 1))
             exists = position < size and keys[position] == key
             cursor = position + 1 if exists else position
         if cursor < size:

@@ -125,15 +125,17 @@ def _boundary_base(size: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("size", [2 * CHECKPOINT_EVERY, 2 * CHECKPOINT_EVERY + 1])
 def test_incremental_digest_around_saved_states(size: int) -> None:
-    # the digest resumes from the saved state before the first changed record:
-    # change, add and delete records at and around every saved state
+    # the digest resumes from the saved state before the first record whose text
+    # differs: change, add and delete records at and around every saved state,
+    # and clone records without changing them
     base = _boundary_base(size)
     index = HashIndex(base)
     step = CHECKPOINT_EVERY
     positions = sorted({0, 1, step - 1, step, step + 1, 2 * step - 1, 2 * step, size - 1, size})
     for position in positions:
         key = f"k{position:04d}"
-        for op in ("modify", "delete", "add", "add after", "modify later table too"):
+        ops = ("modify", "delete", "add", "add after", "modify later table too", "read", "read all")
+        for op in ops:
             data = EpisodeData.fork(base)
             table = data["m_long"]
             if key not in base["m_long"] and op != "add after":
@@ -146,9 +148,15 @@ def test_incremental_digest_around_saved_states(size: int) -> None:
                 table[key + "x"] = {"new": position}
             elif op == "add after":
                 table[f"k{position:04d}z"] = {"new": position}
-            else:
+            elif op == "modify later table too":
                 table[key]["l"].append(0)
                 data["z_last"]["k0000"]["i"] = 0.0
+            elif op == "read":  # cloned, unchanged; then a later record changes type only
+                assert table[key]["i"] == position
+                data["z_last"][f"k{step:04d}"]["i"] = float(step)
+            else:  # every record cloned, one changed
+                assert [record["i"] for record in table.values()] == list(range(size))
+                table[key]["l"] = (position,)
             assert index.digest(data) == data_hash(data.materialize()), (position, op)
     only_first = EpisodeData.fork(base)
     only_first["a_first"]["k0002"]["i"] = "x"
