@@ -15,7 +15,7 @@ tau-bench and tau2 tools do.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, MutableMapping, ValuesView
 from contextlib import contextmanager
 from typing import Any
 
@@ -31,12 +31,16 @@ def clone(value: Any) -> Any:
     2
     """
     if isinstance(value, dict):
-        return {key: clone(item) for key, item in value.items()}
+        return {key: item if type(item) in _SCALARS else clone(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [clone(item) for item in value]
+        return [item if type(item) in _SCALARS else clone(item) for item in value]
     if isinstance(value, set):
         return {clone(item) for item in value}
     return value
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+"""Types :func:`clone` returns as they are without a call (most leaves of the data)."""
 
 
 class CowTable(MutableMapping[str, Any]):
@@ -98,6 +102,46 @@ class CowTable(MutableMapping[str, Any]):
     def __len__(self) -> int:
         added = sum(1 for key in self.own if key not in self._base)
         return len(self._base) - len(self.deleted) + added
+
+    def keys(self) -> KeysView[str]:
+        """The keys; while read-only, a view of a plain dict (iterated in C, not here)."""
+        if self.writable:
+            return super().keys()
+        return self._read_view().keys()
+
+    def values(self) -> ValuesView[Any]:
+        """The records; while read-only, base records uncloned from a plain dict's view.
+
+        Writable, each record is indexed (and so cloned into the episode) as by
+        ``table[key]``. Read-only, the records and their order are those of
+        ``table[key]`` over ``iter(table)``, without a Python call per record:
+        read-only tools iterate whole tables (airline's flight searches), and
+        every Python call in a tool is traced under the CPU limit.
+        """
+        if self.writable:
+            return super().values()
+        return self._read_view().values()
+
+    def items(self) -> ItemsView[str, Any]:
+        """The (key, record) pairs; read-only as :meth:`values`."""
+        if self.writable:
+            return super().items()
+        return self._read_view().items()
+
+    def _read_view(self) -> Mapping[str, Any]:
+        """This episode's view as a plain dict, to be read only: the base itself when unchanged.
+
+        Same keys, order and records as iterating and indexing the table read-only:
+        base keys not deleted (an own record in its base key's place), then keys
+        the episode added.
+        """
+        if not self.own and not self.deleted:
+            return self._base
+        view = dict(self._base)
+        view.update(self.own)
+        for key in self.deleted:
+            del view[key]
+        return view
 
     def base_record(self, key: str) -> Any:
         """The shared base record of ``key`` (never to be mutated), or None when the base has none."""

@@ -7,7 +7,9 @@ exactly that. :class:`HashIndex` gives the same digest for an
 :class:`~tau_bench_env.data_model.episode_data.EpisodeData` while stringifying only the
 records the episode changed: the text of every base record is computed once
 per domain, and an episode's digest streams the unchanged runs of that text
-into sha256 around the changed records' new text.
+into sha256 around the changed records' new text. The text before an
+episode's first changed record is the base's own, so the index also keeps
+sha256 states along the base text and resumes from the last one before it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ class UnhashableDataError(ValueError):
     """Data nested too deeply for ``str()`` (Python's recursion limit); tau-bench cannot hash it either."""
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+"""Types :func:`to_hashable` returns as they are; checked inline to save a call per leaf."""
+
+
 def to_hashable(item: Any) -> Any:
     """Convert JSON-like data to nested tuples exactly as tau-bench does.
 
@@ -33,9 +39,16 @@ def to_hashable(item: Any) -> Any:
     (('a', (3,)), ('b', (1, 2)))
     """
     if isinstance(item, dict):
-        return tuple((key, to_hashable(value)) for key, value in sorted(item.items()))
+        return tuple(
+            [
+                (key, value if type(value) in _SCALARS else to_hashable(value))
+                for key, value in sorted(item.items())
+            ]
+        )
     if isinstance(item, list):
-        return tuple(to_hashable(element) for element in item)
+        return tuple(
+            [element if type(element) in _SCALARS else to_hashable(element) for element in item]
+        )
     if isinstance(item, set):
         return tuple(sorted(to_hashable(element) for element in item))
     return item
@@ -159,9 +172,28 @@ class _TableText:
             self.ends.append(offset)
             offset += 2
 
+    def prefix(self, start: int, stop: int) -> memoryview:
+        """The base text between the starts of records ``start`` and ``stop`` (``start <= stop``).
+
+        The text before record ``k`` ends with record ``k - 1``, its separator
+        excluded, so a prefix and then ``", "`` and a record continue it as in
+        the full text; record ``0``'s prefix is empty.
+        """
+        begin = self.ends[start - 1] if start else 0
+        end = self.ends[stop - 1] if stop else 0
+        return memoryview(self.blob)[begin:end]
+
+    def piece(self, record: int) -> memoryview:
+        """The text of base record ``record``."""
+        return memoryview(self.blob)[self.starts[record] : self.ends[record]]
+
     def run(self, first: int, last: int) -> memoryview:
         """Text of base records ``first..last`` (inclusive) with their separators."""
         return memoryview(self.blob)[self.starts[first] : self.ends[last]]
+
+
+CHECKPOINT_EVERY = 32
+"""Records of a table between two saved sha256 states of the base text."""
 
 
 class HashIndex:
@@ -182,6 +214,23 @@ class HashIndex:
                 raise ValueError(f"data[{name!r}] must be a dict of records to be indexed")
         self._names = sorted(base)
         self._tables = {name: _TableText(base[name]) for name in self._names}
+        self._checkpoints: dict[str, list[Any]] = {}
+        hasher = sha256(b"(")
+        for position, name in enumerate(self._names):
+            if position:
+                hasher.update(b", ")
+            hasher.update(_table_open(name))
+            text = self._tables[name]
+            states = []
+            fed = 0
+            for record in range(0, len(text.keys) + 1, CHECKPOINT_EVERY):
+                hasher.update(text.prefix(fed, record))
+                fed = record
+                states.append(hasher.copy())
+            self._checkpoints[name] = states
+            hasher.update(text.prefix(fed, len(text.keys)))
+            hasher.update(_table_close(len(text.keys)))
+        self._base_digest = _finish(hasher, len(self._names))
 
     def digest(self, data: EpisodeData) -> str:
         """Return :func:`data_hash` of ``data``'s current view, incrementally.
@@ -191,42 +240,96 @@ class HashIndex:
         """
         if sorted(data) != self._names:
             raise ValueError("episode data tables differ from the indexed base data")
-        hasher = sha256(b"(")
-        for position, name in enumerate(self._names):
-            if position:
+        hasher: Any = None
+        for name in self._names:
+            text = self._tables[name]
+            differing = self._differing(text, data[name])
+            if hasher is None:
+                if not differing:
+                    continue
+                # resume from the saved state nearest before the first differing record
+                first = bisect_left(text.keys, differing[0][0])
+                resume = first - first % CHECKPOINT_EVERY
+                hasher = self._checkpoints[name][resume // CHECKPOINT_EVERY].copy()
+                hasher.update(text.prefix(resume, first))
+                segments = self._table_segments(text, differing)
+                count = sum(pieces for _, pieces in segments)
+                written = first > 0
+                if written:
+                    segments = segments[1:]  # the base run before ``first``: fed above
+            else:
                 hasher.update(b", ")
-            hasher.update(b"(" + repr(name).encode("utf-8") + b", (")
-            segments = self._table_segments(self._tables[name], data[name])
-            count = 0
-            for number, (segment, pieces) in enumerate(segments):
-                if number:
+                hasher.update(_table_open(name))
+                segments = self._table_segments(text, differing)
+                count = sum(pieces for _, pieces in segments)
+                written = False
+            for segment, _ in segments:
+                if written:
                     hasher.update(b", ")
                 hasher.update(segment)
-                count += pieces
-            hasher.update(b",))" if count == 1 else b"))")
-        if len(self._names) == 1:
-            hasher.update(b",")
-        hasher.update(b")")
-        return hasher.hexdigest()
+                written = True
+            hasher.update(_table_close(count))
+        if hasher is None:
+            return self._base_digest
+        return _finish(hasher, len(self._names))
 
     @staticmethod
-    def _table_segments(text: _TableText, table: Any) -> list[tuple[Any, int]]:
+    def _differing(text: _TableText, table: Any) -> list[tuple[str, bytes | None]]:
+        """The records whose text differs from the base's, in key order: (key, new text or None if deleted).
+
+        A record the episode cloned but left as it was (a write tool reads
+        before it writes) has the base's text and is not listed.
+        """
+        keys = text.keys
+        differing: list[tuple[str, bytes | None]] = []
+        for key in sorted(table.changed_keys()):
+            if key not in table.own:
+                differing.append((key, None))
+                continue
+            piece = _record_text(key, table.own[key])
+            position = bisect_left(keys, key)
+            if position < len(keys) and keys[position] == key and piece == text.piece(position):
+                continue
+            differing.append((key, piece))
+        return differing
+
+    @staticmethod
+    def _table_segments(
+        text: _TableText, differing: list[tuple[str, bytes | None]]
+    ) -> list[tuple[Any, int]]:
         """Segments of the table's text in key order, each with its record count."""
         keys = text.keys
         size = len(keys)
-        changed = sorted(table.changed_keys())
-        if not changed:
+        if not differing:
             return [(memoryview(text.blob), size)] if size else []
         segments: list[tuple[Any, int]] = []
         cursor = 0
-        for key in changed:
+        for key, piece in differing:
             position = bisect_left(keys, key, cursor)
             if cursor < position:
                 segments.append((text.run(cursor, position - 1), position - cursor))
-            if key in table.own:
-                segments.append((_record_text(key, table.own[key]), 1))
+            if piece is not None:
+                segments.append((piece, 1))
             exists = position < size and keys[position] == key
             cursor = position + 1 if exists else position
         if cursor < size:
             segments.append((text.run(cursor, size - 1), size - cursor))
         return segments
+
+
+def _table_open(name: str) -> bytes:
+    """The text that opens a table: ``(name, (``."""
+    return b"(" + repr(name).encode("utf-8") + b", ("
+
+
+def _table_close(count: int) -> bytes:
+    """The text that closes a table of ``count`` records (a 1-tuple keeps its comma)."""
+    return b",))" if count == 1 else b"))"
+
+
+def _finish(hasher: Any, tables: int) -> str:
+    """Close the outer tuple of ``tables`` tables and return the hex digest."""
+    if tables == 1:
+        hasher.update(b",")
+    hasher.update(b")")
+    return hasher.hexdigest()

@@ -52,6 +52,34 @@ def test_mapping_protocol(edit, keys: list[str], length: int) -> None:
     assert all(key in data["users"] for key in keys)
 
 
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda t: None,  # unchanged: the base's own views
+        lambda t: t.__delitem__("a"),
+        lambda t: t.__setitem__("c", {"cards": [3]}),
+        lambda t: t["b"]["cards"].append(5),  # a cloned record in its base key's place
+        lambda t: (t.__delitem__("a"), t.__setitem__("a", {"new": 1}), t.__setitem__("0", {})),
+    ],
+)
+def test_read_only_views_equal_indexing_each_key(edit) -> None:
+    # keys/values/items read-only come from a plain dict: same order and records
+    # as iterating and indexing the table
+    base = _base()
+    data = EpisodeData.fork(base)
+    table = data["users"]
+    edit(table)
+    own = dict(table.own)
+    with data.read_only():
+        expected = [(key, table[key]) for key in table]
+        assert list(table.keys()) == [key for key, _ in expected]
+        assert [id(v) for v in table.values()] == [id(v) for _, v in expected]
+        assert [(k, id(v)) for k, v in table.items()] == [(k, id(v)) for k, v in expected]
+    assert table.own == own  # reading cloned nothing
+    assert base == _base()
+    assert [id(v) for v in table.values()] == [id(table[key]) for key in table]  # writable: cloned
+
+
 def test_deleting_a_missing_key_raises() -> None:
     data = EpisodeData.fork(_base())
     del data["users"]["a"]

@@ -11,6 +11,7 @@ import pytest
 from tau_bench_env.backends import load_domain
 from tau_bench_env.data_model.episode_data import EpisodeData
 from tau_bench_env.data_model.hashing import (
+    CHECKPOINT_EVERY,
     HashIndex,
     HashMemo,
     UnhashableDataError,
@@ -147,6 +148,56 @@ def test_incremental_digest_equals_full_computation(ops: list[str]) -> None:
     for op in ops:
         _edit(data, op)
     assert index.digest(data) == data_hash(data.materialize())
+
+
+def _boundary_base(size: int) -> dict[str, Any]:
+    step = CHECKPOINT_EVERY
+    return {
+        "a_first": {f"k{i:04d}": {"i": i} for i in range(3)},
+        "m_long": {f"k{i:04d}": {"i": i, "l": [i]} for i in range(size)},
+        "z_last": {f"k{i:04d}": {"i": i} for i in range(step + 1)},
+    }
+
+
+@pytest.mark.parametrize("size", [2 * CHECKPOINT_EVERY, 2 * CHECKPOINT_EVERY + 1])
+def test_incremental_digest_around_saved_states(size: int) -> None:
+    # the digest resumes from the saved state before the first record whose text
+    # differs: change, add and delete records at and around every saved state,
+    # and clone records without changing them
+    base = _boundary_base(size)
+    index = HashIndex(base)
+    step = CHECKPOINT_EVERY
+    positions = sorted({0, 1, step - 1, step, step + 1, 2 * step - 1, 2 * step, size - 1, size})
+    for position in positions:
+        key = f"k{position:04d}"
+        ops = ("modify", "delete", "add", "add after", "modify later table too", "read", "read all")
+        for op in ops:
+            data = EpisodeData.fork(base)
+            table = data["m_long"]
+            if key not in base["m_long"] and op != "add after":
+                continue
+            if op == "modify":
+                table[key]["i"] = -1
+            elif op == "delete":
+                del table[key]
+            elif op == "add":
+                table[key + "x"] = {"new": position}
+            elif op == "add after":
+                table[f"k{position:04d}z"] = {"new": position}
+            elif op == "modify later table too":
+                table[key]["l"].append(0)
+                data["z_last"]["k0000"]["i"] = 0.0
+            elif op == "read":  # cloned, unchanged; then a later record changes type only
+                assert table[key]["i"] == position
+                data["z_last"][f"k{step:04d}"]["i"] = float(step)
+            else:  # every record cloned, one changed
+                assert [record["i"] for record in table.values()] == list(range(size))
+                table[key]["l"] = (position,)
+            assert index.digest(data) == data_hash(data.materialize()), (position, op)
+    only_first = EpisodeData.fork(base)
+    only_first["a_first"]["k0002"]["i"] = "x"
+    assert index.digest(only_first) == data_hash(only_first.materialize())
+    assert index.digest(EpisodeData.fork(base)) == data_hash(base)
 
 
 @pytest.mark.parametrize("base", [{"only": {"a": 1}}, {"only": {}}, {}])
