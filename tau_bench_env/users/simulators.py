@@ -40,11 +40,12 @@ UserToolRunner = Callable[[str, Mapping[str, Any]], str]
 """Runs one user tool call (name, arguments) on the episode's data; returns the observation."""
 
 USER_TOOLS_GUIDANCE = (
-    "\n- You have tools that act on your own phone. When the agent asks you to check or "
-    "change something on your phone, call the matching tool and base your answer on what it "
-    "returns. Never make up the result of a tool call."
+    "\n- You have tools that act on your own end (your phone, your inbox). When the agent "
+    "asks you to check or change something on your end, call the matching tool and base your "
+    "answer on what it returns. Never make up the result of a tool call."
 )
-"""Added to the user prompt when the user has tools (dual-control domains only)."""
+"""Added to the user prompt when the user has tools (dual-control domains: telecom's phone,
+tau2-bench 1.x mock's inbox)."""
 
 
 class UserSimulatorError(RuntimeError):

@@ -477,7 +477,7 @@ def test_openai_user_runs_its_tool_calls_on_the_episodes_phone(tool_server: _Too
     assert [t["function"]["name"] for t in first["tools"]] == [
         s["function"]["name"] for s in env.domain.user_tool_schemas
     ]
-    assert "tools that act on your own phone" in first["messages"][0]["content"]
+    assert "tools that act on your own end (your phone" in first["messages"][0]["content"]
     out = env.step(ASK)
     assert out["observations"] == [{"role": "user", "content": "It works now."}]
     sent = tool_server.bodies[-1]["messages"]
