@@ -20,11 +20,14 @@ import importlib.abc
 import importlib.util
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 ENV_ID = "skyrl_rewards"
 ENTRY_POINT = "skyrl_rewards.train.env:SkyRLRewardEnv"
 GYM = "skyrl_gym"
+_PENDING: list[Callable[[], None]] = []
+"""What runs right after skyrl-gym's first import (:func:`when_gym_loads`), in order."""
 
 
 def register() -> None:
@@ -49,7 +52,7 @@ def register() -> None:
 
 
 class _RegisterAfterGymImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself; wraps skyrl-gym's loader so :func:`register` runs after it."""
+    """Finds nothing itself; wraps skyrl-gym's loader so the pending callbacks run after it."""
 
     def __init__(self) -> None:
         self._finding = False
@@ -70,15 +73,27 @@ class _RegisterAfterGymImport(importlib.abc.MetaPathFinder):
 
         def exec_then_register(module: Any) -> None:
             exec_module(module)
-            register()
+            while _PENDING:
+                _PENDING.pop(0)()
 
         spec.loader.exec_module = exec_then_register  # type: ignore[method-assign]
         return spec
 
 
+def when_gym_loads(callback: Callable[[], None]) -> None:
+    """Run ``callback`` now if skyrl-gym is imported, else right after its first import.
+
+    A deferred callback runs inside that import: it must not raise (a warning
+    instead), or it would fail someone else's ``import skyrl_gym``.
+    """
+    if GYM in sys.modules:
+        callback()
+        return
+    _PENDING.append(callback)
+    if not any(isinstance(f, _RegisterAfterGymImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterAfterGymImport())
+
+
 def register_when_gym_loads() -> None:
     """Register now if skyrl-gym is imported, else once it is (see the module docstring)."""
-    if GYM in sys.modules:
-        register()
-    elif not any(isinstance(f, _RegisterAfterGymImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _RegisterAfterGymImport())
+    when_gym_loads(register)

