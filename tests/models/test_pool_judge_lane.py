@@ -192,24 +192,18 @@ def test_the_endpoint_limits_hold_for_the_whole_pool_across_processes_and_nodes(
     assert abs(rate_per_minute - per_minute) / per_minute <= 0.05, rate_per_minute
 
 
-def scoring_until_judged(pool: RewardPool, server: JudgeServer) -> tuple[threading.Thread, list]:
-    """Score 200 rows in a thread; return it and its results list once the judge saw 20 calls."""
-    results: list = []
-    scoring = threading.Thread(target=lambda: results.extend(pool.score(rows(200))))
-    scoring.start()
-    deadline = time.monotonic() + 60
-    while server.calls < 20:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    return scoring, results
-
-
 def test_every_item_gets_one_result_when_the_judge_lane_is_killed_mid_judging(
     ray_local: None,
 ) -> None:
     with JudgeServer(reply=grader, latency_s=0.2) as server:
         with RewardPool.from_config(pool_config("t_judge_kill", server)) as pool:
-            scoring, results = scoring_until_judged(pool, server)
+            results: list = []
+            scoring = threading.Thread(target=lambda: results.extend(pool.score(rows(200))))
+            scoring.start()
+            deadline = time.monotonic() + 60
+            while server.calls < 20:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
             directory = ray.get_actor("t_judge_kill", namespace="skyrl_rewards")
             ((_, lane),) = ray.get(directory.lane_actors.remote(JUDGE_LANE))
             ray.kill(lane, no_restart=True)
@@ -234,7 +228,13 @@ def test_every_item_gets_one_result_when_the_judge_lanes_node_goes_away(
                 directory = ray.get_actor("t_judge_node", namespace="skyrl_rewards")
                 ((_, lane),) = ray.get(directory.lane_actors.remote(JUDGE_LANE))
                 _, lane_node = ray.get(lane.ready.remote())
-                scoring, results = scoring_until_judged(pool, server)
+                results: list = []
+                scoring = threading.Thread(target=lambda: results.extend(pool.score(rows(200))))
+                scoring.start()
+                deadline = time.monotonic() + 60
+                while server.calls < 20:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.01)
                 cluster.remove_node(next(n for n in nodes if n.node_id == lane_node))
                 scoring.join(timeout=300)
                 metrics = pool.metrics()
