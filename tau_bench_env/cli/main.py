@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tau_bench_env.backends import BACKENDS, Domain, installed_official_backend, load_domain
+from tau_bench_env.backends import BACKENDS, Domain, installed_backends, load_domain
 from tau_bench_env.cli.eval import add_eval_parser, run_eval
 from tau_bench_env.config import OFFICIAL_TAU2_BACKENDS
 from tau_bench_env.rescoring.rescore import (
@@ -204,8 +204,7 @@ def _setting(args: argparse.Namespace, runs: object) -> dict[str, str]:
     domain = args.domain or (recorded_domain(runs) if fmt == "tau2" else None)
     if domain is None:
         raise ValueError(f"--domain is required: the {fmt} file does not name its domain")
-    official = installed_official_backend() or OFFICIAL_TAU2_BACKENDS[0]
-    backend = args.backend or (official if args.reward == "tau2" else DEFAULT_BACKEND)
+    backend = args.backend or (_official_backend() if args.reward == "tau2" else DEFAULT_BACKEND)
     return {"format": fmt, "domain": domain, "backend": backend, "reward": args.reward}
 
 
@@ -218,6 +217,12 @@ def _judge(args: argparse.Namespace) -> dict[str, Any] | None:
         if not value:
             raise ValueError(f"--judge-{key.replace('_', '-')} is required with a judge")
     return {**given, "api_key_env": args.judge_api_key_env}
+
+
+def _official_backend() -> str:
+    """The installed backend of tau2-bench's own code (``tau2_bench`` first), else the first."""
+    installed = [name for name in OFFICIAL_TAU2_BACKENDS if name in installed_backends()]
+    return installed[-1] if installed else OFFICIAL_TAU2_BACKENDS[0]
 
 
 def task_set_summary(domain: Domain, fmt: str, *, fresh: bool, tasks: int) -> dict[str, Any]:

@@ -719,10 +719,14 @@ def judge_verdicts(
     """
     if judge is None:
         return [None] * len(simulations)
-    tasks = {i: tau2_task(s) for i, s in enumerate(simulations) if s.stopped}
-    asked = [index for index, task in tasks.items() if needs_judge(task)]
+    asked = [
+        index
+        for index, simulation in enumerate(simulations)
+        if simulation.stopped and needs_judge(tau2_task(simulation))
+    ]
     graded = judge_many(
-        [(simulations[i].transcript, nl_statements(tasks[i])) for i in asked], judge
+        [(simulations[i].transcript, nl_statements(tau2_task(simulations[i]))) for i in asked],
+        judge,
     )
     verdicts: list[NLVerdict | None] = [None] * len(simulations)
     for index, verdict in zip(asked, graded, strict=True):
