@@ -24,7 +24,7 @@ import io
 import json
 import math
 import threading
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,8 +82,15 @@ def coco_map(content: str, sol: str, method: str = "map") -> float:
     return coco_map_score(content, sol, method).value
 
 
-def coco_map_score(content: str, sol: str, method: str = "map") -> ComponentScore:
-    """:func:`coco_map` with its outcome.
+def coco_map_score(
+    content: str,
+    sol: str,
+    method: str = "map",
+    *,
+    convert: Callable[[tuple[float, float, float, float]], tuple[float, float, float, float]]
+    | None = None,
+) -> ComponentScore:
+    """:func:`coco_map` with its outcome; ``convert`` maps each predicted box first (box formats).
 
     Status ``unparseable`` when the completion has no ``<answer>`` span (the
     ``od`` methods), no JSON block, JSON that does not parse (both read as an
@@ -126,6 +133,12 @@ def coco_map_score(content: str, sol: str, method: str = "map") -> ComponentScor
     if not predicted or not truth:
         return ComponentScore(1.0 if not predicted and not truth else 0.0, status, why)
     boxes = predicted_boxes(predicted, truth)
+    if convert is not None:
+        boxes = [
+            Box(box.label, coords)
+            for box in boxes
+            if (coords := _coords(list(convert(box.coords)))) is not None
+        ]
     if not boxes:
         return ComponentScore(0.0, status, why)
     value = average_precision(boxes, truth, ap50=method == "od_ap50")

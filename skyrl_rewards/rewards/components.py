@@ -9,14 +9,21 @@ a :class:`ComponentScore` with status ``error``.
 
 from __future__ import annotations
 
-import functools
 import hashlib
+import inspect
 import logging
 import re
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from skyrl_rewards.rewards.accuracy import ACCURACY_METHODS, LLM_NEEDS_JUDGE, accuracy_score
+from skyrl_rewards.rewards.box_formats import (
+    BOX_FORMAT_COLUMN,
+    ORIGINAL,
+    RELATIVE_1,
+    BoxFormatChoice,
+    row_converter,
+)
 from skyrl_rewards.rewards.coco_map import MAP_METHODS, coco_map_score
 from skyrl_rewards.rewards.detection import (
     check_threshold,
@@ -24,11 +31,11 @@ from skyrl_rewards.rewards.detection import (
     detection_score_with_status,
 )
 from skyrl_rewards.rewards.format_checks import has_rec_format, has_think_answer_format
-from skyrl_rewards.rewards.geometry import DEFAULT_PATCH_SIZE, scale_box
+from skyrl_rewards.rewards.geometry import Box
 from skyrl_rewards.rewards.hub import load_pretrained_tokenizer
 from skyrl_rewards.rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard
 from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelOutcome, ModelRequest
-from skyrl_rewards.rewards.rec import check_box_coords, iou_sample_score, row_scaling
+from skyrl_rewards.rewards.rec import BOX_FORMAT_PARAMS, box_format_choice, iou_sample_score
 from skyrl_rewards.rewards.result import ComponentScore, Status
 from skyrl_rewards.rewards.shaping import (
     CosineSchedule,
@@ -37,6 +44,7 @@ from skyrl_rewards.rewards.shaping import (
     repetition_reward,
 )
 from skyrl_rewards.rewards.text import answer_span, completion_text
+from skyrl_rewards.suggest import did_you_mean
 
 _logger = logging.getLogger(__name__)
 
@@ -223,77 +231,105 @@ class Accuracy(Component):
         return work_digest(self.name, repr(method), solution, content)
 
 
-class CocoMap(Component):
-    """COCO AP of the predicted boxes with one of VLM-R1's mAP methods, whatever the row's column.
+class BoxComponent(Component):
+    """A reward that reads boxes: its box format (:mod:`~skyrl_rewards.rewards.box_formats`).
 
-    ``method``: ``map`` (default; the last JSON block of the whole completion),
-    ``od_ap``, ``od_ap50`` or ``odLength`` (the ``<answer>`` span); see
-    :mod:`skyrl_rewards.rewards.coco_map`.
+    Box parameters: ``box_format`` (a family or generic name; default
+    :attr:`default_box_format`), the processor's ``min_pixels``,
+    ``max_pixels``, ``patch_size`` and ``merge_size`` (resized-pixel formats),
+    and the former ``box_coords``. A row's ``box_format`` column wins over
+    the reward's.
     """
 
-    name = "coco_map"
+    default_box_format = "qwen2_5_vl"
 
-    def __init__(self, method: str = "map") -> None:
-        if method not in MAP_METHODS:
-            raise ValueError(f"method: expected one of {MAP_METHODS}, got {method!r}")
-        self.method = method
+    def __init__(self, **box_params: Any) -> None:
+        known = [*inspect.signature(type(self)).parameters, *BOX_FORMAT_PARAMS]
+        known = [k for k in known if k != "box_params"]
+        for key in box_params:
+            if key not in BOX_FORMAT_PARAMS:
+                raise ValueError(
+                    f"{key}: unknown parameter{did_you_mean(str(key), known)}; parameters of "
+                    f"{self.name}: weight, {', '.join(known)}"
+                )
+        self.box_format: BoxFormatChoice = box_format_choice(box_params, self.default_box_format)
 
-    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
-        return coco_map_score(content, sample_solution(sample), self.method)
+    def converter(self, sample: Mapping[str, Any]) -> Callable[[Box], Box] | None:
+        """The row's map from its format to original pixels (``None``: as written; see ``row_converter``)."""
+        return row_converter(sample, self.box_format.for_row(sample))
 
-    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
-        solution = sample.get("solution")
-        if not isinstance(solution, str):
-            return None
-        return work_digest(
-            self.name, self.method, solution, completion_text(sample.get("completion"))
-        )
-
-
-class Iou(Component):
-    """REC IoU; ``box_coords`` says whether boxes are scaled from the model-input grid (see rec)."""
-
-    name = "iou"
-
-    def __init__(
-        self, patch_size: int = DEFAULT_PATCH_SIZE, box_coords: str = "model_input"
-    ) -> None:
-        if not isinstance(patch_size, int) or patch_size <= 0:
-            raise ValueError(f"patch_size: expected a positive integer, got {patch_size!r}")
-        self.patch_size = patch_size
-        self.box_coords = check_box_coords(box_coords)
-
-    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
-        return iou_sample_score(
-            content, sample_solution(sample), dict(sample), self.patch_size, self.box_coords
-        )
-
-    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
-        solution = sample.get("solution")
-        if not isinstance(solution, str) or any(
-            sample.get(k) is not None for k in ("image", "images")
-        ):
+    def box_work_key(self, sample: Mapping[str, Any], *parts: str) -> Hashable | None:
+        """A work key over ``parts`` plus what the conversion reads; ``None`` for in-memory images."""
+        if self.box_format.for_row(sample).coords == ORIGINAL:
+            return work_digest(self.name, *parts)
+        if any(sample.get(k) is not None for k in ("image", "images")):
             return None  # an in-memory image has no stable key
-        content = answer_span(completion_text(sample.get("completion")))
         return work_digest(
             self.name,
-            solution,
-            content,
+            *parts,
             repr(sample.get("image_path")),
             repr(sample.get("image_grid_thw")),
         )
 
 
-class Detection(Component):
+class CocoMap(BoxComponent):
+    """COCO AP of the predicted boxes with one of VLM-R1's mAP methods, whatever the row's column.
+
+    ``method``: ``map`` (default; the last JSON block of the whole completion),
+    ``od_ap``, ``od_ap50`` or ``odLength`` (the ``<answer>`` span); see
+    :mod:`skyrl_rewards.rewards.coco_map`. Boxes as written by default
+    (``box_format="original"``, as VLM-R1); another format converts the
+    predicted boxes to the row's original pixels first.
+    """
+
+    name = "coco_map"
+    default_box_format = ORIGINAL
+
+    def __init__(self, method: str = "map", **box_params: Any) -> None:
+        if method not in MAP_METHODS:
+            raise ValueError(f"method: expected one of {MAP_METHODS}, got {method!r}")
+        self.method = method
+        super().__init__(**box_params)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        solution = sample_solution(sample)
+        return coco_map_score(content, solution, self.method, convert=self.converter(sample))
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        solution = sample.get("solution")
+        if not isinstance(solution, str):
+            return None
+        content = completion_text(sample.get("completion"))
+        return self.box_work_key(sample, self.method, solution, content)
+
+
+class Iou(BoxComponent):
+    """REC IoU of the predicted box, converted from the row's box format (see rec, box_formats)."""
+
+    name = "iou"
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return iou_sample_score(content, sample_solution(sample), sample, self.box_format)
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        solution = sample.get("solution")
+        if not isinstance(solution, str):
+            return None
+        content = answer_span(completion_text(sample.get("completion")))
+        return self.box_work_key(sample, repr(sample.get(BOX_FORMAT_COLUMN)), solution, content)
+
+
+class Detection(BoxComponent):
     """Detection score with its threshold and weights.
 
-    ``box_coords="original"`` (default, as VLM-R1) compares boxes as written;
-    ``"model_input"`` scales the predicted boxes from the row's
-    ``image_grid_thw`` to its original image first, like ``iou`` (a row
-    without both is a dataset error then).
+    ``box_format="original"`` (default, as VLM-R1) compares boxes as written;
+    another format (``qwen2_5_vl``, ``qwen3_vl``, ...) converts the predicted
+    boxes to the row's original pixels first, like ``iou`` (a row without the
+    image the format needs is a dataset error then).
     """
 
     name = "detection"
+    default_box_format = ORIGINAL
 
     def __init__(
         self,
@@ -301,49 +337,30 @@ class Detection(Component):
         alpha: float = 0.7,
         beta: float = 0.0,
         gamma: float = 0.3,
-        box_coords: str = "original",
-        patch_size: int = DEFAULT_PATCH_SIZE,
+        **box_params: Any,
     ) -> None:
         check_weights(alpha, beta, gamma)
         check_threshold(iou_threshold)
-        if isinstance(patch_size, bool) or not isinstance(patch_size, int) or patch_size <= 0:
-            raise ValueError(f"patch_size: expected a positive integer, got {patch_size!r}")
         self.params = {"iou_threshold": iou_threshold, "alpha": alpha, "beta": beta, "gamma": gamma}
-        self.box_coords = check_box_coords(box_coords)
-        self.patch_size = patch_size
+        super().__init__(**box_params)
 
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
         solution = sample_solution(sample)
-        scale = None
-        if self.box_coords == "model_input":
-            scaling = row_scaling(dict(sample), self.patch_size)
-            if scaling is None:
-                raise ValueError(
-                    "image_grid_thw: missing; box_coords='model_input' needs the row's image "
-                    "and image_grid_thw to scale the predicted boxes"
-                )
-            size, grid = scaling
-            scale = functools.partial(
-                scale_box, image_size=size, grid_thw=grid, patch_size=self.patch_size
+        fmt = self.box_format.for_row(sample)
+        convert = self.converter(sample)
+        if convert is None and fmt.coords != ORIGINAL:
+            raise ValueError(
+                f"image_path: missing; box_format {fmt.name!r} needs the row's image to convert "
+                "the predicted boxes to its pixels"
             )
-        return detection_score_with_status(content, solution, **self.params, scale=scale)
+        return detection_score_with_status(content, solution, **self.params, scale=convert)
 
     def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
         solution = sample.get("solution")
         if not isinstance(solution, str):
             return None
         content = answer_span(completion_text(sample.get("completion")))
-        if self.box_coords == "original":
-            return work_digest(self.name, solution, content)
-        if any(sample.get(k) is not None for k in ("image", "images")):
-            return None  # an in-memory image has no stable key
-        return work_digest(
-            self.name,
-            solution,
-            content,
-            repr(sample.get("image_path")),
-            repr(sample.get("image_grid_thw")),
-        )
+        return self.box_work_key(sample, repr(sample.get(BOX_FORMAT_COLUMN)), solution, content)
 
 
 class WordTokenizer:
@@ -422,10 +439,15 @@ class Format(Component):
         return ComponentScore(1.0 if has_think_answer_format(content) else 0.0)
 
 
-class FormatRec(Component):
-    """REC format (think block, then an answer holding a box), 1.0 or 0.0."""
+class FormatRec(BoxComponent):
+    """REC format (think block, then an answer holding a box), 1.0 or 0.0.
+
+    The box is four integers, as VLM-R1 asks; four numbers with decimals
+    when the row's box format is ``relative_1`` (0-1 fractions).
+    """
 
     name = "format_rec"
 
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
-        return ComponentScore(1.0 if has_rec_format(content) else 0.0)
+        decimals = self.box_format.for_row(sample).coords == RELATIVE_1
+        return ComponentScore(1.0 if has_rec_format(content, decimals=decimals) else 0.0)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from skyrl_rewards.rewards.box_formats import RELATIVE_1
 from skyrl_rewards.rewards.debug_log import log_rewards
 from skyrl_rewards.rewards.text import completion_text
 
 _THINK_ANSWER = re.compile(r"<think>.*?</think>\s*<answer>.*?</answer>", re.DOTALL)
 _THINK_CLOSE_ANSWER = re.compile(r"</think>\s*<answer>")
 _INT_BOX = re.compile(r"\[\d+,\s*\d+,\s*\d+,\s*\d+\]")
+_DECIMAL = r"\d+(?:\.\d+)?"
+_DECIMAL_BOX = re.compile(r"\[" + r",\s*".join([_DECIMAL] * 4) + r"\]")
 
 
 def has_think_answer_format(content: str) -> bool:
@@ -27,12 +30,13 @@ def has_think_answer_format(content: str) -> bool:
     return _THINK_ANSWER.fullmatch(content) is not None
 
 
-def has_rec_format(content: str) -> bool:
+def has_rec_format(content: str, *, decimals: bool = False) -> bool:
     """True when ``content`` contains a think block, then an answer block holding ``{ ... [n, n, n, n] ... }``.
 
     Same acceptance as VLM-R1's ``<think>.*?</think>\\s*<answer>.*?\\{.*\\[\\d+,
     \\s*\\d+,\\s*\\d+,\\s*\\d+\\].*\\}.*?</answer>`` searched with DOTALL, in
-    linear time.
+    linear time. With ``decimals`` the four numbers may have a fractional part
+    (boxes in 0-1 fractions, box format ``relative_1``).
 
     >>> has_rec_format('<think>x</think><answer>{"bbox": [1, 2, 3, 4]}</answer>')
     True
@@ -48,7 +52,7 @@ def has_rec_format(content: str) -> bool:
     brace = content.find("{", opening.end(), answer_end)
     if brace == -1:
         return False
-    box = _INT_BOX.search(content, brace + 1, answer_end)
+    box = (_DECIMAL_BOX if decimals else _INT_BOX).search(content, brace + 1, answer_end)
     return box is not None and content.find("}", box.end(), answer_end) != -1
 
 
@@ -65,8 +69,18 @@ def format_reward(completions: list[Any], **kwargs: Any) -> list[float]:
 
 
 def format_reward_rec(completions: list[Any], **kwargs: Any) -> list[float]:
-    """1.0 per completion that contains the REC layout, else 0.0 (see :func:`has_rec_format`)."""
+    """1.0 per completion that contains the REC layout, else 0.0 (see :func:`has_rec_format`).
+
+    ``box_format`` (the reward's, a string, or a column of each row's):
+    where it is ``relative_1`` the box's numbers may have decimals.
+    """
     contents = [completion_text(c) for c in completions]
-    rewards = [1.0 if has_rec_format(c) else 0.0 for c in contents]
+    formats = kwargs.get("box_format")
+    if not isinstance(formats, (list, tuple)) or len(formats) != len(contents):
+        formats = [formats] * len(contents)
+    rewards = [
+        1.0 if has_rec_format(c, decimals=f == RELATIVE_1) else 0.0
+        for c, f in zip(contents, formats, strict=True)
+    ]
     log_rewards("format_reward_rec", contents, rewards)
     return rewards

@@ -1,4 +1,4 @@
-"""Boxes: IoU with VLM-R1's pixel convention, box extraction, and scaling to the original image."""
+"""Boxes: IoU with VLM-R1's pixel convention, box extraction, grids and image sizes."""
 
 from __future__ import annotations
 
@@ -16,9 +16,6 @@ from PIL import Image
 from skyrl_rewards.rewards.text import answer_span, cap
 
 Box = tuple[float, float, float, float]
-
-DEFAULT_PATCH_SIZE = 14
-"""Pixels per patch side of Qwen2-VL / Qwen2.5-VL; ``image_grid_thw`` counts patches."""
 
 MAX_BOX_SEARCH_CHARS = 10_000
 """The answer span is cut to this length before the box regex runs."""
@@ -81,19 +78,6 @@ def predicted_box(content: str) -> Box | None:
     if match is None:
         return None
     return as_box([float(group) for group in match.groups()])
-
-
-def scale_box(
-    box: Box,
-    image_size: tuple[int, int],
-    grid_thw: Sequence[int],
-    patch_size: int = DEFAULT_PATCH_SIZE,
-) -> Box:
-    """Map ``box`` from model-input pixels (``h*patch`` x ``w*patch``) to original ``(width, height)``."""
-    width, height = image_size
-    _, grid_h, grid_w = grid_thw
-    sx, sy = width / (grid_w * patch_size), height / (grid_h * patch_size)
-    return box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy
 
 
 def grid_thw(value: Any, field: str = "image_grid_thw") -> tuple[int, int, int]:

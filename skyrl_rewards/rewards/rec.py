@@ -1,45 +1,32 @@
 """Referring-expression comprehension (REC): the IoU reward of one predicted box.
 
-Box coordinates (``box_coords``): with ``"model_input"`` (default, VLM-R1) the
-model answers in pixels of its resized input, ``image_grid_thw`` (t, h, w)
-patches of ``patch_size`` pixels, and the box is scaled to the original image
-before it is compared with the ground truth (in original-image pixels). A row
-that has an image (``image_path``, ``image`` or ``images``) but no
-``image_grid_thw`` is a dataset error then: comparing unscaled boxes would
-score a right answer as wrong without a word. With ``"original"`` the model
-answers in original-image pixels and boxes are compared as written. A row
-with no image and no grid compares boxes as written.
+The predicted box is in the policy's box format (``box_format``: a model
+family such as ``qwen2_5_vl`` or ``qwen3_vl``, or a generic system; see
+:mod:`~skyrl_rewards.rewards.box_formats`) and is converted to the original
+image's pixels, where the ground truth is, before the IoU. The default,
+``qwen2_5_vl``, is VLM-R1's: pixels of the resized model input, the resize
+computed from the image (a row's ``image_grid_thw`` is checked against it).
+A resized-pixel row with neither an image nor a grid compares boxes as
+written; a relative format needs the image's size.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from PIL import Image
-
-from skyrl_rewards.rewards.debug_log import log_rewards
-from skyrl_rewards.rewards.geometry import (
-    DEFAULT_PATCH_SIZE,
-    Box,
-    as_box,
-    grid_thw,
-    image_path,
-    image_size,
-    iou,
-    predicted_box,
-    scale_box,
+from skyrl_rewards.rewards.box_formats import (
+    BOX_FORMAT_COLUMN,
+    IMAGE_COLUMNS,
+    BoxFormatChoice,
+    row_converter,
 )
+from skyrl_rewards.rewards.debug_log import log_rewards
+from skyrl_rewards.rewards.geometry import Box, as_box, iou, predicted_box
 from skyrl_rewards.rewards.masking import MaskedRows
 from skyrl_rewards.rewards.result import ComponentScore, Status
 from skyrl_rewards.rewards.text import answer_span, completion_text
-
-BOX_COORDS = ("model_input", "original")
-"""Where the model's boxes live: the resized model input (scaled by the grid) or the original image."""
-
-IMAGE_COLUMNS = ("image_path", "image", "images")
-"""Row columns that carry the image whose size the boxes are scaled to (first found wins)."""
 
 
 def ground_truth_box(sol: Any) -> Box:
@@ -60,98 +47,33 @@ def ground_truth_box(sol: Any) -> Box:
 
 
 def rec_iou_score(
-    content: str,
-    gt_box: Box,
-    *,
-    original_size: tuple[int, int] | None = None,
-    grid: Sequence[int] | None = None,
-    patch_size: int = DEFAULT_PATCH_SIZE,
+    content: str, gt_box: Box, *, convert: Callable[[Box], Box] | None = None
 ) -> ComponentScore:
-    """IoU of the predicted box (scaled to the original image when size and grid are given) with ``gt_box``.
+    """IoU of the predicted box (mapped by ``convert`` to original pixels when given) with ``gt_box``.
 
     ``unparseable`` with 0.0 when the answer holds no box.
     """
     box = predicted_box(content)
     if box is None:
         return ComponentScore(0.0, Status.UNPARSEABLE, "no [x1, y1, x2, y2] box in the answer")
-    if original_size is not None and grid is not None:
-        box = scale_box(box, original_size, grid, patch_size)
+    if convert is not None:
+        box = convert(box)
     return ComponentScore(iou(box, gt_box))
 
 
-def check_box_coords(box_coords: Any) -> str:
-    """``box_coords`` when it is one of :data:`BOX_COORDS`; ``ValueError`` otherwise."""
-    if box_coords not in BOX_COORDS:
-        raise ValueError(
-            f"box_coords: expected 'model_input' or 'original', got {box_coords!r:.80}"
-        )
-    return box_coords
-
-
 def iou_sample_score(
-    content: str,
-    sol: Any,
-    columns: dict[str, Any],
-    patch_size: int,
-    box_coords: str = "model_input",
+    content: str, sol: Any, columns: Mapping[str, Any], box_format: BoxFormatChoice
 ) -> ComponentScore:
-    """:func:`rec_iou_score` for one dataset row, scaled as ``box_coords`` says (see module doc).
+    """:func:`rec_iou_score` for one dataset row, its box converted as the row's format says.
 
-    Raises ``ValueError`` naming the field for a bad ground truth, a bad grid,
-    an unreadable image, or an image without ``image_grid_thw``.
+    Raises ``ValueError`` naming the field for a bad ground truth, an unknown
+    ``box_format``, a bad or mismatched grid, or a missing or unreadable image
+    the format needs.
     """
     gt_box = ground_truth_box(sol)
-    if box_coords == "original":
-        return rec_iou_score(content, gt_box)
-    scaling = row_scaling(columns, patch_size)
-    if scaling is None:
-        return rec_iou_score(content, gt_box)
-    size, grid = scaling
-    return rec_iou_score(content, gt_box, original_size=size, grid=grid, patch_size=patch_size)
-
-
-def row_scaling(
-    columns: dict[str, Any], patch_size: int
-) -> tuple[tuple[int, int], tuple[int, int, int]] | None:
-    """``(original (width, height), grid (t, h, w))`` to scale a row's model-input boxes with.
-
-    ``None`` for a row with neither an image nor a grid (boxes compare as
-    written). ``ValueError`` naming the field for an image without
-    ``image_grid_thw``, a grid without an image, a bad grid or an unreadable
-    image.
-    """
-    image_column = next((key for key in IMAGE_COLUMNS if _has_value(columns.get(key))), None)
-    if columns.get("image_grid_thw") is None:
-        if image_column is None:
-            return None
-        raise ValueError(
-            f"image_grid_thw: missing, but the row has an image ({image_column}): the predicted "
-            "box cannot be scaled from model-input pixels to the original image. Pass the "
-            "processor's image_grid_thw as a column, or box_coords='original' if the model "
-            "answers in original-image pixels"
-        )
-    grid = grid_thw(columns["image_grid_thw"])
-    if image_column is None:
-        raise ValueError(
-            "image_path: missing; image_grid_thw is given, so the original image (image_path, "
-            "image or images) is needed to scale the predicted box"
-        )
-    return original_image_size(columns[image_column], image_column), grid
-
-
-def original_image_size(value: Any, field: str) -> tuple[int, int]:
-    """``(width, height)`` of a row's image: a path (header only), a PIL image, or a list (first item)."""
-    if isinstance(value, (list, tuple)):
-        value = value[0] if value else None
-    if isinstance(value, Image.Image):
-        return value.size
-    return image_size(image_path(value, field))
-
-
-def _has_value(value: Any) -> bool:
-    if isinstance(value, (list, tuple, str)):
-        return len(value) > 0
-    return value is not None
+    return rec_iou_score(
+        content, gt_box, convert=row_converter(columns, box_format.for_row(columns))
+    )
 
 
 _MASKED = MaskedRows("iou_reward")
@@ -160,12 +82,14 @@ _MASKED = MaskedRows("iou_reward")
 def iou_reward(completions: list[Any], solution: list[Any], **kwargs: Any) -> list[float | None]:
     """VLM-R1's REC IoU reward, one value in [0, 1] per completion (``None`` for a bad row).
 
-    kwargs: ``image_grid_thw[i]`` = (t, h, w) patch grid of the model input and
-    the original image as ``image_path[i]`` (a path or list of paths),
-    ``image[i]`` or ``images[i]`` (PIL images, as TRL passes them); boxes are
-    scaled from ``h*14 x w*14`` to the original size. ``patch_size`` (default
-    14) and ``box_coords`` (``"model_input"`` or ``"original"``, see the
-    module doc) may be passed. A row that cannot be scored (bad ground truth,
+    kwargs: the original image as ``image_path[i]`` (a path or list of
+    paths), ``image[i]`` or ``images[i]`` (PIL images, as TRL passes them),
+    optionally ``image_grid_thw[i]`` (checked against the computed resize)
+    and a ``box_format`` column (a list: each row's own format). A string
+    ``box_format`` is the reward's format (default ``qwen2_5_vl``; see
+    :mod:`~skyrl_rewards.rewards.box_formats`); the processor's
+    ``min_pixels``/``max_pixels``/``patch_size``/``merge_size`` and the
+    former ``box_coords`` may be passed too. A row that cannot be scored (bad ground truth,
     unreadable image, image without grid) gives ``None`` (TRL leaves it out),
     is warned about once per cause and counted through ``log_metric``; with
     ``SKYRL_REWARDS_ON_ERROR=raise`` it raises ``ValueError`` naming the field
@@ -174,10 +98,7 @@ def iou_reward(completions: list[Any], solution: list[Any], **kwargs: Any) -> li
     >>> iou_reward(["<answer>[0, 0, 10, 10]</answer>"], ["<answer>[0, 0, 10, 10]</answer>"])
     [1.0]
     """
-    patch_size = kwargs.get("patch_size", DEFAULT_PATCH_SIZE)
-    if isinstance(patch_size, bool) or not isinstance(patch_size, int) or patch_size <= 0:
-        raise ValueError(f"patch_size: expected a positive integer, got {patch_size!r}")
-    box_coords = check_box_coords(kwargs.get("box_coords", "model_input"))
+    box_format = box_format_choice(kwargs)
     if not isinstance(solution, Sequence) or isinstance(solution, str):
         raise ValueError(
             f"solution: expected a list with one ground truth per completion, got {type(solution).__name__}"
@@ -188,10 +109,8 @@ def iou_reward(completions: list[Any], solution: list[Any], **kwargs: Any) -> li
     scores = []
     for index, (content, sol) in enumerate(zip(contents, solution, strict=True)):
         try:
-            columns = {
-                key: _column(kwargs, key, index) for key in ("image_grid_thw", *IMAGE_COLUMNS)
-            }
-            scores.append(iou_sample_score(content, sol, columns, patch_size, box_coords))
+            columns = {key: _column(kwargs, key, index) for key in (*ROW_COLUMNS, *IMAGE_COLUMNS)}
+            scores.append(iou_sample_score(content, sol, columns, box_format))
         except ValueError as error:
             scores.append(ComponentScore(0.0, Status.ERROR, str(error)))
     rewards = _MASKED.values(scores, log_metric=kwargs.get("log_metric"))
@@ -199,9 +118,35 @@ def iou_reward(completions: list[Any], solution: list[Any], **kwargs: Any) -> li
     return rewards
 
 
+ROW_COLUMNS = ("image_grid_thw", BOX_FORMAT_COLUMN)
+"""Per-row columns a box reward reads besides the image."""
+
+BOX_FORMAT_PARAMS = (
+    "box_format",
+    "box_coords",
+    "patch_size",
+    "merge_size",
+    "min_pixels",
+    "max_pixels",
+)
+"""The keyword arguments that choose a box reward's format (:meth:`BoxFormatChoice.build`)."""
+
+
+def box_format_choice(kwargs: Mapping[str, Any], default: str = "qwen2_5_vl") -> BoxFormatChoice:
+    """The format a batch reward's keyword arguments choose; ``ValueError`` naming a bad one.
+
+    A ``box_format`` that is a list is the dataset's per-row column (TRL passes
+    columns as lists), not the reward's format.
+    """
+    params = {k: kwargs[k] for k in BOX_FORMAT_PARAMS if k in kwargs}
+    if isinstance(params.get("box_format"), (list, tuple)):
+        del params["box_format"]
+    return BoxFormatChoice.build(**params, default=default)
+
+
 def _column(kwargs: dict[str, Any], key: str, index: int) -> Any:
     values = kwargs.get(key)
-    if values is None:
+    if values is None or isinstance(values, str):  # a string box_format is the reward's own
         return None
     try:
         return values[index]

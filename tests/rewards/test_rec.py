@@ -59,26 +59,23 @@ def test_predicted_box(content: str, expected: tuple | None) -> None:
     assert predicted_box(content) == expected
 
 
-def test_scaling_from_patch_grid_to_original_size(image_640x480: str) -> None:
-    # Model input: grid h=20, w=30 -> 280 x 420 pixels; original 640 x 480.
-    # Predicted [105, 70, 210, 140] scales by (640/420, 480/280) to [160, 120, 320, 240].
+SCALED = ["<answer>[161, 119, 322, 238]</answer>"]
+"""A box in Qwen2.5-VL's resized-input pixels of a 640x480 image: smart_resize gives 644x476."""
+GRID = [1, 34, 46]  # 476 / 14, 644 / 14: the processor's grid for that image
+TRUTH = ["<answer>[160, 120, 320, 240]</answer>"]  # original-image pixels
+
+
+def test_scaling_from_the_resized_input_to_original_size(image_640x480: str) -> None:
+    # [161, 119, 322, 238] scales by (640/644, 480/476) to [160, 120, 320, 240]
     rewards = iou_reward(
-        [[{"role": "assistant", "content": "<answer>[105, 70, 210, 140]</answer>"}]],
-        solution=["<answer>[160, 120, 320, 240]</answer>"],
-        image_grid_thw=[[1, 20, 30]],
+        [[{"role": "assistant", "content": SCALED[0]}]],
+        solution=TRUTH,
+        image_grid_thw=[GRID],
         image_path=[[image_640x480]],
     )
     assert rewards == [pytest.approx(1.0)]
-    unscaled = iou_reward(
-        ["<answer>[105, 70, 210, 140]</answer>"], solution=["<answer>[160, 120, 320, 240]</answer>"]
-    )
-    assert unscaled[0] < 0.1  # the same numbers unscaled barely overlap
-
-
-SCALED = [
-    "<answer>[105, 70, 210, 140]</answer>"
-]  # model-input pixels of a 640x480 image, grid 20x30
-TRUTH = ["<answer>[160, 120, 320, 240]</answer>"]  # original-image pixels
+    unscaled = iou_reward(["<answer>[105, 70, 210, 140]</answer>"], solution=TRUTH)
+    assert unscaled[0] < 0.1  # a row without image or grid compares boxes as written
 
 
 @pytest.mark.parametrize(
@@ -89,27 +86,35 @@ TRUTH = ["<answer>[160, 120, 320, 240]</answer>"]  # original-image pixels
         "image_path",
     ],
 )
-def test_image_without_grid_is_a_dataset_error(image_column: str, image_640x480: str) -> None:
-    # The issue's case: a PIL image and no grid compared boxes unscaled (0.188 where 1.0 is right).
+def test_image_without_grid_computes_the_resize(image_column: str, image_640x480: str) -> None:
+    # Before box formats this was a dataset error; now the processor's resize is computed.
     pil = Image.open(image_640x480)
     value = {"image": pil, "images": [pil], "image_path": image_640x480}[image_column]
-    assert iou_reward(SCALED, solution=TRUTH, **{image_column: [value]}) == [None]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SKYRL_REWARDS_ON_ERROR", "raise")
-        with pytest.raises(
-            ValueError,
-            match=rf"image_grid_thw: missing, but the row has an image \({image_column}\)",
-        ):
-            iou_reward(SCALED, solution=TRUTH, **{image_column: [value]})
+    assert iou_reward(SCALED, solution=TRUTH, **{image_column: [value]}) == [pytest.approx(1.0)]
+
+
+def test_a_grid_from_other_resize_settings_is_a_dataset_error(
+    image_640x480: str, monkeypatch
+) -> None:
+    # an engine started with max_pixels 200,704 resizes 640x480 to 504x364: grid 26 x 36
+    row = {"image_grid_thw": [[1, 26, 36]], "image_path": [image_640x480]}
+    box = ["<answer>[126, 91, 252, 182]</answer>"]  # TRUTH in 504x364 pixels
+    assert iou_reward(box, solution=TRUTH, **row) == [None]  # the default bound gives 34 x 46
+    assert iou_reward(box, solution=TRUTH, max_pixels=200_704, **row) == [pytest.approx(1.0)]
+    monkeypatch.setenv("SKYRL_REWARDS_ON_ERROR", "raise")
+    with pytest.raises(
+        ValueError,
+        match=r"sample 0: image_grid_thw: the row's grid \[1, 26, 36\] .*max_pixels 12845056\), "
+        r"which is \[1, 34, 46\]",
+    ):
+        iou_reward(box, solution=TRUTH, **row)
 
 
 @pytest.mark.parametrize("image_column", ["image", "images"])
 def test_pil_images_give_the_original_size(image_column: str, image_640x480: str) -> None:
     pil = Image.open(image_640x480)
     value = pil if image_column == "image" else [pil]
-    rewards = iou_reward(
-        SCALED, solution=TRUTH, image_grid_thw=[[1, 20, 30]], **{image_column: [value]}
-    )
+    rewards = iou_reward(SCALED, solution=TRUTH, image_grid_thw=[GRID], **{image_column: [value]})
     assert rewards == [pytest.approx(1.0)]
 
 
@@ -117,7 +122,7 @@ def test_boxes_declared_in_original_pixels_are_not_scaled(image_640x480: str) ->
     pil = Image.open(image_640x480)
     assert iou_reward(TRUTH, solution=TRUTH, image=[pil], box_coords="original") == [1.0]
     with_grid = iou_reward(
-        TRUTH, solution=TRUTH, image=[pil], image_grid_thw=[[1, 20, 30]], box_coords="original"
+        TRUTH, solution=TRUTH, image=[pil], image_grid_thw=[[1, 20, 30]], box_format="original"
     )
     assert with_grid == [1.0]  # the grid is ignored: the model answers in original pixels
     from skyrl_rewards.rewards.batch import make_reward
@@ -131,7 +136,7 @@ def test_boxes_declared_in_original_pixels_are_not_scaled(image_640x480: str) ->
 def test_grid_without_any_image_names_the_image(monkeypatch) -> None:
     monkeypatch.setenv("SKYRL_REWARDS_ON_ERROR", "raise")
     with pytest.raises(ValueError, match="sample 0: image_path: missing; image_grid_thw is given"):
-        iou_reward(SCALED, solution=TRUTH, image_grid_thw=[[1, 20, 30]])
+        iou_reward(SCALED, solution=TRUTH, image_grid_thw=[GRID])
 
 
 def test_patch_size_is_a_parameter(image_640x480: str) -> None:
@@ -158,9 +163,10 @@ def test_image_size_reads_only_the_header(tmp_path: Path) -> None:
     [
         ([1, 20], "IMG", "image_grid_thw"),  # two numbers
         ([1, 0, 30], "IMG", "image_grid_thw"),  # zero patches
-        ([1, 20, 30], "/nonexistent.png", "image_path"),  # missing file
-        ([1, 20, 30], None, "image_path"),  # no path
-        ([1, 20, 30], [], "image_path"),  # empty list of paths
+        ([1, 20, 30], "IMG", "image_grid_thw"),  # not the processor's grid for the image
+        (GRID, "/nonexistent.png", "image_path"),  # missing file
+        (GRID, None, "image_path"),  # no path
+        (GRID, [], "image_path"),  # empty list of paths
     ],
 )
 def test_bad_rows_raise_with_field_and_index(
@@ -168,7 +174,7 @@ def test_bad_rows_raise_with_field_and_index(
 ) -> None:
     kwargs = {
         "solution": ["<answer>[1, 2, 3, 4]</answer>"] * 2,
-        "image_grid_thw": [[1, 20, 30], bad_grid],
+        "image_grid_thw": [GRID, bad_grid],
         "image_path": [image_640x480, image_640x480 if bad_path == "IMG" else bad_path],
     }
     completions = ["<answer>[1, 2, 3, 4]</answer>"] * 2
@@ -221,11 +227,11 @@ def test_bad_ground_truth_and_parameters_name_the_field(
 def test_numpy_grid_and_long_reasoning(image_640x480: str) -> None:
     import numpy as np
 
-    content = "<think>" + "look " * 30_000 + "</think><answer>[105, 70, 210, 140]</answer>"
+    content = "<think>" + "look " * 30_000 + "</think>" + SCALED[0]
     rewards = iou_reward(
         [content],
-        solution=["<answer>[160, 120, 320, 240]</answer>"],
-        image_grid_thw=np.array([[1, 20, 30]], dtype=np.int64),
+        solution=TRUTH,
+        image_grid_thw=np.array([GRID], dtype=np.int64),
         image_path=[image_640x480],
     )
     assert rewards == [pytest.approx(1.0)]
