@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # GRPO with SkyRL 0.4 on a VLM-R1-style REC task (referring-expression grounding),
-# rewards (IoU + REC format) from the Ray reward pool, which the entry point starts.
+# rewards (IoU + REC format) from the Ray reward pool, which the entry point starts, read in
+# the policy's box format (FAMILY): Qwen3-VL answers on a 0-1000 grid, Qwen2.5-VL in pixels
+# of its resized input (the reward computes the resize with the engine's MAX_PIXELS).
 #
 #   bash scripts/launch_grpo_rec.sh            # train: needs GPUs and Python 3.12 with
 #                                              #   pip install -e ".[skyrl]" "skyrl[fsdp]==0.4.0"
+#   FAMILY=qwen2_5_vl bash scripts/launch_grpo_rec.sh   # Qwen2.5-VL-3B instead of Qwen3-VL-2B
 #   bash scripts/launch_grpo_rec.sh --check    # no GPU: write the parquet, parse and validate
 #                                              #   the whole config with SkyRL's own parser
 #   bash scripts/launch_grpo_rec.sh trainer.epochs=2   # any further SkyRL override
 #
 # Environment variables (defaults in brackets):
-#   INPUT     JSONL rows with problem, solution, image_path, image_grid_thw [the shipped sample]
+#   FAMILY    the policy's box format: qwen3_vl, qwen2_5_vl, qwen2_vl, ... [qwen3_vl]
+#   MODEL     policy [Qwen/Qwen3-VL-2B-Instruct; Qwen/Qwen2.5-VL-3B-Instruct for qwen2_5_vl]
+#   MAX_PIXELS  the engine processor's max_pixels, given to vLLM (mm_processor_kwargs), the
+#             data check and the reward alike [1003520 for qwen2_5_vl; unset: the processor's]
+#   INPUT     JSONL rows with problem, solution, image_path [the shipped sample]
 #   DATA_DIR  where train/validation parquet go [$HOME/data/skyrl_rewards/rec]
-#   MODEL     policy [Qwen/Qwen2.5-VL-3B-Instruct]   NUM_GPUS [4]
-#   PYTHON    the Python 3.12 interpreter with SkyRL installed [python]
+#   NUM_GPUS [4]   PYTHON  the Python 3.12 interpreter with SkyRL installed [python]
 #   RAY_ADDRESS  join a running cluster (the pool spreads its workers over its nodes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,10 +27,23 @@ CHECK=()
 if [[ "${1:-}" == "--check" ]]; then CHECK=(--check); shift; fi
 INPUT=${INPUT:-skyrl_rewards/sample_data/rec.jsonl}
 DATA_DIR=${DATA_DIR:-$HOME/data/skyrl_rewards/rec}
-MODEL=${MODEL:-Qwen/Qwen2.5-VL-3B-Instruct}
+FAMILY=${FAMILY:-qwen3_vl}
 NUM_GPUS=${NUM_GPUS:-4}
+if [[ "$FAMILY" == qwen2_5_vl || "$FAMILY" == resized_pixels ]]; then
+  MODEL=${MODEL:-Qwen/Qwen2.5-VL-3B-Instruct}
+  MAX_PIXELS=${MAX_PIXELS:-1003520}
+else
+  MODEL=${MODEL:-Qwen/Qwen3-VL-2B-Instruct}
+fi
+PIXELS_DATA=() PIXELS_ENGINE=() PIXELS_REWARD=""
+if [[ -n "${MAX_PIXELS:-}" ]]; then
+  PIXELS_DATA=(--max-pixels "$MAX_PIXELS")
+  PIXELS_ENGINE=("generator.inference_engine.engine_init_kwargs.mm_processor_kwargs.max_pixels=$MAX_PIXELS")
+  PIXELS_REWARD=",rewards.iou.max_pixels=$MAX_PIXELS"
+fi
 
-"$PYTHON" scripts/prepare_skyrl_data.py --input "$INPUT" --out-dir "$DATA_DIR" --env-class skyrl_rewards
+"$PYTHON" scripts/prepare_skyrl_data.py --input "$INPUT" --out-dir "$DATA_DIR" \
+  --env-class skyrl_rewards --box-format "$FAMILY" "${PIXELS_DATA[@]}"
 
 exec "$PYTHON" -m skyrl_rewards.train "${CHECK[@]}" \
   data.train_data="['$DATA_DIR/train.parquet']" \
@@ -33,6 +52,7 @@ exec "$PYTHON" -m skyrl_rewards.train "${CHECK[@]}" \
   environment.skyrl_gym.skyrl_rewards.pool=skyrl_rewards_pool \
   reward_pool.config=configs/pool.yaml \
   reward_pool.rewards=configs/rec.yaml \
+  reward_pool.overrides="[rewards.iou.box_format=$FAMILY,rewards.format_rec.box_format=$FAMILY$PIXELS_REWARD]" \
   trainer.algorithm.advantage_estimator=grpo \
   trainer.policy.model.path="$MODEL" \
   trainer.placement.colocate_all=true \
@@ -45,6 +65,7 @@ exec "$PYTHON" -m skyrl_rewards.train "${CHECK[@]}" \
   generator.inference_engine.backend=vllm \
   generator.inference_engine.run_engines_locally=true \
   generator.vision_language_generator=true \
+  "${PIXELS_ENGINE[@]}" \
   generator.batched=false \
   generator.use_conversation_multi_turn=true \
   generator.max_turns=1 \

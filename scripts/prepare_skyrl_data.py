@@ -3,6 +3,14 @@
     python scripts/prepare_skyrl_data.py --input skyrl_rewards/sample_data/rec.jsonl \
         --out-dir ~/data/skyrl_rewards/rec --env-class skyrl_rewards
 
+For a vision-language policy, name its box format: every row then carries
+``box_format`` (which the box rewards read) and the family's grounding
+instruction, and rows' ``image_grid_thw`` are checked against its resize:
+
+    python scripts/prepare_skyrl_data.py --input rec.jsonl --out-dir data/rec --box-format qwen3_vl
+    python scripts/prepare_skyrl_data.py --input rec.jsonl --out-dir data/rec \
+        --box-format qwen2_5_vl --max-pixels 1003520   # the engine's processor settings
+
 The row format is documented in skyrl_rewards/train/dataset.py; the paths
 written are printed, one per line (train first).
 """
@@ -10,8 +18,10 @@ written are printed, one per line (train first).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+from skyrl_rewards.rewards.box_formats import FAMILIES, BoxFormatChoice
 from skyrl_rewards.train.dataset import prepare_data
 
 
@@ -23,10 +33,32 @@ def main() -> None:
     parser.add_argument("--out-dir", type=Path, required=True)
     parser.add_argument("--env-class", default="skyrl_rewards")
     parser.add_argument("--val-fraction", type=float, default=0.25)
+    parser.add_argument(
+        "--box-format",
+        choices=list(FAMILIES),
+        help="the policy's box format (model family): grounding prompt and box_format column",
+    )
+    parser.add_argument("--min-pixels", type=int, help="the engine processor's min_pixels")
+    parser.add_argument("--max-pixels", type=int, help="the engine processor's max_pixels")
     args = parser.parse_args()
-    for path in prepare_data(
-        args.input, args.out_dir, args.env_class, val_fraction=args.val_fraction
-    ):
+    box_format = None
+    if args.box_format is not None:
+        box_format = BoxFormatChoice.build(
+            args.box_format, min_pixels=args.min_pixels, max_pixels=args.max_pixels
+        )
+    elif args.min_pixels is not None or args.max_pixels is not None:
+        parser.error("--min-pixels/--max-pixels need --box-format")
+    try:
+        paths = prepare_data(
+            args.input,
+            args.out_dir,
+            args.env_class,
+            val_fraction=args.val_fraction,
+            box_format=box_format,
+        )
+    except ValueError as error:
+        sys.exit(f"prepare_skyrl_data: {error}")
+    for path in paths:
         print(path)
 
 

@@ -311,10 +311,11 @@ def test_raise_setting_stops_training_at_a_bad_row(tokenizer_dir: Path, tmp_path
         trainer.train()
 
 
-def test_iou_reads_the_grid_column_and_masks_an_image_without_one(
+def test_iou_reads_the_grid_column_and_masks_a_grid_of_other_resize_settings(
     tokenizer_dir: Path, tmp_path: Path
 ) -> None:
-    # TRL hands every dataset column to the reward: image_grid_thw scales the box to the image.
+    # TRL hands every dataset column to the reward: the box is scaled from Qwen2.5-VL's resized
+    # input (644x476 for 640x480) to the image; a grid the processor would not make is masked.
     from PIL import Image
 
     image = tmp_path / "image.png"
@@ -323,8 +324,12 @@ def test_iou_reads_the_grid_column_and_masks_an_image_without_one(
     row = {"solution": "<answer>[160, 120, 320, 240]</answer>", "image_path": str(image)}
     dataset = Dataset.from_list(
         [
-            {"prompt": PROMPT, **row, "image_grid_thw": [1, 20, 30]},
-            {"prompt": [{"role": "user", "content": "no grid"}], **row, "image_grid_thw": None},
+            {"prompt": PROMPT, **row, "image_grid_thw": [1, 34, 46]},
+            {
+                "prompt": [{"role": "user", "content": "other grid"}],
+                **row,
+                "image_grid_thw": [1, 20, 30],
+            },
         ]
     )
     trainer = GRPOTrainer(
@@ -333,7 +338,7 @@ def test_iou_reads_the_grid_column_and_masks_an_image_without_one(
         args=grpo_args(tmp_path, per_device_train_batch_size=8, max_steps=1),
         train_dataset=dataset,
         processing_class=tokenizer,
-        rollout_func=fixed_rollout(tokenizer, ["<answer>[105, 70, 210, 140]</answer>"] * 4),
+        rollout_func=fixed_rollout(tokenizer, ["<answer>[161, 119, 322, 238]</answer>"] * 4),
     )
     trainer.train()
     assert logged(trainer, "rewards/iou_reward/mean") == pytest.approx([1.0])  # scaled: exact

@@ -6,8 +6,13 @@ For every row, in this process (no Ray needed):
 2. each image named by ``image_path`` exists and Pillow can read it;
 3. every configured reward scores the row (its ``completion``, or the
    solution itself when the row has no completion) without an ``error`` or
-   ``timeout`` outcome: a malformed ground truth, a missing image size or a
-   wrong column shows up here, named by component.
+   ``timeout`` outcome: a malformed ground truth, a missing image size, a
+   grid that is not the processor's or a wrong column shows up here, named
+   by component;
+4. its boxes fit the box format the mix's box rewards read it in
+   (:mod:`~skyrl_rewards.data.box_fit`): a ground truth inside its image, a
+   reference completion's box that lands on the ground truth in the declared
+   format rather than in another.
 
 The result is a list of :class:`Problem`, each naming the row by its line
 in the file (from 1); an empty list means the file is ready.
@@ -22,6 +27,7 @@ from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 
+from skyrl_rewards.data.box_fit import box_fit_problems
 from skyrl_rewards.data.jsonl import resolve_image_path
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.rewards.result import MASKING_STATUSES, Status
@@ -79,6 +85,8 @@ def check_row(row: Mapping[str, Any], line: int, base_dir: Path, mix: RewardMix)
         if Status(status) in MASKING_STATUSES:
             message = result.errors.get(name, status)
             problems.append(Problem(line, row_id, name, f"{status}: {message}"))
+    for field, message in box_fit_problems({**sample, "completion": row.get("completion")}, mix):
+        problems.append(Problem(line, row_id, field, message))
     return problems
 
 

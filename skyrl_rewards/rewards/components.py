@@ -10,7 +10,6 @@ a :class:`ComponentScore` with status ``error``.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import logging
 import re
 from collections.abc import Callable, Hashable, Mapping
@@ -35,7 +34,7 @@ from skyrl_rewards.rewards.geometry import Box
 from skyrl_rewards.rewards.hub import load_pretrained_tokenizer
 from skyrl_rewards.rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard
 from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelOutcome, ModelRequest
-from skyrl_rewards.rewards.rec import BOX_FORMAT_PARAMS, box_format_choice, iou_sample_score
+from skyrl_rewards.rewards.rec import BOX_FORMAT_PARAMS, iou_sample_score
 from skyrl_rewards.rewards.result import ComponentScore, Status
 from skyrl_rewards.rewards.shaping import (
     CosineSchedule,
@@ -44,7 +43,6 @@ from skyrl_rewards.rewards.shaping import (
     repetition_reward,
 )
 from skyrl_rewards.rewards.text import answer_span, completion_text
-from skyrl_rewards.suggest import did_you_mean
 
 _logger = logging.getLogger(__name__)
 
@@ -82,6 +80,8 @@ class Component:
     """Base class: subclasses set ``name`` and implement :meth:`compute`."""
 
     name = ""
+    forwarded_params: tuple[str, ...] = ()
+    """Parameters a subclass takes through ``**kwargs`` and hands to its base (for the registry)."""
 
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
         """Score ``content`` (already extracted and capped); may raise ``ValueError`` for a bad row."""
@@ -242,17 +242,27 @@ class BoxComponent(Component):
     """
 
     default_box_format = "qwen2_5_vl"
+    forwarded_params = BOX_FORMAT_PARAMS
 
-    def __init__(self, **box_params: Any) -> None:
-        known = [*inspect.signature(type(self)).parameters, *BOX_FORMAT_PARAMS]
-        known = [k for k in known if k != "box_params"]
-        for key in box_params:
-            if key not in BOX_FORMAT_PARAMS:
-                raise ValueError(
-                    f"{key}: unknown parameter{did_you_mean(str(key), known)}; parameters of "
-                    f"{self.name}: weight, {', '.join(known)}"
-                )
-        self.box_format: BoxFormatChoice = box_format_choice(box_params, self.default_box_format)
+    def __init__(
+        self,
+        *,
+        box_format: str | None = None,
+        box_coords: str | None = None,
+        patch_size: int | None = None,
+        merge_size: int | None = None,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
+    ) -> None:
+        self.box_format: BoxFormatChoice = BoxFormatChoice.build(
+            box_format,
+            box_coords=box_coords,
+            default=self.default_box_format,
+            patch_size=patch_size,
+            merge_size=merge_size,
+            min_pixels=min_pixels,
+            max_pixels=max_pixels,
+        )
 
     def converter(self, sample: Mapping[str, Any]) -> Callable[[Box], Box] | None:
         """The row's map from its format to original pixels (``None``: as written; see ``row_converter``)."""

@@ -56,9 +56,12 @@ def build_component(name: str, params: Mapping[str, Any] | None = None) -> Compo
             f"rewards.{name}: unknown reward{did_you_mean(name, COMPONENTS)}; "
             f"registered rewards: {', '.join(COMPONENTS)}"
         )
-    signature = inspect.signature(COMPONENTS[name]).parameters.values()
-    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature)
-    known = ["weight", *(p.name for p in signature if p.kind is not inspect.Parameter.VAR_KEYWORD)]
+    component = COMPONENTS[name]
+    signature = inspect.signature(component).parameters.values()
+    forwarded = component.forwarded_params
+    open_ended = not forwarded and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature)
+    named = [p.name for p in signature if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    known = ["weight", *named, *(k for k in forwarded if k not in named)]
     for key in () if open_ended else params or {}:  # open-ended: the component checks its own
         if key not in known:
             raise ValueError(

@@ -189,6 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides = [a for a in args if a != "--check"]
     try:
         cfg = parse_config(overrides)
+        if check and cfg.reward_pool.config:  # every reward and parameter of the mix, no Ray
+            from skyrl_rewards.rewards.mix import RewardMix
+
+            RewardMix.from_config(reward_pool_config(cfg).rewards)
     except (ValueError, FileNotFoundError, AssertionError) as error:  # SkyRL validates by assert
         print(f"python -m skyrl_rewards.train: config error: {error}", file=sys.stderr)
         return 2

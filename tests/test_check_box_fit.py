@@ -1,0 +1,117 @@
+"""``skyrl-rewards check``: rows whose boxes or grids do not fit the declared box format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from skyrl_rewards.cli.main import main
+from skyrl_rewards.data.check import check_rows
+from skyrl_rewards.rewards.mix import RewardMix
+
+REC = RewardMix.from_config({"iou": {"box_format": "original"}, "format_rec": {}})
+
+
+@pytest.fixture
+def big_image(tmp_path: Path) -> str:
+    """A 4000x3000 photo-sized PNG."""
+    Image.new("L", (4000, 3000)).save(tmp_path / "big.png")
+    return "big.png"
+
+
+def row(image: str, truth: list[int], completion_box: list[float] | None, **columns) -> dict:
+    out = {"image_path": image, "solution": f"<answer>{truth}</answer>", **columns}
+    if completion_box is not None:
+        out["completion"] = f'<think>here</think><answer>{{"bbox_2d": {completion_box}}}</answer>'
+    return out
+
+
+@pytest.mark.parametrize(
+    ("the_row", "expected"),
+    [
+        # a Qwen3-VL answer on the 0-1000 grid, declared original: the issue's case
+        (
+            row("big.png", [1000, 750, 3000, 2250], [250, 250, 750, 750]),
+            [
+                "box_format: the completion's box [250, 250, 750, 750] read as original overlaps "
+                "the ground truth at IoU 0.00; it fits relative_1000 (qwen2_vl, qwen3_vl) (IoU 1.00): "
+                "set box_format"
+            ],
+        ),
+        # the same row naming its own format fits
+        (row("big.png", [1000, 750, 3000, 2250], [250, 250, 750, 750], box_format="qwen3_vl"), []),
+        # a ground truth written on the 0-1000 grid of a small image lies outside it
+        (
+            row("small.png", [100, 100, 900, 900], None),
+            [
+                "solution: ground-truth box [100, 100, 900, 900] lies outside the 300x200 image "
+                "(ground truths are in original-image pixels)"
+            ],
+        ),
+        # original pixels declared as the 0-1000 grid: read so, the box lands outside the image
+        (
+            row("big.png", [1000, 750, 3000, 2250], [1000, 750, 3000, 2250], box_format="qwen2_vl"),
+            [
+                "box_format: the completion's box [1000, 750, 3000, 2250] read as qwen2_vl lies "
+                "outside the 4000x3000 image; it fits original (IoU 1.00): set box_format"
+            ],
+        ),
+        # a grid from other resize settings: the reward's own dataset error
+        (
+            row(
+                "big.png",
+                [1000, 750, 3000, 2250],
+                [1000, 750, 3000, 2250],
+                box_format="qwen2_5_vl",
+                image_grid_thw=[1, 20, 30],
+            ),
+            [
+                "iou: error: image_grid_thw: the row's grid [1, 20, 30] is not the resize of its "
+                "4000x3000 image"
+            ],
+        ),
+    ],
+)
+def test_rows_that_do_not_fit_their_format(
+    the_row: dict, expected: list[str], tmp_path: Path, big_image: str
+) -> None:
+    Image.new("L", (300, 200)).save(tmp_path / "small.png")
+    problems = [str(p) for p in check_rows([the_row], tmp_path, REC)]
+    assert len(problems) == len(expected), problems
+    for problem, start in zip(problems, expected, strict=True):
+        assert problem.startswith(f"line 1: {start}"), problem
+
+
+def test_check_command_exits_1_and_names_the_fitting_format(
+    tmp_path: Path, big_image: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [
+        row(big_image, [1000, 750, 3000, 2250], [1000, 750, 3000, 2250]),  # fits original
+        row(big_image, [1000, 750, 3000, 2250], [250, 250, 750, 750]),  # 0-1000
+    ]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = tmp_path / "rec.yaml"
+    config.write_text("rewards:\n  iou: {box_format: original}\n  format_rec: {}\n")
+    assert main(["check", "--config", str(config), "--input", str(data)]) == 1
+    out = capsys.readouterr().out
+    assert "line 2: box_format: the completion's box [250, 250, 750, 750] read as original" in out
+    assert "line 1:" not in out
+    assert (
+        main(
+            [
+                "check",
+                "--config",
+                str(config),
+                "--input",
+                str(data),
+                "rewards.iou.box_format=qwen3_vl",
+            ]
+        )
+        == 1
+    )
+    out = capsys.readouterr().out  # now the first row is the one that does not fit
+    assert "line 1: box_format" in out and "line 2:" not in out
