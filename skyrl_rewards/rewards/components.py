@@ -31,6 +31,17 @@ from skyrl_rewards.rewards.detection import (
 )
 from skyrl_rewards.rewards.format_checks import has_rec_format, has_think_answer_format
 from skyrl_rewards.rewards.geometry import Box
+from skyrl_rewards.rewards.gui import (
+    DEFAULT_F1_THRESHOLD,
+    DEFAULT_RADIUS_PX,
+    DEFAULT_SIGMA_SCALE,
+    GuiActionParams,
+    GuiPointParams,
+    gui_action_score,
+    gui_point_score,
+    target_box,
+)
+from skyrl_rewards.rewards.gui_actions import target_action
 from skyrl_rewards.rewards.hub import load_pretrained_tokenizer
 from skyrl_rewards.rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard
 from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelOutcome, ModelRequest
@@ -367,6 +378,74 @@ class Detection(BoxComponent):
 
     def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
         solution = sample.get("solution")
+        if not isinstance(solution, str):
+            return None
+        content = answer_span(completion_text(sample.get("completion")))
+        return self.box_work_key(sample, repr(sample.get(BOX_FORMAT_COLUMN)), solution, content)
+
+
+class GuiAction(BoxComponent):
+    """GUI-R1's action accuracy (:mod:`~skyrl_rewards.rewards.gui`), points converted from the row's box format.
+
+    Parameters: ``radius_px`` (140: hit radius around a target point, in
+    original pixels), ``f1_threshold`` (0.5), ``substring_match`` (False:
+    GUI-R1's one-word substring rule), ``type_credit`` (0.0: the value of a
+    right type with a wrong argument), and the box parameters. Only rows whose
+    ground truth is a point action read the image.
+    """
+
+    name = "gui_action"
+
+    def __init__(
+        self,
+        radius_px: float = DEFAULT_RADIUS_PX,
+        f1_threshold: float = DEFAULT_F1_THRESHOLD,
+        substring_match: bool = False,
+        type_credit: float = 0.0,
+        **box_params: Any,
+    ) -> None:
+        self.params = GuiActionParams(radius_px, f1_threshold, substring_match, type_credit)
+        super().__init__(**box_params)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        target = target_action(sample_solution(sample))
+        convert = self.converter(sample) if target.is_located else None
+        return gui_action_score(content, target, self.params, convert=convert)
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        solution = sample.get("solution")
+        if not isinstance(solution, str):
+            return None
+        content = answer_span(completion_text(sample.get("completion")))
+        return self.box_work_key(sample, repr(sample.get(BOX_FORMAT_COLUMN)), solution, content)
+
+
+class GuiPoint(BoxComponent):
+    """GUI-G2's Gaussian grounding reward (:mod:`~skyrl_rewards.rewards.gui`), ``form`` point or plane.
+
+    Parameters: ``form`` (``point``: the Gaussian at the predicted point or a
+    box's centre; ``plane``: exp(-Bhattacharyya distance) of the predicted
+    box's Gaussian and the target's; ``both``: their sum, GUI-G2's recipe),
+    ``sigma_scale`` (0.5: GUI-G2's alpha), and the box parameters. The
+    solution may be a list (GUI-G2's ``abs_box``).
+    """
+
+    name = "gui_point"
+
+    def __init__(
+        self, form: str = "point", sigma_scale: float = DEFAULT_SIGMA_SCALE, **box_params: Any
+    ) -> None:
+        self.params = GuiPointParams(form, sigma_scale)
+        super().__init__(**box_params)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        box = target_box(sample_solution(sample))
+        return gui_point_score(content, box, self.params, convert=self.converter(sample))
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        solution = sample.get("solution")
+        if isinstance(solution, (list, tuple)):
+            solution = repr(list(solution))
         if not isinstance(solution, str):
             return None
         content = answer_span(completion_text(sample.get("completion")))

@@ -3,7 +3,8 @@
 Names: ``accuracy``, ``iou``, ``detection``, ``coco_map`` (COCO AP, one of
 VLM-R1's mAP methods for every row), ``length`` (cosine shaping with the
 accuracy it depends on), ``repetition``, ``format``, ``format_rec``,
-``judge`` (a chat-model judge, :mod:`~skyrl_rewards.rewards.models.judge`),
+``gui_action`` (GUI-R1's action accuracy), ``gui_point`` (GUI-G2's Gaussian
+grounding), ``judge`` (a chat-model judge, :mod:`~skyrl_rewards.rewards.models.judge`),
 ``reward_model`` (a sequence-classification reward model, see
 :mod:`~skyrl_rewards.rewards.models.reward_model_component`).
 """
@@ -21,6 +22,8 @@ from skyrl_rewards.rewards.components import (
     Detection,
     Format,
     FormatRec,
+    GuiAction,
+    GuiPoint,
     Iou,
     Length,
     Repetition,
@@ -38,6 +41,8 @@ COMPONENTS: dict[str, type[Component]] = {
     "repetition": Repetition,
     "format": Format,
     "format_rec": FormatRec,
+    "gui_action": GuiAction,
+    "gui_point": GuiPoint,
     "judge": Judge,
     "reward_model": RewardModel,
 }

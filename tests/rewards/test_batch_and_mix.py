@@ -32,12 +32,18 @@ def test_every_batch_reward_pickles_and_keeps_its_name(name: str) -> None:
     )
     if name in ("detection", "coco_map"):
         solution = ['<answer>```json [{"bbox_2d": [1, 2, 3, 4], "label": "a"}]```</answer>']
+    if name == "gui_action":
+        solution = ['<answer>{"action": "click", "bbox": [0, 0, 10, 10]}</answer>']
+    if name == "gui_point":
+        solution = ["<answer>[1, 2, 3, 4]</answer>"]
     content = completions[0][0]["content"]
     expected = {
         "iou": 1.0,
         "format_rec": 0.0,  # no braces around the box
         "detection": 0.0,  # no JSON list
         "coco_map": 0.0,  # no JSON list
+        "gui_action": 0.0,  # a box is no action
+        "gui_point": 1.0,  # the target box itself
         "accuracy": default_accuracy_reward(content, solution[0]),
         "format": 1.0,
         "repetition": 0.0,
