@@ -24,6 +24,7 @@ from skyrl_rewards.rewards.box_formats import (
     row_converter,
 )
 from skyrl_rewards.rewards.coco_map import MAP_METHODS, coco_map_score
+from skyrl_rewards.rewards.counting import check_tolerance, count_score
 from skyrl_rewards.rewards.detection import (
     check_threshold,
     check_weights,
@@ -45,6 +46,13 @@ from skyrl_rewards.rewards.gui_actions import target_action
 from skyrl_rewards.rewards.hub import load_pretrained_tokenizer
 from skyrl_rewards.rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard
 from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelOutcome, ModelRequest
+from skyrl_rewards.rewards.ocr import (
+    DEFAULT_ANLS_THRESHOLD,
+    anls_score,
+    check_anls_threshold,
+    check_metric,
+    ocr_score,
+)
 from skyrl_rewards.rewards.rec import BOX_FORMAT_PARAMS, iou_sample_score
 from skyrl_rewards.rewards.result import ComponentScore, Status
 from skyrl_rewards.rewards.shaping import (
@@ -540,3 +548,83 @@ class FormatRec(BoxComponent):
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
         decimals = self.box_format.for_row(sample).coords == RELATIVE_1
         return ComponentScore(1.0 if has_rec_format(content, decimals=decimals) else 0.0)
+
+
+class Count(Component):
+    """Counting: 1.0 when the last number of the answer span is the row's count (see counting).
+
+    ``tolerance`` (absolute) and ``relative_tolerance`` (a fraction of the
+    count) widen "equal"; both default to 0 (exact).
+    """
+
+    name = "count"
+
+    def __init__(self, tolerance: float = 0.0, relative_tolerance: float = 0.0) -> None:
+        self.tolerance = check_tolerance("tolerance", tolerance)
+        self.relative_tolerance = check_tolerance("relative_tolerance", relative_tolerance)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return count_score(
+            content,
+            sample_solution(sample),
+            tolerance=self.tolerance,
+            relative_tolerance=self.relative_tolerance,
+        )
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        return _answer_work_key(self.name, sample)
+
+
+class Ocr(Component):
+    """1 - CER (``metric="cer"``, default) or 1 - WER of the answer span (see ocr).
+
+    ``lowercase`` (default False) and ``collapse_whitespace`` (default True)
+    normalise both texts first.
+    """
+
+    name = "ocr"
+
+    def __init__(
+        self, metric: str = "cer", lowercase: bool = False, collapse_whitespace: bool = True
+    ) -> None:
+        self.metric = check_metric(metric)
+        for key, value in (("lowercase", lowercase), ("collapse_whitespace", collapse_whitespace)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{key}: expected true or false, got {value!r:.80}")
+        self.lowercase = lowercase
+        self.collapse_whitespace = collapse_whitespace
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return ocr_score(
+            content,
+            sample_solution(sample),
+            metric=self.metric,
+            lowercase=self.lowercase,
+            collapse_whitespace=self.collapse_whitespace,
+        )
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        return _answer_work_key(self.name, sample)
+
+
+class Anls(Component):
+    """ANLS against the row's gold answers (one, or a JSON list; see ocr), ``threshold`` 0.5."""
+
+    name = "anls"
+
+    def __init__(self, threshold: float = DEFAULT_ANLS_THRESHOLD) -> None:
+        self.threshold = check_anls_threshold(threshold)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return anls_score(content, sample_solution(sample), threshold=self.threshold)
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        return _answer_work_key(self.name, sample)
+
+
+def _answer_work_key(name: str, sample: Mapping[str, Any]) -> Hashable | None:
+    """A key over the solution and the answer span (a component keyed so reads nothing else)."""
+    solution = sample.get("solution")
+    if not isinstance(solution, str):
+        return None
+    return work_digest(name, solution, answer_span(completion_text(sample.get("completion"))))

@@ -4,7 +4,8 @@ Names: ``accuracy``, ``iou``, ``detection``, ``coco_map`` (COCO AP, one of
 VLM-R1's mAP methods for every row), ``length`` (cosine shaping with the
 accuracy it depends on), ``repetition``, ``format``, ``format_rec``,
 ``gui_action`` (GUI-R1's action accuracy), ``gui_point`` (GUI-G2's Gaussian
-grounding), ``judge`` (a chat-model judge, :mod:`~skyrl_rewards.rewards.models.judge`),
+grounding), ``count`` (the stated number against the count), ``ocr`` (1 - CER or
+1 - WER), ``anls`` (DocVQA's ANLS), ``judge`` (a chat-model judge, :mod:`~skyrl_rewards.rewards.models.judge`),
 ``reward_model`` (a sequence-classification reward model, see
 :mod:`~skyrl_rewards.rewards.models.reward_model_component`).
 """
@@ -17,8 +18,10 @@ from typing import Any
 
 from skyrl_rewards.rewards.components import (
     Accuracy,
+    Anls,
     CocoMap,
     Component,
+    Count,
     Detection,
     Format,
     FormatRec,
@@ -26,6 +29,7 @@ from skyrl_rewards.rewards.components import (
     GuiPoint,
     Iou,
     Length,
+    Ocr,
     Repetition,
 )
 from skyrl_rewards.rewards.models.judge import Judge
@@ -43,6 +47,9 @@ COMPONENTS: dict[str, type[Component]] = {
     "format_rec": FormatRec,
     "gui_action": GuiAction,
     "gui_point": GuiPoint,
+    "count": Count,
+    "ocr": Ocr,
+    "anls": Anls,
     "judge": Judge,
     "reward_model": RewardModel,
 }

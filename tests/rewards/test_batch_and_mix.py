@@ -44,6 +44,9 @@ def test_every_batch_reward_pickles_and_keeps_its_name(name: str) -> None:
         "coco_map": 0.0,  # no JSON list
         "gui_action": 0.0,  # a box is no action
         "gui_point": 1.0,  # the target box itself
+        "count": 1.0,  # the last number of "[1, 2, 3, 4]" is the count, 4
+        "ocr": 0.0,  # "[1, 2, 3, 4]" against "4": more edits than characters
+        "anls": 0.0,  # far past the 0.5 threshold
         "accuracy": default_accuracy_reward(content, solution[0]),
         "format": 1.0,
         "repetition": 0.0,
