@@ -14,7 +14,7 @@ from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
 SAMPLE_DATA = _PACKAGE / "sample_data"
-"""The bundled sample datasets (``rec.jsonl``, ``detection.jsonl``, ``math.jsonl``) and images."""
+"""The bundled sample datasets (``rec``, ``detection``, ``math``, ``gui``, ``docqa``: JSONL) and images."""
 
 BUNDLED_PREFIX = "bundled:"
 """Prefix that names a bundled config explicitly: ``bundled:rec.yaml``."""

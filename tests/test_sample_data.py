@@ -88,3 +88,43 @@ def test_sample_passes_check_and_spreads_every_component(task: str) -> None:
         values = {round(r.components[name], 6) for r in results}
         assert len(values) >= 2, (name, values)
     json.dumps([r.to_dict() for r in results])  # results are JSON-ready
+
+
+CURATED = {  # hand-written samples of the vision rewards beyond VLM-R1: file -> its mix
+    "gui": ROOT / "configs" / "gui.yaml",
+    "docqa": ROOT / "configs" / "docqa.yaml",
+}
+CURATED_VALUES = {  # row id -> the value of the mix's first reward (gui_action, anls)
+    "gui-000": 1.0,  # Qwen2.5-VL pixels converted into the Sign-in box
+    "gui-001": 0.0,  # the wrong button
+    "gui-002": 0.0,  # just past the box's edge
+    "gui-003": 0.0,  # outside the 20 px radius
+    "gui-004": 1.0,  # token F1 0.5
+    "gui-005": 0.0,  # the wrong direction
+    "gui-006": 1.0,  # an alias of press_back
+    "gui-007": 0.0,  # no action
+    "docqa-000": 1.0,  # one of two gold answers
+    "docqa-001": 0.875,
+    "docqa-002": 0.888889,
+    "docqa-003": 0.0,  # NL past 0.5
+    "docqa-004": 0.0,  # empty answer
+    "docqa-005": 1.0,
+    "docqa-006": 0.9375,
+    "docqa-007": 0.970588,
+}
+
+
+@pytest.mark.parametrize("task", sorted(CURATED))
+def test_curated_samples_pass_check_and_score_as_written(task: str) -> None:
+    mix = RewardMix.from_config(load_pool_config(CURATED[task]).rewards)
+    rows = read_rows(SAMPLE / f"{task}.jsonl")
+    assert 8 <= len(rows) <= 40 and len({row["id"] for row in rows}) == len(rows)
+    assert check_rows(rows, SAMPLE, mix) == []
+    results = [mix.score(sample) for sample in to_samples(rows, SAMPLE)]
+    assert not any(r.should_mask for r in results)
+    first = mix.names[0]
+    assert {
+        row["id"]: round(r.components[first], 6) for row, r in zip(rows, results, strict=True)
+    } == {key: value for key, value in CURATED_VALUES.items() if key.startswith(task)}
+    for name in mix.names:
+        assert len({round(r.components[name], 6) for r in results}) >= 2, name
