@@ -23,6 +23,11 @@ from skyrl_rewards.rewards.box_formats import (
     BoxFormatChoice,
     row_converter,
 )
+from skyrl_rewards.rewards.box_matching import (
+    boxes_matched_sample_score,
+    check_confidence_weight,
+    check_iou_threshold,
+)
 from skyrl_rewards.rewards.coco_map import MAP_METHODS, coco_map_score
 from skyrl_rewards.rewards.counting import check_tolerance, count_score
 from skyrl_rewards.rewards.detection import (
@@ -32,6 +37,7 @@ from skyrl_rewards.rewards.detection import (
 )
 from skyrl_rewards.rewards.format_checks import has_rec_format, has_think_answer_format
 from skyrl_rewards.rewards.geometry import Box
+from skyrl_rewards.rewards.giou import check_giou_mode, giou_sample_score
 from skyrl_rewards.rewards.gui import (
     DEFAULT_F1_THRESHOLD,
     DEFAULT_RADIUS_PX,
@@ -383,6 +389,74 @@ class Detection(BoxComponent):
                 "the predicted boxes to its pixels"
             )
         return detection_score_with_status(content, solution, **self.params, scale=convert)
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        solution = sample.get("solution")
+        if not isinstance(solution, str):
+            return None
+        content = answer_span(completion_text(sample.get("completion")))
+        return self.box_work_key(sample, repr(sample.get(BOX_FORMAT_COLUMN)), solution, content)
+
+
+class Giou(BoxComponent):
+    """REC overlap of the predicted box shaped by ``mode`` (see :mod:`~skyrl_rewards.rewards.giou`).
+
+    ``giou`` (NeMo-RL, [-1, 1]), ``giou_unit`` ((GIoU + 1) / 2) or
+    ``iou_squared`` (Perception-R1). Continuous coordinates; the box converted
+    from the row's box format like ``iou`` (default ``qwen2_5_vl``).
+    """
+
+    name = "giou"
+
+    def __init__(self, mode: str = "giou", **box_params: Any) -> None:
+        self.mode = check_giou_mode(mode)
+        super().__init__(**box_params)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        solution = sample_solution(sample)
+        return giou_sample_score(content, solution, sample, self.box_format, self.mode)
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        solution = sample.get("solution")
+        if not isinstance(solution, str):
+            return None
+        content = answer_span(completion_text(sample.get("completion")))
+        return self.box_work_key(sample, repr(sample.get(BOX_FORMAT_COLUMN)), solution, content)
+
+
+class BoxesMatched(BoxComponent):
+    """Hungarian matching of many predicted boxes to the gold ones (:mod:`~skyrl_rewards.rewards.box_matching`).
+
+    ``match_labels`` (default True), ``iou_threshold`` (default 0.0: any
+    overlap counts; 0.5 is Visual-RFT's), ``confidence_weight`` (default 0.0:
+    off; 1.0 averages in Visual-RFT's confidence reward). Boxes as written by
+    default (``box_format="original"``, like ``detection``); another format
+    converts the predicted boxes with the row's image.
+    """
+
+    name = "boxes_matched"
+    default_box_format = ORIGINAL
+
+    def __init__(
+        self,
+        match_labels: bool = True,
+        iou_threshold: float = 0.0,
+        confidence_weight: float = 0.0,
+        **box_params: Any,
+    ) -> None:
+        if not isinstance(match_labels, bool):
+            raise ValueError(f"match_labels: expected true or false, got {match_labels!r:.80}")
+        self.params = {
+            "match_labels": match_labels,
+            "iou_threshold": check_iou_threshold(iou_threshold),
+            "confidence_weight": check_confidence_weight(confidence_weight),
+        }
+        super().__init__(**box_params)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return boxes_matched_sample_score(
+            content, sample_solution(sample), sample, self.box_format, **self.params
+        )
 
     def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
         solution = sample.get("solution")

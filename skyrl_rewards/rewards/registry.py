@@ -3,7 +3,8 @@
 Names: ``accuracy``, ``iou``, ``detection``, ``coco_map`` (COCO AP, one of
 VLM-R1's mAP methods for every row), ``length`` (cosine shaping with the
 accuracy it depends on), ``repetition``, ``format``, ``format_rec``,
-``gui_action`` (GUI-R1's action accuracy), ``gui_point`` (GUI-G2's Gaussian
+``giou`` (GIoU or IoU² of one box), ``boxes_matched`` (Hungarian matching of many
+boxes), ``gui_action`` (GUI-R1's action accuracy), ``gui_point`` (GUI-G2's Gaussian
 grounding), ``count`` (the stated number against the count), ``ocr`` (1 - CER or
 1 - WER), ``anls`` (DocVQA's ANLS), ``judge`` (a chat-model judge, :mod:`~skyrl_rewards.rewards.models.judge`),
 ``reward_model`` (a sequence-classification reward model, see
@@ -19,12 +20,14 @@ from typing import Any
 from skyrl_rewards.rewards.components import (
     Accuracy,
     Anls,
+    BoxesMatched,
     CocoMap,
     Component,
     Count,
     Detection,
     Format,
     FormatRec,
+    Giou,
     GuiAction,
     GuiPoint,
     Iou,
@@ -45,6 +48,8 @@ COMPONENTS: dict[str, type[Component]] = {
     "repetition": Repetition,
     "format": Format,
     "format_rec": FormatRec,
+    "giou": Giou,
+    "boxes_matched": BoxesMatched,
     "gui_action": GuiAction,
     "gui_point": GuiPoint,
     "count": Count,

@@ -27,10 +27,10 @@ def test_every_batch_reward_pickles_and_keeps_its_name(name: str) -> None:
     ]
     solution = (
         ["<answer>[1, 2, 3, 4]</answer>"]
-        if name in ("iou", "format_rec")
+        if name in ("iou", "format_rec", "giou")
         else ["<answer>4</answer>"]
     )
-    if name in ("detection", "coco_map"):
+    if name in ("detection", "coco_map", "boxes_matched"):
         solution = ['<answer>```json [{"bbox_2d": [1, 2, 3, 4], "label": "a"}]```</answer>']
     if name == "gui_action":
         solution = ['<answer>{"action": "click", "bbox": [0, 0, 10, 10]}</answer>']
@@ -42,6 +42,8 @@ def test_every_batch_reward_pickles_and_keeps_its_name(name: str) -> None:
         "format_rec": 0.0,  # no braces around the box
         "detection": 0.0,  # no JSON list
         "coco_map": 0.0,  # no JSON list
+        "giou": 1.0,  # the same box
+        "boxes_matched": 0.0,  # no JSON list
         "gui_action": 0.0,  # a box is no action
         "gui_point": 1.0,  # the target box itself
         "count": 1.0,  # the last number of "[1, 2, 3, 4]" is the count, 4
