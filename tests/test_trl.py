@@ -529,3 +529,66 @@ def test_every_accuracy_method_but_the_judge_scores_through_grpo(
     for method, _, _ in METHODS:  # each method tells its four answers apart
         values = [v for p, v in zip(prompts, scored, strict=True) if p == f"Task {method}"]
         assert len(set(values)) > 1, method
+
+
+def test_every_vision_reward_scores_through_grpo(tokenizer_dir: Path, tmp_path: Path) -> None:
+    """giou, boxes_matched, gui_action, gui_point, count, ocr and anls in one trainer.
+
+    One prompt per reward's task, four answers each. Every reward pays its own task's rows;
+    on another task's row it gives what it gives outside the trainer (None for a ground truth
+    it cannot read, which TRL leaves out: TRL's way of mixing tasks in one dataset).
+    """
+    sys.path.insert(0, str(Path(__file__).parent))
+    from vision_rows import TASKS, completion
+
+    tokenizer = load_tokenizer(tokenizer_dir)
+    rows = [
+        {"prompt": [{"role": "user", "content": f"Task {name}"}], **task["columns"]}
+        for name, task in TASKS.items()
+    ]
+    answers = {f"Task {name}": task["answers"] for name, task in TASKS.items()}
+
+    def rollout(prompts: list[Any], trainer: GRPOTrainer) -> dict[str, list]:
+        prompt_ids, completion_ids = [], []
+        for index, prompt in enumerate(prompts):
+            text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+            prompt_ids.append(tokenizer.encode(text, add_special_tokens=False))
+            answer = completion(answers[prompt[-1]["content"]][index % 4])
+            completion_ids.append(
+                tokenizer.encode(answer, add_special_tokens=False) + [tokenizer.eos_token_id]
+            )
+        logprobs = [[0.0] * len(ids) for ids in completion_ids]
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
+
+    rewards = [make_reward(name) for name in TASKS]
+    trainer = GRPOTrainer(
+        model=tiny_model(tokenizer),
+        reward_funcs=rewards,
+        args=grpo_args(
+            tmp_path,
+            per_device_train_batch_size=4 * len(rows),
+            max_steps=1,
+            max_completion_length=256,
+        ),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        rollout_func=rollout,
+    )
+    trainer.train()
+    prompts = [p[-1]["content"].removeprefix("Task ") for p in trainer._logs["prompt"]]
+    texts = [completion_text(c) for c in trainer._logs["completion"]]
+    assert sorted(set(prompts)) == sorted(TASKS) and len(prompts) == 4 * len(TASKS)
+    columns = [{k: [v] for k, v in TASKS[task]["columns"].items()} for task in prompts]
+    for reward in rewards:
+        scored = list(trainer._logs["rewards"][reward.__name__])
+        outside = [
+            make_reward(reward.name)([text], **row)[0]
+            for text, row in zip(texts, columns, strict=True)
+        ]
+        expected = [math.nan if value is None else value for value in outside]
+        assert scored == pytest.approx(expected, abs=1e-6, nan_ok=True), reward.name
+        own = [v for task, v in zip(prompts, scored, strict=True) if task == reward.name]
+        assert not any(math.isnan(v) for v in own), reward.name
+        assert len(set(own)) >= 2 and max(own) > 0.9, (reward.name, own)
+        masked = sum(value is None for value in outside) / len(outside)
+        assert logged(trainer, f"rewards/{reward.__name__}/masked_ratio") == [pytest.approx(masked)]
