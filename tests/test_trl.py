@@ -15,6 +15,7 @@ import logging
 import math
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,26 @@ def fixed_rollout(tokenizer: PreTrainedTokenizerFast, answers: list[str] = FIXED
             answer = answers[index % len(answers)]
             ids = tokenizer.encode(answer, add_special_tokens=False) + [tokenizer.eos_token_id]
             completion_ids.append(ids)
+        logprobs = [[0.0] * len(ids) for ids in completion_ids]
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
+
+    return rollout
+
+
+def task_rollout(
+    tokenizer: PreTrainedTokenizerFast, answers: dict[str, list[str]], wrap: Callable[[str], str]
+):
+    """A TRL ``rollout_func``: the i-th copy of a prompt answers ``wrap(answers[its text][i % 4])``."""
+
+    def rollout(prompts: list[Any], trainer: GRPOTrainer) -> dict[str, list]:
+        prompt_ids, completion_ids = [], []
+        for index, prompt in enumerate(prompts):
+            text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+            prompt_ids.append(tokenizer.encode(text, add_special_tokens=False))
+            answer = wrap(answers[prompt[-1]["content"]][index % 4])
+            completion_ids.append(
+                tokenizer.encode(answer, add_special_tokens=False) + [tokenizer.eos_token_id]
+            )
         logprobs = [[0.0] * len(ids) for ids in completion_ids]
         return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
 
@@ -488,18 +509,7 @@ def test_every_accuracy_method_but_the_judge_scores_through_grpo(
         for method, solution, _ in METHODS
     ]
     answers = {f"Task {method}": group for method, _, group in METHODS}
-
-    def rollout(prompts: list[Any], trainer: GRPOTrainer) -> dict[str, list]:
-        prompt_ids, completion_ids = [], []
-        for index, prompt in enumerate(prompts):
-            text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
-            prompt_ids.append(tokenizer.encode(text, add_special_tokens=False))
-            answer = f"<think>t</think><answer>{answers[prompt[-1]['content']][index % 4]}</answer>"
-            completion_ids.append(
-                tokenizer.encode(answer, add_special_tokens=False) + [tokenizer.eos_token_id]
-            )
-        logprobs = [[0.0] * len(ids) for ids in completion_ids]
-        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
+    rollout = task_rollout(tokenizer, answers, lambda a: f"<think>t</think><answer>{a}</answer>")
 
     trainer = GRPOTrainer(
         model=tiny_model(tokenizer),
@@ -547,18 +557,7 @@ def test_every_vision_reward_scores_through_grpo(tokenizer_dir: Path, tmp_path: 
         for name, task in TASKS.items()
     ]
     answers = {f"Task {name}": task["answers"] for name, task in TASKS.items()}
-
-    def rollout(prompts: list[Any], trainer: GRPOTrainer) -> dict[str, list]:
-        prompt_ids, completion_ids = [], []
-        for index, prompt in enumerate(prompts):
-            text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
-            prompt_ids.append(tokenizer.encode(text, add_special_tokens=False))
-            answer = completion(answers[prompt[-1]["content"]][index % 4])
-            completion_ids.append(
-                tokenizer.encode(answer, add_special_tokens=False) + [tokenizer.eos_token_id]
-            )
-        logprobs = [[0.0] * len(ids) for ids in completion_ids]
-        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
+    rollout = task_rollout(tokenizer, answers, completion)
 
     rewards = [make_reward(name) for name in TASKS]
     trainer = GRPOTrainer(

@@ -33,7 +33,7 @@ from typing import Any
 
 from skyrl_rewards.rewards.box_formats import ORIGINAL, BoxFormatChoice, row_converter
 from skyrl_rewards.rewards.detection import ground_truth_detections
-from skyrl_rewards.rewards.geometry import Box, as_box
+from skyrl_rewards.rewards.geometry import Box, as_box, is_finite_number
 from skyrl_rewards.rewards.giou import box_iou
 from skyrl_rewards.rewards.json_extract import json_block, parse_json
 from skyrl_rewards.rewards.result import ComponentScore, Status
@@ -130,7 +130,7 @@ def check_iou_threshold(value: Any) -> float:
     >>> check_iou_threshold(0.5)
     0.5
     """
-    if not _finite_number(value) or not 0.0 <= value < 1.0:
+    if not is_finite_number(value) or not 0.0 <= value < 1.0:
         raise ValueError(f"iou_threshold: expected a number in [0, 1), got {value!r:.80}")
     return float(value)
 
@@ -141,18 +141,9 @@ def check_confidence_weight(value: Any) -> float:
     >>> check_confidence_weight(1)
     1.0
     """
-    if not _finite_number(value) or value < 0:
+    if not is_finite_number(value) or value < 0:
         raise ValueError(f"confidence_weight: expected a number >= 0, got {value!r:.80}")
     return float(value)
-
-
-def _finite_number(value: Any) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def predicted_boxes(content: str) -> list[Prediction] | None:
@@ -179,7 +170,7 @@ def _prediction(item: Any) -> Prediction:
         return Prediction(None, "", None)
     label = item.get("label")
     confidence = item.get("confidence", item.get("score"))
-    if not (_finite_number(confidence) and 0.0 <= confidence <= 1.0):
+    if not (is_finite_number(confidence) and 0.0 <= confidence <= 1.0):
         confidence = None
     return Prediction(
         as_box(item.get("bbox_2d")),

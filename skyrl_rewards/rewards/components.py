@@ -306,6 +306,16 @@ class BoxComponent(Component):
             repr(sample.get("image_grid_thw")),
         )
 
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        """Solution, answer span and what the conversion reads (rewards that read the answer span)."""
+        solution = sample.get("solution")
+        if isinstance(solution, (list, tuple)):  # a list column (GUI-G2's abs_box)
+            solution = repr(list(solution))
+        if not isinstance(solution, str):
+            return None
+        content = answer_span(completion_text(sample.get("completion")))
+        return self.box_work_key(sample, repr(sample.get(BOX_FORMAT_COLUMN)), solution, content)
+
 
 class CocoMap(BoxComponent):
     """COCO AP of the predicted boxes with one of VLM-R1's mAP methods, whatever the row's column.
@@ -335,7 +345,9 @@ class CocoMap(BoxComponent):
         if not isinstance(solution, str):
             return None
         content = completion_text(sample.get("completion"))
-        return self.box_work_key(sample, self.method, solution, content)
+        return self.box_work_key(
+            sample, self.method, repr(sample.get(BOX_FORMAT_COLUMN)), solution, content
+        )
 
 
 class Iou(BoxComponent):
@@ -345,13 +357,6 @@ class Iou(BoxComponent):
 
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
         return iou_sample_score(content, sample_solution(sample), sample, self.box_format)
-
-    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
-        solution = sample.get("solution")
-        if not isinstance(solution, str):
-            return None
-        content = answer_span(completion_text(sample.get("completion")))
-        return self.box_work_key(sample, repr(sample.get(BOX_FORMAT_COLUMN)), solution, content)
 
 
 class Detection(BoxComponent):
@@ -390,13 +395,6 @@ class Detection(BoxComponent):
             )
         return detection_score_with_status(content, solution, **self.params, scale=convert)
 
-    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
-        solution = sample.get("solution")
-        if not isinstance(solution, str):
-            return None
-        content = answer_span(completion_text(sample.get("completion")))
-        return self.box_work_key(sample, repr(sample.get(BOX_FORMAT_COLUMN)), solution, content)
-
 
 class Giou(BoxComponent):
     """REC overlap of the predicted box shaped by ``mode`` (see :mod:`~skyrl_rewards.rewards.giou`).
@@ -415,13 +413,6 @@ class Giou(BoxComponent):
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
         solution = sample_solution(sample)
         return giou_sample_score(content, solution, sample, self.box_format, self.mode)
-
-    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
-        solution = sample.get("solution")
-        if not isinstance(solution, str):
-            return None
-        content = answer_span(completion_text(sample.get("completion")))
-        return self.box_work_key(sample, repr(sample.get(BOX_FORMAT_COLUMN)), solution, content)
 
 
 class BoxesMatched(BoxComponent):
@@ -458,13 +449,6 @@ class BoxesMatched(BoxComponent):
             content, sample_solution(sample), sample, self.box_format, **self.params
         )
 
-    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
-        solution = sample.get("solution")
-        if not isinstance(solution, str):
-            return None
-        content = answer_span(completion_text(sample.get("completion")))
-        return self.box_work_key(sample, repr(sample.get(BOX_FORMAT_COLUMN)), solution, content)
-
 
 class GuiAction(BoxComponent):
     """GUI-R1's action accuracy (:mod:`~skyrl_rewards.rewards.gui`), points converted from the row's box format.
@@ -494,13 +478,6 @@ class GuiAction(BoxComponent):
         convert = self.converter(sample) if target.is_located else None
         return gui_action_score(content, target, self.params, convert=convert)
 
-    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
-        solution = sample.get("solution")
-        if not isinstance(solution, str):
-            return None
-        content = answer_span(completion_text(sample.get("completion")))
-        return self.box_work_key(sample, repr(sample.get(BOX_FORMAT_COLUMN)), solution, content)
-
 
 class GuiPoint(BoxComponent):
     """GUI-G2's Gaussian grounding reward (:mod:`~skyrl_rewards.rewards.gui`), ``form`` point or plane.
@@ -523,15 +500,6 @@ class GuiPoint(BoxComponent):
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
         box = target_box(sample_solution(sample))
         return gui_point_score(content, box, self.params, convert=self.converter(sample))
-
-    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
-        solution = sample.get("solution")
-        if isinstance(solution, (list, tuple)):
-            solution = repr(list(solution))
-        if not isinstance(solution, str):
-            return None
-        content = answer_span(completion_text(sample.get("completion")))
-        return self.box_work_key(sample, repr(sample.get(BOX_FORMAT_COLUMN)), solution, content)
 
 
 class WordTokenizer:
@@ -622,6 +590,9 @@ class FormatRec(BoxComponent):
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
         decimals = self.box_format.for_row(sample).coords == RELATIVE_1
         return ComponentScore(1.0 if has_rec_format(content, decimals=decimals) else 0.0)
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        return None  # a regex over the text: cheaper to score again than to key
 
 
 class Count(Component):

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.rewards.geometry import Box, as_box, iou
+from skyrl_rewards.rewards.geometry import Box, as_box, iou, is_finite_number
 from skyrl_rewards.rewards.json_extract import json_block, parse_json
 from skyrl_rewards.rewards.result import ComponentScore, Status
 from skyrl_rewards.rewards.text import MAX_ANSWER_CHARS, clean
@@ -86,23 +85,13 @@ def detection_score_with_status(
     return ComponentScore(min(1.0, max(0.0, score)))
 
 
-def _is_number(value: Any) -> bool:
-    """A finite int or float (not a bool; an int too large for a float counts as infinite)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
-
-
 def check_threshold(iou_threshold: Any) -> float:
     """``iou_threshold`` as a float, or ``ValueError`` unless it is a number in [0, 1].
 
     >>> check_threshold(0.5)
     0.5
     """
-    if not _is_number(iou_threshold) or not 0.0 <= iou_threshold <= 1.0:
+    if not is_finite_number(iou_threshold) or not 0.0 <= iou_threshold <= 1.0:
         raise ValueError(f"iou_threshold: expected a number in [0, 1], got {iou_threshold!r}")
     return float(iou_threshold)
 
@@ -110,7 +99,7 @@ def check_threshold(iou_threshold: Any) -> float:
 def check_weights(alpha: float, beta: float, gamma: float) -> tuple[float, float, float]:
     """The three weights, or ``ValueError`` unless all are non-negative with a positive sum."""
     weights = (alpha, beta, gamma)
-    if not all(_is_number(w) for w in weights):
+    if not all(is_finite_number(w) for w in weights):
         raise ValueError(f"alpha, beta, gamma: expected finite numbers, got {weights!r}")
     if any(w < 0 for w in weights) or sum(weights) <= 0:
         raise ValueError(

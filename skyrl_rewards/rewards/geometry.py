@@ -24,6 +24,20 @@ _NUMBER = r"\s*(-?\d+(?:\.\d+)?)\s*"
 _BOX = re.compile(r"\[" + ",".join([_NUMBER] * 4) + r"\]")
 
 
+def is_finite_number(value: Any) -> bool:
+    """A finite int or float (not a bool; an int too large for a float counts as infinite).
+
+    >>> is_finite_number(float("nan")), is_finite_number(True), is_finite_number(10**400)
+    (False, False, False)
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def as_box(value: Any) -> Box | None:
     """``value`` as four finite floats, or ``None`` when it is not a box.
 
