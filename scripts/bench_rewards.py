@@ -124,7 +124,7 @@ def functions(image: str) -> dict[str, Callable[[str, str], object]]:
         "iou_reward (header read)": lambda c, s: iou_reward(
             [c],
             ["<answer>[50, 60, 150, 140]</answer>"],
-            image_grid_thw=[[1, 40, 40]],
+            image_grid_thw=[[1, 214, 286]],  # Qwen2.5-VL's grid for 4000x3000, checked
             image_path=[image],
         ),
         "detection_score": lambda c, s: detection_score(c, det_sol),

@@ -30,6 +30,7 @@ column (a dataset that mixes families); it wins over the reward's.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -135,6 +136,7 @@ LEGACY_BOX_COORDS = {"model_input": RESIZED_PIXELS, "original": ORIGINAL}
 """The former ``box_coords`` values and the formats they now name."""
 
 
+@functools.lru_cache(maxsize=65_536)
 def smart_resize(
     height: int, width: int, factor: int = 28, min_pixels: int = 3136, max_pixels: int = 12845056
 ) -> tuple[int, int]:
@@ -297,7 +299,7 @@ def row_converter(columns: Mapping[str, Any], fmt: BoxFormat) -> Callable[[Box],
     found = row_image_size(columns)
     grid = columns.get("image_grid_thw")
     if fmt.coords == RESIZED_PIXELS and grid is not None:
-        grid = grid_thw(grid)
+        grid = grid_thw(grid)  # a malformed grid is named before a missing image
     if found is None:
         if fmt.coords != RESIZED_PIXELS:
             raise ValueError(
@@ -316,14 +318,16 @@ def row_converter(columns: Mapping[str, Any], fmt: BoxFormat) -> Callable[[Box],
     return lambda box: fmt.to_original(box, size)
 
 
-def check_row_grid(value: Any, size: tuple[int, int], fmt: BoxFormat, column: str) -> None:
-    """Nothing when the row has no ``image_grid_thw`` or it is ``fmt``'s grid for an image of ``size``.
+def check_row_grid(
+    grid: tuple[int, int, int] | None, size: tuple[int, int], fmt: BoxFormat, column: str
+) -> None:
+    """Nothing when ``grid`` (the row's ``image_grid_thw``, read by :func:`grid_thw`) is ``None`` or ``fmt``'s grid for an image of ``size``.
 
     Raises ``ValueError`` naming ``image_grid_thw``, both grids and the fix otherwise.
     """
-    if value is None:
+    if grid is None:
         return
-    grid, expected = grid_thw(value), fmt.grid(*size)
+    expected = fmt.grid(*size)
     if grid[1:] != expected[1:]:
         raise ValueError(
             f"image_grid_thw: the row's grid {list(grid)} is not the resize of its "

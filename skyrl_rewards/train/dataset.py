@@ -35,6 +35,7 @@ from skyrl_rewards.rewards.box_formats import (
     check_row_grid,
     row_image_size,
 )
+from skyrl_rewards.rewards.geometry import grid_thw
 
 NOT_COLUMNS = frozenset({"problem", "solution", "completion"})
 QUESTION_TEMPLATE = (
@@ -123,7 +124,8 @@ def _grounding(columns: dict[str, Any], box_format: BoxFormatChoice) -> str:
     columns[BOX_FORMAT_COLUMN] = fmt.name
     found = row_image_size(columns)
     if fmt.coords == RESIZED_PIXELS and found is not None:
-        check_row_grid(columns.get("image_grid_thw"), found[0], fmt, found[1])
+        grid = columns.get("image_grid_thw")
+        check_row_grid(None if grid is None else grid_thw(grid), found[0], fmt, found[1])
     if fmt.coords == ORIGINAL:
         if found is None:
             raise ValueError("image_path: missing; box_format 'original' tells the image's size")
