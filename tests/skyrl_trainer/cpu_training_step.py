@@ -1,8 +1,9 @@
 """One real SkyRL 0.4 ``RayPPOTrainer`` step on CPU, through this project's experiment.
 
-``python tests/skyrl_trainer/cpu_training_step.py {math,tau} OUT_DIR`` builds a tiny random
-Qwen2 policy (and its tokenizer) under ``OUT_DIR``, a dataset of this project's rows, and a
-``TrainConfig`` as ``python -m skyrl_rewards.train`` parses it, then runs
+``python tests/skyrl_trainer/cpu_training_step.py {math,tau,rec,rec_qwen3} OUT_DIR`` builds a
+tiny random policy (Qwen2, or for ``rec*`` a Qwen2.5-VL / Qwen3-VL with its processor) and its
+tokenizer under ``OUT_DIR``, a dataset of this project's rows, and a ``TrainConfig`` as
+``python -m skyrl_rewards.train`` parses it, then runs
 ``RewardsPPOExp(cfg).run()`` (``make_generator``, the registered envs, the reward pool the
 config names) for one GRPO step: generate, reward, advantages, FSDP2 forward/backward and
 AdamW step, weight sync. Only the GPU parts are stood in for (``stand_ins.py``). It writes
@@ -14,6 +15,19 @@ AdamW step, weight sync. Only the GPU parts are stood in for (``stand_ins.py``).
   an unknown ``accu_reward_method``: a dataset error, so its trajectories are masked.
 - ``tau``: two tau-bench retail tasks (backend tau2, replay user), two samples each: sample 0
   plays the gold actions, sample 1 a bad script (it says goodbye at once).
+- ``rec`` (Qwen2.5-VL) and ``rec_qwen3`` (Qwen3-VL): three REC rows of
+  ``skyrl_rewards/sample_data`` with their images, prepared for the family
+  (``skyrl_record(..., box_format=...)``: its grounding prompt, a ``box_format`` column, the
+  row's grid checked against the reward's resize), through SkyRL's VLM generator (this
+  project's ``MaskingVLMGymGenerator``), three samples each, scored by a reward pool started
+  from ``configs/rec.yaml`` (iou + format_rec) told the family's box format and the engine
+  processor's pixel bounds. Sample 0 answers the gold box in the family's coordinates (pixels
+  of the resized input for Qwen2.5-VL, the 0-1000 grid for Qwen3-VL), sample 1 a wrong box,
+  sample 2 is sampled by the engine from the image. The third row's solution is malformed (a
+  dataset error), so its trajectories are masked. The engine renders with the model's own
+  processor (:class:`~stand_ins.VisionStandInEngine`); the summary shows the training batch's
+  ``pixel_values`` / ``image_grid_thw`` and how much the policy's logprobs move when its
+  pixels are zeroed.
 
 After the step it also runs SkyRL's ``forward_backward`` on the masked trajectories alone,
 with their advantages set to 1.0 and their (all-zero) loss masks kept: the loss and the
@@ -33,7 +47,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -43,6 +57,8 @@ from stand_ins import (  # noqa: E402
     NAMESPACE,
     StandInEngine,
     StandInEngineClient,
+    VisionStandInEngine,
+    VisionStandInEngineClient,
     install_cpu_device_stand_ins,
     weights_checksum,
 )
@@ -52,6 +68,19 @@ install_cpu_device_stand_ins()  # before torch or SkyRL is imported
 ENGINE = "stand_in_engine"
 MAX_NEW_TOKENS = 12
 SEED = 7
+
+REC_FAMILIES = {"rec": "qwen2_5_vl", "rec_qwen3": "qwen3_vl"}
+"""The REC tasks and the box-format family of each one's policy."""
+REC_ROWS = ("rec-001", "rec-005", "rec-009")
+"""Sample rows with 224x168 images (whole 28-pixel multiples: Qwen2.5-VL's input is the image
+itself, so a gold box in resized pixels is the ground truth, exactly); the last is masked."""
+PIXEL_BOUNDS = {
+    # at most 48 image tokens (48 merged 28x28 patches); 224x168 is exactly that
+    "qwen2_5_vl": {"min_pixels": 56 * 56, "max_pixels": 48 * 28 * 28},
+    # at most 48 image tokens of 32x32 (Qwen3-VL's default minimum, 65,536, would make 64)
+    "qwen3_vl": {"min_pixels": 4 * 32 * 32, "max_pixels": 48 * 32 * 32},
+}
+"""The engine processor's pixel bounds per family; the reward is told the same."""
 
 
 def build_policy(path: Path, corpus: list[str]) -> Path:
@@ -78,6 +107,188 @@ def build_policy(path: Path, corpus: list[str]) -> Path:
     Qwen2ForCausalLM(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+def image_processor(family: str) -> Any:
+    """The family's image processor (Qwen2.5-VL: patch 14, CLIP's normalization; Qwen3-VL:
+    patch 16, mean and std 0.5, as their published configs) with :data:`PIXEL_BOUNDS`."""
+    from transformers import Qwen2VLImageProcessor
+
+    if family == "qwen2_5_vl":
+        return Qwen2VLImageProcessor(**PIXEL_BOUNDS[family])
+    return Qwen2VLImageProcessor(
+        patch_size=16, image_mean=[0.5] * 3, image_std=[0.5] * 3, **PIXEL_BOUNDS[family]
+    )
+
+
+def build_vision_policy(path: Path, family: str, corpus: list[str]) -> Path:
+    """A tiny random Qwen2.5-VL or Qwen3-VL with its processor and the tests' tokenizer.
+
+    The tokenizer (BPE learned from ``corpus``) gains Qwen's ``<|video_pad|>``, which the
+    processors look up; the chat template is the family's real one (as TRL ships it). The
+    processor (:func:`image_processor`, the family's video processor) is saved beside the
+    model, so ``AutoProcessor`` (the engine, SkyRL's HF export) loads it.
+    """
+    import torch
+    from skyrl_helpers import build_tokenizer
+    from transformers import (
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2_5_VLProcessor,
+        Qwen2VLVideoProcessor,
+        Qwen3VLConfig,
+        Qwen3VLForConditionalGeneration,
+        Qwen3VLProcessor,
+        Qwen3VLVideoProcessor,
+    )
+    from trl.chat_template_utils import qwen2_5_vl_chat_template, qwen3_vl_chat_template
+
+    tokenizer = build_tokenizer(corpus)
+    tokenizer.add_tokens(["<|video_pad|>"], special_tokens=True)
+    token_ids = {
+        f"{name}_token_id": tokenizer.convert_tokens_to_ids(f"<|{name}|>")
+        for name in ("vision_start", "vision_end")
+    }
+    token_ids["image_token_id"] = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    token_ids["video_token_id"] = tokenizer.convert_tokens_to_ids("<|video_pad|>")
+    text = {  # head_dim 16: the 3D rotary sections (time, height, width) split its 8 frequencies
+        "vocab_size": len(tokenizer),
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "max_position_embeddings": 65536,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    vision = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2}
+    torch.manual_seed(SEED)
+    if family == "qwen2_5_vl":
+        rope = {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e6}
+        config = Qwen2_5_VLConfig(
+            text_config={**text, "rope_parameters": rope, "bos_token_id": None},
+            vision_config={**vision, "out_hidden_size": 32, "fullatt_block_indexes": [1]},
+            **token_ids,
+        )
+        model = Qwen2_5_VLForConditionalGeneration(config)
+        tokenizer.chat_template = qwen2_5_vl_chat_template
+        processor = Qwen2_5_VLProcessor(
+            image_processor=image_processor(family),
+            tokenizer=tokenizer,
+            video_processor=Qwen2VLVideoProcessor(),
+            chat_template=qwen2_5_vl_chat_template,
+        )
+    else:
+        rope = {
+            "rope_type": "default",
+            "mrope_section": [2, 3, 3],
+            "mrope_interleaved": True,
+            "rope_theta": 5e5,
+        }
+        config = Qwen3VLConfig(
+            text_config={**text, "head_dim": 16, "rope_parameters": rope},
+            vision_config={
+                **vision,
+                "out_hidden_size": 32,
+                "num_position_embeddings": 64,
+                "deepstack_visual_indexes": [0],
+            },
+            **token_ids,
+        )
+        model = Qwen3VLForConditionalGeneration(config)
+        tokenizer.chat_template = qwen3_vl_chat_template
+        processor = Qwen3VLProcessor(
+            image_processor=image_processor(family),
+            tokenizer=tokenizer,
+            video_processor=Qwen3VLVideoProcessor(),
+            chat_template=qwen3_vl_chat_template,
+        )
+    model.save_pretrained(path)
+    processor.save_pretrained(path)  # the tokenizer with it
+    return path
+
+
+def _iou(a: list[float], b: list[float]) -> float:
+    """Plain box IoU, the test's own oracle (not the project's)."""
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = w * h
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+def rec_data(out: Path, task: str) -> tuple[list[Path], dict[str, list[str]], list[str], dict]:
+    """REC rows for the task's family, the scripted replies, the overrides and the gold boxes.
+
+    Each row's ``image_grid_thw`` is the grid of the engine's image processor
+    (:func:`image_processor`) for its image. The fourth value maps each gold trajectory to its
+    box and the IoU it must score, computed here from the image size.
+    """
+    from PIL import Image
+
+    from skyrl_rewards.data.jsonl import read_rows
+    from skyrl_rewards.rewards.box_formats import BoxFormatChoice
+    from skyrl_rewards.train.dataset import skyrl_record, write_parquet
+
+    family = REC_FAMILIES[task]
+    bounds = PIXEL_BOUNDS[family]
+    processor = image_processor(family)
+    sample_dir = ROOT / "skyrl_rewards" / "sample_data"
+    by_id = {r["id"]: r for r in read_rows(sample_dir / "rec.jsonl")}
+    rows = [dict(by_id[i]) for i in REC_ROWS]
+    replies: dict[str, list[str]] = {}
+    gold: dict[str, dict[str, Any]] = {}
+    for n, row in enumerate(rows):
+        image = Image.open(sample_dir / row["image_path"]).convert("RGB")
+        grid = processor(images=[image], return_tensors="pt")["image_grid_thw"][0].tolist()
+        row["image_grid_thw"] = grid
+        truth = json.loads(row["solution"].split("<answer>")[1].split("</answer>")[0])
+        width, height = image.size
+        if family == "qwen2_5_vl":  # pixels of the resized input: the grid's patches x 14
+            scale = (
+                grid[2] * processor.patch_size / width,
+                grid[1] * processor.patch_size / height,
+            )
+        else:  # the 0-1000 grid
+            scale = (1000 / width, 1000 / height)
+        box = [round(v * scale[i % 2]) for i, v in enumerate(truth)]
+        back = [v / scale[i % 2] for i, v in enumerate(box)]
+        label = row["problem"].rsplit("describes: ", 1)[1].rstrip(".")
+        answer = {"bbox_2d": box, "label": label}
+        wrong = {"bbox_2d": [round(v * scale[i % 2]) for i, v in enumerate([0, 0, 10, 10])]}
+        replies[f"{n}_0"] = [
+            f"<think>I find {label}.</think> <answer>{json.dumps(answer)}</answer>"
+        ]
+        replies[f"{n}_1"] = [
+            f"<think>It is in the corner.</think> <answer>{json.dumps(wrong)}</answer>"
+        ]
+        gold[f"{n}_0"] = {"box": box, "iou": _iou(back, truth)}
+    rows[2]["solution"] = "<answer>[10, 20, 30]</answer>"  # three numbers: a dataset error, masked
+    del gold["2_0"]
+    choice = BoxFormatChoice.build(family, **bounds)
+    records = [
+        skyrl_record(r, i + 1, sample_dir, "skyrl_rewards", "rec", choice)
+        for i, r in enumerate(rows)
+    ]
+    train = out / "train.parquet"
+    write_parquet(records, train)
+    pixels = "".join(f",rewards.iou.{k}={v}" for k, v in bounds.items())
+    overrides = [
+        "environment.env_class=skyrl_rewards",
+        "environment.skyrl_gym.skyrl_rewards.pool=step_pool",
+        "reward_pool.config=configs/rec.yaml",
+        "reward_pool.overrides=[name=step_pool,num_workers=1,"
+        f"rewards.iou.box_format={family},rewards.format_rec.box_format={family}{pixels}]",
+        "generator.vision_language_generator=true",
+        "generator.use_conversation_multi_turn=true",
+        "generator.max_turns=1",
+        "generator.n_samples_per_prompt=3",
+        "trainer.train_batch_size=3",
+        "trainer.policy_mini_batch_size=3",
+        "trainer.micro_train_batch_size_per_gpu=3",
+        "trainer.micro_forward_batch_size_per_gpu=3",
+    ]
+    return [train], replies, overrides, gold
 
 
 def math_data(out: Path) -> tuple[list[Path], dict[str, list[str]], list[str]]:
@@ -325,50 +536,131 @@ def masked_rows_gradient(trainer: Any, batch: Any, masked: list[int]) -> dict[st
     return out
 
 
-def exported_checksum(trainer: Any, out: Path) -> str:
-    """The policy's weights as SkyRL's own HF export writes them."""
+def vision_inputs(
+    trainer: Any, batch: Any, masked: list[int], image_token_id: int
+) -> dict[str, Any]:
+    """What reached the policy's forward from the images: the training batch's vision fields,
+    the image tokens of each row, and how far the policy's logprobs of the judged rows'
+    response tokens move when their pixels are zeroed (SkyRL's own forward, no optimizer)."""
     import torch
-    from safetensors.torch import load_file
+    from skyrl.backends.skyrl_train.distributed.dispatch import loss_fn_outputs_to_tensor
+    from skyrl.backends.skyrl_train.training_batch import TensorList
 
+    pixel_values, grids = batch["pixel_values"], batch["image_grid_thw"]
+    judged = [i for i in range(len(pixel_values)) if i not in masked]
+    rows = batch.select(
+        keys=["sequences", "attention_mask", "pixel_values", "image_grid_thw"],
+        metadata_keys=["response_length"],
+    )
+    logprobs = {}
+    for label, pixels in (
+        ("pixels", pixel_values),
+        ("zeroed", TensorList([torch.zeros_like(t) for t in pixel_values.tensors])),
+    ):
+        rows["pixel_values"] = pixels
+        output = trainer.dispatch.forward("policy", rows)
+        logprobs[label] = loss_fn_outputs_to_tensor(output.loss_fn_outputs, key="logprobs")
+    response_mask = batch["response_mask"].bool()
+    moved = (logprobs["pixels"] - logprobs["zeroed"]).abs()[judged][response_mask[judged]]
+    return {
+        "fields": [type(pixel_values).__name__, type(grids).__name__],
+        "pixel_rows": [list(t.shape) for t in pixel_values.tensors],
+        "image_grid_thw": [t.tolist() for t in grids.tensors],
+        "image_tokens": [int((row == image_token_id).sum()) for row in batch["sequences"]],
+        "logprob_shift_when_pixels_zeroed": round(float(moved.max()), 6),
+    }
+
+
+def exported_checksum(trainer: Any, out: Path, auto_model: Any) -> str:
+    """The policy's weights as SkyRL's own HF export writes them, loaded by ``auto_model``.
+
+    Loaded, not read from the files: transformers 5 writes Qwen2.5-VL / Qwen3-VL checkpoints
+    under their original key names (``model.layers.*``, ``visual.*``) and maps them back to
+    the module's (``model.language_model.*``, ``model.visual.*``) when it loads them.
+    """
     trainer.dispatch.save_hf_model("policy", str(out), trainer.tokenizer)
-    state: dict[str, torch.Tensor] = {}
-    for file in sorted(out.glob("*.safetensors")):
-        state.update(load_file(file))
-    return weights_checksum(state)
+    return weights_checksum(auto_model.from_pretrained(out).state_dict())
+
+
+class Setup(NamedTuple):
+    """What a task trains on and with."""
+
+    data: list[Path]
+    replies: dict[str, list[str]]
+    overrides: list[str]
+    policy: Path
+    auto_model: Any
+    """The ``transformers`` auto class of the policy (SkyRL's choice for it)."""
+    engine: type[StandInEngine]
+    client: type[StandInEngineClient]
+    gold: dict[str, Any]
+    """REC: each gold trajectory's box and the IoU it must score; empty otherwise."""
+
+
+def prepare(task: str, out: Path) -> Setup:
+    """The task's rows (parquet), scripted replies, overrides, policy and engine classes."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    if task in REC_FAMILIES:
+        data, replies, overrides, gold = rec_data(out, task)
+        policy = build_vision_policy(out / "policy", REC_FAMILIES[task], corpus(data, replies))
+        return Setup(
+            data,
+            replies,
+            overrides,
+            policy,
+            AutoModelForImageTextToText,
+            VisionStandInEngine,
+            VisionStandInEngineClient,
+            gold,
+        )
+    data, replies, overrides = (math_data if task == "math" else tau_data)(out)
+    policy = build_policy(out / "policy", corpus(data, replies) if task == "tau" else [])
+    return Setup(
+        data,
+        replies,
+        overrides,
+        policy,
+        AutoModelForCausalLM,
+        StandInEngine,
+        StandInEngineClient,
+        {},
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("task", choices=["math", "tau"])
+    parser.add_argument("task", choices=["math", "tau", *REC_FAMILIES])
     parser.add_argument("out", type=Path)
     args = parser.parse_args(argv)
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
 
     import ray
-    from transformers import AutoModelForCausalLM
 
     from skyrl_rewards.train.entrypoint import start_reward_pool
     from skyrl_rewards.train.env import shared_pool
     from skyrl_rewards.train.registration import register_installed_envs
 
     started = time.perf_counter()
-    data, replies, overrides = (math_data if args.task == "math" else tau_data)(out)
-    policy = build_policy(out / "policy", corpus(data, replies) if args.task == "tau" else [])
-    initial = weights_checksum(AutoModelForCausalLM.from_pretrained(policy).state_dict())
-    cfg = train_config(policy, data, out, overrides)
+    vision = args.task in REC_FAMILIES
+    setup = prepare(args.task, out)
+    data, replies, policy, auto_model = setup.data, setup.replies, setup.policy, setup.auto_model
+    initial_model = auto_model.from_pretrained(policy)
+    initial = weights_checksum(initial_model.state_dict())
+    cfg = train_config(policy, data, out, setup.overrides)
     start_ray(cfg)
     pool = start_reward_pool(cfg) if cfg.reward_pool.config else None
     try:
         register_installed_envs()
         engine = (
-            ray.remote(StandInEngine)
+            ray.remote(setup.engine)
             .options(name=ENGINE, namespace=NAMESPACE, num_cpus=0)
             .remote(str(policy), replies, SEED)
         )
         from transformers import AutoTokenizer
 
-        client = StandInEngineClient(
+        client = setup.client(
             ENGINE,
             AutoTokenizer.from_pretrained(policy),
             max_new_tokens=MAX_NEW_TOKENS,
@@ -382,7 +674,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer = exp.trainer
         engine_report = ray.get(engine.report.remote())
         engine_now = ray.get(engine.checksum.remote())
-        exported = exported_checksum(trainer, out / "exported")
+        exported = exported_checksum(trainer, out / "exported", auto_model)
         batch = recorder.batch
         generated = exp.generated
         masked = [i for i, m in enumerate(generated["masked"]) if m]
@@ -391,6 +683,14 @@ def main(argv: list[str] | None = None) -> int:
             + ([round(float(row[mask.bool()].abs().max()), 4)] if mask.any() else [0.0])
             for row, mask in zip(recorder.advantages, batch["response_mask"], strict=True)
         ]
+        vision_report = (
+            {
+                **vision_inputs(trainer, batch, masked, initial_model.config.image_token_id),
+                "engine_rendered_images": engine_report["rendered_images"],
+            }
+            if vision
+            else {}
+        )
         gradient = masked_rows_gradient(trainer, batch, masked) if masked else {}
         pool_metrics = (
             shared_pool(cfg.environment.skyrl_gym.skyrl_rewards.pool).metrics() if pool else {}
@@ -414,6 +714,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "engine_generated": engine_report["generated"],
         "masked_rows_gradient": gradient,
+        **({"gold": setup.gold, "vision": vision_report} if vision else {}),
         "pool_tasks": pool_metrics.get("tasks"),
         "metrics": {
             k: v

@@ -65,6 +65,36 @@ def build_tokenizer(corpus: Sequence[str] = (), vocab_size: int = 2048) -> PreTr
     return tokenizer
 
 
+def message_images(messages: Sequence[Mapping[str, Any]]) -> list[Image.Image]:
+    """The RGB images of a chat's ``image_url`` content parts (base64 data URIs), in order."""
+    return [
+        Image.open(io.BytesIO(base64.b64decode(part["image_url"]["url"].split(",", 1)[1]))).convert(
+            "RGB"
+        )
+        for message in messages
+        if isinstance(message["content"], list)
+        for part in message["content"]
+        if part.get("type") == "image_url"
+    ]
+
+
+def serialized_image_features(pixel_values: Any, image_grid_thw: Any) -> str:
+    """One image's processor outputs as vLLM's render endpoint serializes them (``kwargs_data``).
+
+    ``pixel_values``: the image's ``[patches, dim]`` rows; ``image_grid_thw``: its ``(t, h, w)``.
+    SkyRL's ``decode_mm_kwargs`` reads the result back.
+    """
+    item = MultiModalKwargsItem(
+        {
+            "pixel_values": MultiModalFieldElem(data=pixel_values, field=MultiModalBatchedField()),
+            "image_grid_thw": MultiModalFieldElem(
+                data=image_grid_thw, field=MultiModalBatchedField()
+            ),
+        }
+    )
+    return encode_mm_kwargs_item(item)
+
+
 class ScriptedEngine:
     """Stand-in for SkyRL's inference engine client: scripted replies per trajectory.
 
@@ -138,17 +168,11 @@ class VisionEngine(ScriptedEngine):
         text = self.tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=False
         )
-        images = [
-            Image.open(io.BytesIO(base64.b64decode(part["image_url"]["url"].split(",", 1)[1])))
-            for message in messages
-            if isinstance(message["content"], list)
-            for part in message["content"]
-            if part.get("type") == "image_url"
-        ]
+        images = message_images(messages)
         assert text.count(IMAGE_PLACEHOLDER) == len(images)
         items = []
         for image in images:
-            features = self.processor(images=[image.convert("RGB")], return_tensors="pt")
+            features = self.processor(images=[image], return_tensors="pt")
             thw = features["image_grid_thw"][0]
             n_tokens = int(thw.prod()) // self.processor.merge_size**2
             text = text.replace(
@@ -156,15 +180,7 @@ class VisionEngine(ScriptedEngine):
                 "<|vision_start|>" + "<|image_pad|>" * n_tokens + "<|vision_end|>",
                 1,
             )
-            item = MultiModalKwargsItem(
-                {
-                    "pixel_values": MultiModalFieldElem(
-                        data=features["pixel_values"], field=MultiModalBatchedField()
-                    ),
-                    "image_grid_thw": MultiModalFieldElem(data=thw, field=MultiModalBatchedField()),
-                }
-            )
-            items.append(encode_mm_kwargs_item(item))
+            items.append(serialized_image_features(features["pixel_values"], thw))
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         features_out = {"kwargs_data": {"image": items}} if items else None
         return {"token_ids": ids, "features": features_out}

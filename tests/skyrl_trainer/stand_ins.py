@@ -15,9 +15,14 @@ advantages and loss, this project's experiment, generator, envs and reward pool 
   has no CPU wheel. The stand-in module raises if called (``trainer.remove_microbatch_padding``
   must be false on CPU, and then SkyRL never calls it).
 - The inference engine (:class:`StandInEngine`, a Ray actor, and
-  :class:`StandInEngineClient`, SkyRL's ``InferenceEngineInterface``): samples with Hugging
-  Face ``generate`` from its own copy of the policy, or teacher-forces a scripted reply for a
+  :class:`StandInEngineClient`, SkyRL's ``InferenceEngineInterface``): samples from its own
+  copy of the policy with the model's forward, or teacher-forces a scripted reply for a
   session the test scripts (tau-bench's gold actions); logprobs come from its weights.
+  For a vision-language policy (:class:`VisionStandInEngine`,
+  :class:`VisionStandInEngineClient`) the engine also renders each chat with the model's own
+  Hugging Face processor, as vLLM's render endpoint does (image tokens expanded, the
+  processed ``pixel_values`` / ``image_grid_thw`` serialized as ``kwargs_data``), and feeds
+  those pixel inputs to every forward it samples or scores with.
 - The weight transfer (:func:`stand_in_build_trainer_engine`, in place of SkyRL's
   ``weight_senders.build_trainer_engine``): its ``send_weights`` iterates SkyRL's own
   ``FsdpWeightSource`` (the FSDP all-gather) and hands the gathered state dict to the engine,
@@ -26,6 +31,7 @@ advantages and loss, this project's experiment, generator, envs and reward pool 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.abc
 import importlib.machinery
@@ -164,20 +170,25 @@ def weights_checksum(state: Mapping[str, Any]) -> str:
 
 
 class StandInEngine:
-    """The inference engine, on CPU: one copy of the policy, sampled with HF ``generate``.
+    """The inference engine, on CPU: one copy of the policy, sampled with its forward.
 
     ``replies[session_id]`` scripts that trajectory's turns: each is teacher-forced (its
     tokens, then EOS), the others are sampled. Every response token's logprob comes from
     the engine's current weights. :meth:`load_weights` is where the weight sync lands.
     """
 
+    auto_model = "AutoModelForCausalLM"
+    """The ``transformers`` auto class the policy loads with (SkyRL's choice for it)."""
+
     def __init__(self, model_path: str, replies: Mapping[str, Sequence[str]], seed: int) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        import transformers
 
         self.torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32)
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(model_path)
+        self.model = getattr(transformers, self.auto_model).from_pretrained(
+            model_path, dtype=torch.float32
+        )
         self.model.eval()
         self.replies = {k: list(v) for k, v in replies.items()}
         self.generator = torch.Generator().manual_seed(seed)
@@ -190,7 +201,9 @@ class StandInEngine:
         session_ids: Sequence[Any],
         max_new_tokens: int,
         temperature: float,
+        mm_features: Sequence[Any] | None = None,
     ) -> dict[str, Any]:
+        """One response per prompt (``mm_features``: each prompt's rendered image features)."""
         torch = self.torch
         eos = self.tokenizer.eos_token_id
         out: dict[str, list[Any]] = {
@@ -199,18 +212,20 @@ class StandInEngine:
             "stop_reasons": [],
             "response_logprobs": [],
         }
-        for prompt, session in zip(prompt_token_ids, session_ids, strict=True):
+        features = list(mm_features) if mm_features is not None else [None] * len(session_ids)
+        for prompt, session, feature in zip(prompt_token_ids, session_ids, features, strict=True):
+            inputs = self._multimodal_inputs(feature)
             script = self.replies.get(str(session))
             if script:
                 ids = self.tokenizer.encode(script.pop(0), add_special_tokens=False) + [eos]
                 stop = "stop"
                 self.generated["scripted"] += 1
             else:
-                ids, stop = self._sample(list(prompt), max_new_tokens, temperature)
+                ids, stop = self._sample(list(prompt), max_new_tokens, temperature, inputs)
                 self.generated["sampled"] += 1
             full = torch.tensor([list(prompt) + ids])
             with torch.no_grad():
-                logits = self.model(full).logits[0, len(prompt) - 1 : -1].float()
+                logits = self._logits(full, inputs)[len(prompt) - 1 : -1]
             logprobs = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids)[:, None])[:, 0]
             out["responses"].append(self.tokenizer.decode(ids, skip_special_tokens=True))
             out["response_ids"].append(ids)
@@ -218,14 +233,26 @@ class StandInEngine:
             out["response_logprobs"].append(logprobs.tolist())
         return out
 
-    def _sample(self, prompt: list[int], max_new_tokens: int, temperature: float) -> tuple:
+    def _multimodal_inputs(self, features: Any) -> dict[str, Any]:
+        """The model's extra forward inputs for a prompt's rendered features (none: text)."""
+        if features is not None:
+            raise ValueError("stand-in engine: image features for a text-only policy")
+        return {}
+
+    def _logits(self, ids: Any, inputs: Mapping[str, Any]) -> Any:
+        """``[len, vocab]`` float logits of the one sequence ``ids`` (``[1, len]``)."""
+        return self.model(ids, **inputs).logits[0].float()
+
+    def _sample(
+        self, prompt: list[int], max_new_tokens: int, temperature: float, inputs: Mapping[str, Any]
+    ) -> tuple[list[int], str]:
         torch = self.torch
         eos = self.tokenizer.eos_token_id
         ids: list[int] = []
         context = torch.tensor([prompt])
         with torch.no_grad():  # plain ancestral sampling: the engine's generator, reproducible
             for _ in range(max_new_tokens):
-                logits = self.model(context).logits[0, -1].float() / max(temperature, 1e-5)
+                logits = self._logits(context, inputs)[-1] / max(temperature, 1e-5)
                 token = int(
                     torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator)
                 )
@@ -250,6 +277,86 @@ class StandInEngine:
 
     def report(self) -> dict[str, Any]:
         return {"synced": list(self.synced), "generated": dict(self.generated)}
+
+
+class VisionStandInEngine(StandInEngine):
+    """:class:`StandInEngine` for a vision-language policy, with the model's own processor.
+
+    :meth:`render` does what vLLM's ``/v1/chat/completions/render`` does for SkyRL's VLM
+    generator: the processor's chat template, its image processor on each ``image_url`` part
+    (a data URI), ``<|image_pad|>`` repeated once per merged patch, and each image's
+    ``pixel_values`` / ``image_grid_thw`` serialized as vLLM's ``kwargs_data``. Sampling and
+    logprobs run the model's forward on those pixel inputs, with the image-token mask SkyRL's
+    policy forward builds (``mm_token_type_ids``).
+    """
+
+    auto_model = "AutoModelForImageTextToText"
+
+    def __init__(self, model_path: str, replies: Mapping[str, Sequence[str]], seed: int) -> None:
+        from transformers import AutoProcessor
+
+        super().__init__(model_path, replies, seed)
+        self.processor = AutoProcessor.from_pretrained(model_path)
+        self.rendered_images = 0
+
+    def render(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """``{"token_ids", "features"}`` of the chat with a generation prompt, as vLLM renders it."""
+        from skyrl_helpers import message_images, serialized_image_features
+
+        images = message_images(messages)
+        text = self.processor.apply_chat_template(  # it rewrites image_url parts in place
+            copy.deepcopy(list(messages)), add_generation_prompt=True, tokenize=False
+        )
+        if not images:
+            return {
+                "token_ids": self.tokenizer.encode(text, add_special_tokens=False),
+                "features": None,
+            }
+        encoded = self.processor(text=[text], images=images, return_tensors="pt")
+        ids = encoded["input_ids"][0].tolist()
+        grids = encoded["image_grid_thw"]
+        per_image = encoded["pixel_values"].split(grids.prod(-1).tolist())
+        image_token = self.model.config.image_token_id
+        starts = [i for i, t in enumerate(ids) if t == image_token and (i == 0 or ids[i - 1] != t)]
+        merge = self.processor.image_processor.merge_size
+        self.rendered_images += len(images)
+        return {
+            "token_ids": ids,
+            "features": {
+                "kwargs_data": {
+                    "image": [
+                        serialized_image_features(pixels, grid)
+                        for pixels, grid in zip(per_image, grids, strict=True)
+                    ]
+                },
+                "mm_placeholders": {
+                    "image": [
+                        {"offset": start, "length": int(grid.prod()) // merge**2}
+                        for start, grid in zip(starts, grids, strict=True)
+                    ]
+                },
+            },
+        }
+
+    def _multimodal_inputs(self, features: Any) -> dict[str, Any]:
+        from skyrl.backends.renderer import decode_mm_kwargs
+
+        decoded = decode_mm_kwargs((features or {}).get("kwargs_data"))
+        if decoded["pixel_values"] is None:
+            return {}
+        return {
+            "pixel_values": decoded["pixel_values"],
+            "image_grid_thw": decoded["image_grid_thw"],
+        }
+
+    def _logits(self, ids: Any, inputs: Mapping[str, Any]) -> Any:
+        if inputs:
+            token_types = (ids == self.model.config.image_token_id).long()
+            inputs = {**inputs, "mm_token_type_ids": token_types}
+        return self.model(ids, **inputs).logits[0].float()
+
+    def report(self) -> dict[str, Any]:
+        return {**super().report(), "rendered_images": self.rendered_images}
 
 
 class StandInEngineClient:
@@ -286,6 +393,7 @@ class StandInEngineClient:
             input_batch["session_ids"],
             int(params.get("max_tokens") or self.max_new_tokens),
             float(params.get("temperature", self.temperature)),
+            input_batch.get("mm_features"),
         )
         return {**out, "prompt_logprobs": None, "rollout_expert_indices": None}
 
@@ -340,6 +448,13 @@ class StandInEngineClient:
 
     async def load_lora_adapter(self, lora_name: str, lora_path: str) -> dict:
         raise NotImplementedError("the stand-in engine has no LoRA")
+
+
+class VisionStandInEngineClient(StandInEngineClient):
+    """:class:`StandInEngineClient` over a :class:`VisionStandInEngine`: the engine renders chats."""
+
+    async def render_chat_completion(self, request_payload: Mapping[str, Any]) -> dict:
+        return await self._engine().render.remote(request_payload["json"]["messages"])
 
 
 # ---- the weight transfer ---------------------------------------------------------------------

@@ -75,9 +75,18 @@ def last_token_rewards(out: dict) -> list[float]:
 # ---- the launch scripts' override lists, through SkyRL's own parser -----------------------
 
 
-@pytest.mark.parametrize("script", ["launch_grpo_rec.sh", "launch_grpo_tau_retail.sh"])
-def test_launch_scripts_overrides_pass_skyrls_parser(script: str, tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHON=sys.executable, DATA_DIR=str(tmp_path))
+@pytest.mark.parametrize(
+    ("script", "family"),
+    [
+        ("launch_grpo_rec.sh", "qwen3_vl"),  # the default: 0-1000 boxes
+        ("launch_grpo_rec.sh", "qwen2_5_vl"),  # resized pixels, MAX_PIXELS to engine and reward
+        ("launch_grpo_tau_retail.sh", None),
+    ],
+)
+def test_launch_scripts_overrides_pass_skyrls_parser(
+    script: str, family: str | None, tmp_path: Path
+) -> None:
+    env = dict(os.environ, PYTHON=sys.executable, DATA_DIR=str(tmp_path), FAMILY=family or "")
     out = subprocess.run(
         ["bash", str(ROOT / "scripts" / script), "--check"],
         env=env,
@@ -88,6 +97,20 @@ def test_launch_scripts_overrides_pass_skyrls_parser(script: str, tmp_path: Path
     assert out.returncode == 0, out.stderr[-3000:]
     assert "config OK" in out.stdout
     assert (tmp_path / "train.parquet").is_file()
+    if family is not None:  # every row and the reward read boxes in the family's format
+        assert {
+            row["box_format"] for row in pq.read_table(tmp_path / "train.parquet").to_pylist()
+        } == {family}
+        assert f"rewards.iou.box_format={family}" in out.stdout
+        bad = subprocess.run(
+            ["bash", str(ROOT / "scripts" / script), "--check"]
+            + ["reward_pool.overrides=[rewards.iou.box_format=qwen3]"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert bad.returncode == 2 and "did you mean 'qwen3_vl'" in bad.stderr
 
 
 def test_env_sections_take_plain_overrides() -> None:

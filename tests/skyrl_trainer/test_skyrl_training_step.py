@@ -4,7 +4,9 @@ Each case runs ``cpu_training_step.py`` (its docstring says what it does; ``stan
 what is stood in for: the GPU parts only) in its own process, samples the memory of that
 process tree, and asserts on the step's summary: rewards from the pool (or the tau-bench
 env), advantages, masking down to the gradient, the optimizer step and the weight sync,
-and the step's metrics. The summary is printed (``pytest -s``) for the record.
+and the step's metrics; for the vision-language policies (REC: Qwen2.5-VL, Qwen3-VL) also
+that the images reached the policy's forward. The summary is printed (``pytest -s``) for
+the record.
 """
 
 from __future__ import annotations
@@ -141,5 +143,67 @@ def test_one_grpo_step_on_tau_retail_with_gold_and_bad_scripts(tmp_path: Path) -
     for task in ("0", "1"):
         assert advantages[f"{task}_0"][0] > 0.0 > advantages[f"{task}_1"][0]
     assert summary["metrics"]["generate/masked_share"] == 0.0
+    check_weights(summary)
+    check_metrics(summary)
+
+
+@pytest.mark.timeout(1000)
+@pytest.mark.parametrize(
+    ("task", "exact_gold"),
+    [
+        # Qwen2.5-VL, boxes in pixels of the resized input: the rows' 224x168 images need no
+        # resize (whole 28-pixel multiples under the engine's max_pixels), so the gold box in
+        # resized pixels is the ground truth exactly: iou 1.0 + format 1.0
+        ("rec", True),
+        # Qwen3-VL, boxes on the 0-1000 grid: round(x * 1000 / W) moves each side by up to
+        # W / 2000 pixels, so the gold box scores the IoU of its round trip (about 0.996)
+        ("rec_qwen3", False),
+    ],
+)
+def test_one_grpo_step_on_rec_with_a_vision_language_policy(
+    task: str, exact_gold: bool, tmp_path: Path
+) -> None:
+    summary, wall, peak = run_step(task, tmp_path)
+    report(summary, wall, peak)
+    by_id = dict(zip(summary["trajectories"], summary["rewards"], strict=True))
+    masked = dict(zip(summary["trajectories"], summary["masked"], strict=True))
+    for trajectory, gold in summary["gold"].items():  # the pool's iou + format_rec
+        assert by_id[trajectory] == pytest.approx(1.0 + gold["iou"], abs=1e-4)
+        assert gold["iou"] == 1.0 if exact_gold else 0.99 < gold["iou"] < 1.0
+    if exact_gold:
+        assert by_id["0_0"] == by_id["1_0"] == 2.0
+    # a wrong box in the right format: format 1.0, iou 0.0; the engine's samples: neither
+    assert by_id["0_1"] == by_id["1_1"] == 1.0
+    assert by_id["0_2"] == by_id["1_2"] == 0.0
+    # the third row's solution is malformed: a dataset error, masked, imputed 0.0
+    assert all(masked[f"2_{k}"] and by_id[f"2_{k}"] == 0.0 for k in range(3))
+    assert not any(masked[f"{n}_{k}"] for n in range(2) for k in range(3))
+    assert summary["pool_tasks"] == 18  # 9 samples x 2 rewards (iou, format_rec)
+    assert summary["engine_generated"] == {"scripted": 6, "sampled": 3}
+    advantages = dict(
+        zip(summary["trajectories"], summary["advantages_first_and_absmax"], strict=True)
+    )
+    for n in range(2):  # gold above the wrong box above the sample
+        gold, wrong, sampled = (advantages[f"{n}_{k}"][0] for k in range(3))
+        assert gold > 0.0 > sampled and gold > wrong > sampled
+    loss_tokens = dict(zip(summary["trajectories"], summary["loss_tokens"], strict=True))
+    assert all(advantages[f"2_{k}"] == [0.0, 0.0] and loss_tokens[f"2_{k}"] == 0 for k in range(3))
+    gradient = summary["masked_rows_gradient"]
+    assert gradient["masked_loss"] == 0.0 and gradient["masked_grad_norm"] == 0.0
+    assert gradient["unmasked_grad_norm"] > 0.0
+    # the images reached the policy: every row of the training batch carries its image's
+    # pixel rows and grid (TensorLists), as many image tokens as the grid's merged patches,
+    # and the policy's logprobs move when those pixels are zeroed
+    vision = summary["vision"]
+    assert vision["fields"] == ["TensorList", "TensorList"]
+    assert len(vision["pixel_rows"]) == len(summary["trajectories"])
+    for rows, grids, tokens in zip(
+        vision["pixel_rows"], vision["image_grid_thw"], vision["image_tokens"], strict=True
+    ):
+        ((t, h, w),) = grids
+        assert rows[0] == t * h * w and tokens == t * h * w // 4
+    assert vision["logprob_shift_when_pixels_zeroed"] > 0.0
+    assert vision["engine_rendered_images"] >= len(summary["trajectories"])
+    assert summary["metrics"]["generate/masked_share"] == pytest.approx(1 / 3)
     check_weights(summary)
     check_metrics(summary)
