@@ -165,6 +165,33 @@ def task_rollout(
     return rollout
 
 
+def one_group_step(
+    tokenizer: PreTrainedTokenizerFast,
+    output_dir: Path,
+    rewards: list[Any],
+    rows: list[dict[str, Any]],
+    rollout: Any,
+    *,
+    completion_tokens: int,
+) -> GRPOTrainer:
+    """A trainer after one step over ``rows``, four completions each, all in one batch."""
+    trainer = GRPOTrainer(
+        model=tiny_model(tokenizer),
+        reward_funcs=rewards,
+        args=grpo_args(
+            output_dir,
+            per_device_train_batch_size=4 * len(rows),
+            max_steps=1,
+            max_completion_length=completion_tokens,
+        ),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        rollout_func=rollout,
+    )
+    trainer.train()
+    return trainer
+
+
 def logged(trainer: GRPOTrainer, key: str) -> list[float]:
     return [entry[key] for entry in trainer.state.log_history if key in entry]
 
@@ -511,20 +538,8 @@ def test_every_accuracy_method_but_the_judge_scores_through_grpo(
     answers = {f"Task {method}": group for method, _, group in METHODS}
     rollout = task_rollout(tokenizer, answers, lambda a: f"<think>t</think><answer>{a}</answer>")
 
-    trainer = GRPOTrainer(
-        model=tiny_model(tokenizer),
-        reward_funcs=[accuracy_reward, make_reward("coco_map", method="od_ap50")],
-        args=grpo_args(
-            tmp_path,
-            per_device_train_batch_size=4 * len(rows),
-            max_steps=1,
-            max_completion_length=512,
-        ),
-        train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer,
-        rollout_func=rollout,
-    )
-    trainer.train()
+    rewards = [accuracy_reward, make_reward("coco_map", method="od_ap50")]
+    trainer = one_group_step(tokenizer, tmp_path, rewards, rows, rollout, completion_tokens=512)
     prompts = [p[-1]["content"] for p in trainer._logs["prompt"]]
     texts = [completion_text(c) for c in trainer._logs["completion"]]
     scored = list(trainer._logs["rewards"]["accuracy_reward"])
@@ -560,20 +575,7 @@ def test_every_vision_reward_scores_through_grpo(tokenizer_dir: Path, tmp_path: 
     rollout = task_rollout(tokenizer, answers, completion)
 
     rewards = [make_reward(name) for name in TASKS]
-    trainer = GRPOTrainer(
-        model=tiny_model(tokenizer),
-        reward_funcs=rewards,
-        args=grpo_args(
-            tmp_path,
-            per_device_train_batch_size=4 * len(rows),
-            max_steps=1,
-            max_completion_length=256,
-        ),
-        train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer,
-        rollout_func=rollout,
-    )
-    trainer.train()
+    trainer = one_group_step(tokenizer, tmp_path, rewards, rows, rollout, completion_tokens=256)
     prompts = [p[-1]["content"].removeprefix("Task ") for p in trainer._logs["prompt"]]
     texts = [completion_text(c) for c in trainer._logs["completion"]]
     assert sorted(set(prompts)) == sorted(TASKS) and len(prompts) == 4 * len(TASKS)
