@@ -166,7 +166,8 @@ def test_the_config_used_is_named(config, cwd, used, tmp_path: Path, monkeypatch
         (
             "config/rec.yaml",
             "config/rec.yaml: no such config file (for the bundled one, name it "
-            "rec.yaml or bundled:rec.yaml); bundled configs: detection.yaml, math.yaml, pool.yaml",
+            "rec.yaml or bundled:rec.yaml); bundled configs: detection.yaml, docqa.yaml, gui.yaml, "
+            "math.yaml, pool.yaml",
         ),
         ("/nope/rec.yaml", "/nope/rec.yaml: no such config file (for the bundled one"),
         ("/nope/mine.yaml", "/nope/mine.yaml: no such config file; bundled configs:"),
