@@ -180,16 +180,17 @@ def _positive_int(name: str, value: Any) -> int:
 
 @dataclass(frozen=True)
 class BoxFormatChoice:
-    """A reward's box format with the processor settings it was given, applied to any row's format.
+    """A reward's box format, and every named format as a row may name it, with its processor settings.
 
-    ``overrides`` (``patch_size``, ``merge_size``, ``min_pixels``,
+    The processor settings (``patch_size``, ``merge_size``, ``min_pixels``,
     ``max_pixels``) apply to resized-pixel formats only, the reward's own and
     a row's (``box_format`` column) alike: they describe the engine's
     processor, not the family.
     """
 
     default: BoxFormat
-    overrides: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    formats: Mapping[str, BoxFormat]
+    """:data:`FAMILIES` with the processor settings applied, resolved once when built."""
 
     def for_row(self, columns: Mapping[str, Any]) -> BoxFormat:
         """The row's format: its ``box_format`` column when set, else the reward's.
@@ -199,12 +200,7 @@ class BoxFormatChoice:
         name = columns.get(BOX_FORMAT_COLUMN)
         if name is None:
             return self.default
-        return self._with_overrides(format_named(name))
-
-    def _with_overrides(self, fmt: BoxFormat) -> BoxFormat:
-        if fmt.coords != RESIZED_PIXELS or not self.overrides:
-            return fmt
-        return dataclasses.replace(fmt, **self.overrides)
+        return self.formats[format_named(name).name]
 
     @classmethod
     def build(
@@ -253,8 +249,14 @@ class BoxFormatChoice:
                 f"min_pixels: {min_pixels} is above max_pixels {max_pixels}; give the engine's "
                 "processor settings (vllm serve --mm-processor-kwargs)"
             )
-        choice = cls(format_named(default if box_format is None else box_format), overrides)
-        return cls(choice._with_overrides(choice.default), overrides)
+        formats = FAMILIES
+        if overrides:
+            formats = {
+                name: dataclasses.replace(fmt, **overrides) if fmt.coords == RESIZED_PIXELS else fmt
+                for name, fmt in FAMILIES.items()
+            }
+        chosen = format_named(default if box_format is None else box_format)
+        return cls(formats[chosen.name], formats)
 
 
 def format_named(name: Any) -> BoxFormat:
