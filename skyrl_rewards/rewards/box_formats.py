@@ -269,6 +269,15 @@ def format_named(name: Any) -> BoxFormat:
     return FAMILIES[name]
 
 
+def image_column(columns: Mapping[str, Any]) -> str | None:
+    """The first of :data:`IMAGE_COLUMNS` the row fills (a non-empty path, list or image), or ``None``.
+
+    >>> image_column({"image_path": "", "images": ["a.png"]})
+    'images'
+    """
+    return next((key for key in IMAGE_COLUMNS if _has_value(columns.get(key))), None)
+
+
 def row_image_size(columns: Mapping[str, Any]) -> tuple[tuple[int, int], str] | None:
     """``((width, height), column)`` of the row's image (``image_path``, ``image`` or ``images``).
 
@@ -276,7 +285,7 @@ def row_image_size(columns: Mapping[str, Any]) -> tuple[tuple[int, int], str] | 
     unreadable image. A path is read from its header only; a PIL image (as
     TRL passes them) by its ``size``; a list by its first item.
     """
-    column = next((key for key in IMAGE_COLUMNS if _has_value(columns.get(key))), None)
+    column = image_column(columns)
     if column is None:
         return None
     value = columns[column]

@@ -30,10 +30,10 @@ import dataclasses
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+from skyrl_rewards.rewards.box_formats import IMAGE_COLUMNS
 from skyrl_rewards.rewards.components import Component, work_digest
 from skyrl_rewards.rewards.models.judge_client import EndpointConfig
 from skyrl_rewards.rewards.models.judge_prompts import (
-    IMAGE_COLUMNS,
     MAX_FIELD_CHARS,
     MAX_IMAGE_BYTES,
     MAX_IMAGE_SIDE,

@@ -37,6 +37,7 @@ from typing import Any
 
 from PIL import Image
 
+from skyrl_rewards.rewards.box_formats import image_column
 from skyrl_rewards.rewards.text import answer_span, completion_text
 
 VLM_R1_INSTRUCTIONS = (
@@ -87,9 +88,6 @@ MAX_IMAGE_SIDE = 1024
 
 MAX_IMAGE_BYTES = 1_000_000
 """Default largest encoded image sent to a judge."""
-
-IMAGE_COLUMNS = ("image_path", "image", "images")
-"""Row columns holding images, first found wins (as the REC reward reads them)."""
 
 
 @dataclass(frozen=True)
@@ -196,7 +194,7 @@ class JudgeTemplate:
 
     def image_parts(self, sample: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The row's images as ``image_url`` parts; ``ValueError`` when it has none or one is unreadable."""
-        column = next((key for key in IMAGE_COLUMNS if _has_value(sample.get(key))), None)
+        column = image_column(sample)
         if column is None:
             raise ValueError(
                 "image_path: the judge template asks for images but the row has none "
@@ -221,7 +219,7 @@ class JudgeTemplate:
 
 def in_memory_images(sample: Mapping[str, Any]) -> bool:
     """True when the row's images are objects or bytes rather than paths (no stable work key)."""
-    column = next((key for key in IMAGE_COLUMNS if _has_value(sample.get(key))), None)
+    column = image_column(sample)
     if column is None:
         return False
     value = sample[column]
@@ -348,9 +346,3 @@ def _join(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
         else:
             joined.append(part)
     return [part for part in joined if part["type"] != "text" or part["text"]]
-
-
-def _has_value(value: Any) -> bool:
-    if isinstance(value, (list, tuple, str)):
-        return len(value) > 0
-    return value is not None
