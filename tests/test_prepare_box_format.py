@@ -72,7 +72,7 @@ def test_a_rows_own_format_wins_and_a_grid_of_other_settings_names_the_line(
 
 def test_the_script_takes_the_family_and_the_engines_pixel_bounds(tmp_path: Path) -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, str(ROOT / "scripts" / "prepare_skyrl_data.py")]
+        command = [sys.executable, str(ROOT / "scripts" / "data" / "prepare_skyrl_data.py")]
         command += ["--input", str(REC), "--out-dir", str(tmp_path), *args]
         return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
 

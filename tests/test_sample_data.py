@@ -25,7 +25,7 @@ TASKS = {  # sample file -> the reward mix it is scored with in the README
 
 def _load_script():
     spec = importlib.util.spec_from_file_location(
-        "make_sample_data", ROOT / "scripts" / "make_sample_data.py"
+        "make_sample_data", ROOT / "scripts" / "samples" / "make_sample_data.py"
     )
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

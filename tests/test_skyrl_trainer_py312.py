@@ -1,7 +1,7 @@
 """Runs tests/skyrl_trainer (the envs inside the real SkyRL 0.4) in a Python 3.12 venv.
 
 SkyRL 0.4 needs Python >= 3.12 and vLLM (its config imports it), which the
-main test venv need not have. ``scripts/make_skyrl_venv.sh`` builds
+main test venv need not have. ``scripts/launch/make_skyrl_venv.sh`` builds
 ``.venv-skyrl`` once (rebuilt when pyproject.toml changes); this test then runs
 pytest on tests/skyrl_trainer inside it and fails with that run's output.
 Without a Python 3.12 the test skips, except in CI (``CI=true``), where it fails.
@@ -27,9 +27,9 @@ BUILD_TIMEOUT_S = 3000
 
 
 def python312_available() -> bool:
-    """Whether scripts/make_skyrl_venv.sh finds a Python 3.12 (it says which, or fails)."""
+    """Whether scripts/launch/make_skyrl_venv.sh finds a Python 3.12 (it says which, or fails)."""
     probe = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "make_skyrl_venv.sh"), "--which-python"],
+        ["bash", str(ROOT / "scripts" / "launch" / "make_skyrl_venv.sh"), "--which-python"],
         capture_output=True,
         check=False,
         timeout=60,
@@ -49,10 +49,10 @@ def ensure_venv(capsys: pytest.CaptureFixture[str]) -> Path:
         tail: deque[str] = deque(maxlen=200)
         with capsys.disabled():
             sys.stdout.write(
-                f"\nbuilding {VENV} for the SkyRL tests (scripts/make_skyrl_venv.sh):\n"
+                f"\nbuilding {VENV} for the SkyRL tests (scripts/launch/make_skyrl_venv.sh):\n"
             )
             build = subprocess.Popen(
-                ["bash", str(ROOT / "scripts" / "make_skyrl_venv.sh")],
+                ["bash", str(ROOT / "scripts" / "launch" / "make_skyrl_venv.sh")],
                 cwd=ROOT,
                 env={**os.environ, "VENV": str(VENV)},
                 stdout=subprocess.PIPE,

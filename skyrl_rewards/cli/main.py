@@ -4,7 +4,7 @@ Commands::
 
     skyrl-rewards score --config CFG --input IN.jsonl --output OUT.jsonl [key=value ...]
     skyrl-rewards check --config CFG --input IN.jsonl [key=value ...]
-    skyrl-rewards bench [options of scripts/bench_pool.py]
+    skyrl-rewards bench [options of scripts/benchmarks/bench_pool.py]
     skyrl-rewards pool start --config CFG [key=value ...]
     skyrl-rewards pool status --name NAME [--address ADDR]
     skyrl-rewards pool stop --name NAME [--address ADDR]
@@ -261,11 +261,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-BENCH_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_pool.py"
+BENCH_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmarks" / "bench_pool.py"
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """``bench``: the pool benchmark of ``scripts/bench_pool.py``, its own options passed through."""
+    """``bench``: the pool benchmark of ``scripts/benchmarks/bench_pool.py``, its own options passed through."""
     import importlib.util
 
     if not BENCH_SCRIPT.is_file():
@@ -360,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser(
         "bench",
-        help="benchmark the pool (scripts/bench_pool.py; its options after the command)",
+        help="benchmark the pool (scripts/benchmarks/bench_pool.py; its options after the command)",
         add_help=False,
     )
     bench.set_defaults(func=cmd_bench)

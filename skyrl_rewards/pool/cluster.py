@@ -197,7 +197,7 @@ def _worker_niceness(niceness: int | None) -> AbstractContextManager[None]:
     Raising a process's niceness needs no privileges, lowering it does: a
     worker started at 15 stays there unless privileged, and imports its
     rewards at 15 either way (a pool start took a median 22.7 s instead of
-    8.6 s next to two busy CPUs: ``scripts/bench_pool_start.py``). A value the user set is kept; so is Ray's when
+    8.6 s next to two busy CPUs: ``scripts/benchmarks/bench_pool_start.py``). A value the user set is kept; so is Ray's when
     ``niceness`` is None or below 0.
     """
     if niceness is None or niceness < 0 or _NICENESS_ENV in os.environ:

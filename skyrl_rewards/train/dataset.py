@@ -6,7 +6,7 @@ message: the problem with VLM-R1's think/answer instruction, preceded by the
 image as a data URI when the row has one), ``env_class``,
 ``reward_spec: {method: rule, ground_truth: solution}`` and the row's other
 columns as top-level fields (``image_path`` made absolute), which SkyRL hands
-to the env as ``extras``. ``scripts/prepare_skyrl_data.py`` is the command.
+to the env as ``extras``. ``scripts/data/prepare_skyrl_data.py`` is the command.
 
 With a box format (``box_format``: a model family such as ``qwen3_vl`` or
 ``qwen2_5_vl``, see :mod:`~skyrl_rewards.rewards.box_formats`) every row

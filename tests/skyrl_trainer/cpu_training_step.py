@@ -328,7 +328,12 @@ def tau_data(out: Path) -> tuple[list[Path], dict[str, list[str]], list[str]]:
 
     parquet = out / "tau.parquet"
     subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "tau_bench_dataset.py"), "--domain", "retail"]
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "data" / "tau_bench_dataset.py"),
+            "--domain",
+            "retail",
+        ]
         + ["--split", "test", "--out", str(parquet)],
         check=True,
         capture_output=True,

@@ -88,7 +88,7 @@ def test_launch_scripts_overrides_pass_skyrls_parser(
 ) -> None:
     env = dict(os.environ, PYTHON=sys.executable, DATA_DIR=str(tmp_path), FAMILY=family or "")
     out = subprocess.run(
-        ["bash", str(ROOT / "scripts" / script), "--check"],
+        ["bash", str(ROOT / "scripts" / "launch" / script), "--check"],
         env=env,
         capture_output=True,
         text=True,
@@ -103,7 +103,7 @@ def test_launch_scripts_overrides_pass_skyrls_parser(
         } == {family}
         assert f"rewards.iou.box_format={family}" in out.stdout
         bad = subprocess.run(
-            ["bash", str(ROOT / "scripts" / script), "--check"]
+            ["bash", str(ROOT / "scripts" / "launch" / script), "--check"]
             + ["reward_pool.overrides=[rewards.iou.box_format=qwen3]"],
             env=env,
             capture_output=True,
@@ -134,7 +134,7 @@ def test_env_sections_take_plain_overrides() -> None:
 def test_the_readme_command_checks_without_wandb(tmp_path: Path) -> None:
     """The README's SkyRL command, as written (no trainer.logger), on a machine without W&B."""
     prepared = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "prepare_skyrl_data.py")]
+        [sys.executable, str(ROOT / "scripts" / "data" / "prepare_skyrl_data.py")]
         + ["--input", str(SAMPLE / "rec.jsonl"), "--out-dir", str(tmp_path)],
         capture_output=True,
         text=True,
@@ -288,7 +288,12 @@ def tau_parquet(tmp_path: Path, n_tasks: int) -> tuple[Path, list[Any]]:
     writes data (a read-only run cannot pass them), with user turns for the replay user."""
     out = tmp_path / "tau.parquet"
     subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "tau_bench_dataset.py"), "--domain", "retail"]
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "data" / "tau_bench_dataset.py"),
+            "--domain",
+            "retail",
+        ]
         + ["--split", "test", "--out", str(out)],
         check=True,
         capture_output=True,

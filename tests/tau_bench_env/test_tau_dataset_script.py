@@ -1,4 +1,4 @@
-"""The SkyRL dataset writer (scripts/tau_bench_dataset.py)."""
+"""The SkyRL dataset writer (scripts/data/tau_bench_dataset.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import skyrl_gym
 
-SCRIPT = Path(__file__).parents[2] / "scripts" / "tau_bench_dataset.py"
+SCRIPT = Path(__file__).parents[2] / "scripts" / "data" / "tau_bench_dataset.py"
 
 
 @pytest.mark.parametrize(

@@ -243,7 +243,7 @@ def _variants(domain_name: str, task: Task) -> list[tuple[list[Action], str | No
 
 AGREEMENT_TASKS = 4
 """Tasks per domain compared here (tau2's evaluator loads its database twice per run: about
-1.5 s); scripts/tau2_official_bench.py compares every task."""
+1.5 s); scripts/benchmarks/tau2_official_bench.py compares every task."""
 
 
 @pytest.mark.slow

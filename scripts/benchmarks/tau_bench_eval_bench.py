@@ -19,7 +19,7 @@ replay user (no model). Per domain, every task of the split runs
 Every setup must score every episode 1.0 (the script exits 1 otherwise).
 
 Usage:
-    python scripts/tau_bench_eval_bench.py --domains airline retail --trials 8
+    python scripts/benchmarks/tau_bench_eval_bench.py --domains airline retail --trials 8
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "tau_bench_env"))
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))
 
 from tau_bench_bench import disk_loader  # noqa: E402
 from tau_eval_helpers import AgentServer, user_turns  # noqa: E402

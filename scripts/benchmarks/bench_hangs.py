@@ -20,9 +20,9 @@ Three measurements, each a subcommand (``all`` runs them in turn):
 
 The code measured is whatever ``skyrl_rewards`` imports, so the same script
 measures an older checkout: ``git worktree add /tmp/before_hangs <commit>`` and
-``PYTHONPATH=/tmp/before_hangs python scripts/bench_hangs.py ...``.
+``PYTHONPATH=/tmp/before_hangs python scripts/benchmarks/bench_hangs.py ...``.
 
-    python scripts/bench_hangs.py all --json out/bench_hangs.json
+    python scripts/benchmarks/bench_hangs.py all --json out/bench_hangs.json
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Reward-model throughput: the runner against a bare batched forward loop, same model, same inputs.
 
-Run: python scripts/bench_reward_model.py [--items 512] [--rounds 5] [--threads 1] [--device cpu]
+Run: python scripts/benchmarks/bench_reward_model.py [--items 512] [--rounds 5] [--threads 1] [--device cpu]
 
 Target (issue 19): the runner within 1.25x of a bare loop on CPU with a tiny
 random model (built here, no download). Both sides render the chat template

@@ -16,7 +16,7 @@ exits 1 otherwise). Memory: 256 live envs after their episodes, against the
 reference's private copy of the data per episode.
 
 Usage:
-    python scripts/tau_bench_bench.py --backend tau_bench --domains airline retail
+    python scripts/benchmarks/tau_bench_bench.py --backend tau_bench --domains airline retail
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ cache another engine or an earlier round warmed (the in-process engines share on
 the pool's cache helps only with the repeats inside a step, as in training. Without a running
 Ray, the pool starts a local one on 127.0.0.1 for each workload (and stops it).
 
-Run: ``python scripts/bench_pool.py`` (or ``skyrl-rewards bench``); ``--help`` for the options.
-``python scripts/bench_pool.py --compare 61383b7 main --repeats 3`` puts this checkout beside
+Run: ``python scripts/benchmarks/bench_pool.py`` (or ``skyrl-rewards bench``); ``--help`` for the options.
+``python scripts/benchmarks/bench_pool.py --compare 61383b7 main --repeats 3`` puts this checkout beside
 two commits on the accuracy workload.
 """
 
@@ -843,7 +843,7 @@ def compare_commits(
     ``"."`` is this checkout's working tree; another revision is extracted
     with ``git archive`` into a temporary folder and put first on ``PYTHONPATH``.
     """
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     report: dict[str, Any] = {"sides": {}}
     with tempfile.TemporaryDirectory(prefix="bench_compare_") as folder:
         trees: dict[str, Path] = {}

@@ -9,10 +9,10 @@ step and after every ``--step`` items, the growth per 1,000 items (overall,
 and from the end of the first step on: the first step also pays for the
 allocator's one-time growth), and the pool's ``metrics()["cache"]``.
 
-Run: ``python scripts/measure_work_cache.py`` (starts a loopback Ray and stops it).
+Run: ``python scripts/benchmarks/measure_work_cache.py`` (starts a loopback Ray and stops it).
 To compare with another version of the package, put its tree first on
 ``PYTHONPATH`` (``git archive <commit> | tar -x -C /tmp/old``, then
-``PYTHONPATH=/tmp/old python scripts/measure_work_cache.py``).
+``PYTHONPATH=/tmp/old python scripts/benchmarks/measure_work_cache.py``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What installing TRL (the test extra) costs: time, download and disk, CPU and CUDA builds of torch.
 #
-#   bash scripts/measure_trl_install.sh            # CPU path: a fresh venv, torch + trl installed
-#   bash scripts/measure_trl_install.sh --cuda     # also: what the index's CUDA build would pull
+#   bash scripts/benchmarks/measure_trl_install.sh            # CPU path: a fresh venv, torch + trl installed
+#   bash scripts/benchmarks/measure_trl_install.sh --cuda     # also: what the index's CUDA build would pull
 #
 # The CPU path installs torch the way pip is configured on this machine (a local CPU wheel, or
 # PyTorch's CPU index via PIP_INDEX_URL); the CUDA path lists what pip resolves from the package

@@ -17,8 +17,8 @@ Each measurement runs in fresh subprocesses, as a user would meet it:
 - ``waits``: time to the error of ``pool status`` at an address where nothing
   listens, and of a pool asking for more CPUs than Ray has.
 
-    python scripts/measure_bounds.py                 # all of them
-    python scripts/measure_bounds.py calculate sockets
+    python scripts/benchmarks/measure_bounds.py                 # all of them
+    python scripts/benchmarks/measure_bounds.py calculate sockets
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import textwrap
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SLOW_SUM = "+".join(["(9**40000)//(7**30000)"] * 2500)
 EXPRESSIONS = {"9**9**9": "9**9**9", "2,500-term sum": SLOW_SUM}
 MIX = {"format": {"weight": 1.0}, "repetition": {"weight": 1.0}}

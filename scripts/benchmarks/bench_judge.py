@@ -15,9 +15,9 @@ Two measurements:
   outcome (none lost); the figure is how many calls reached the endpoint
   while it was down (the breaker's failures plus its probes: a handful).
 
-    PYTHONPATH=$PWD python scripts/bench_judge.py throughput --concurrency 32 --latency-s 0.1
-    PYTHONPATH=$PWD python scripts/bench_judge.py pool --concurrency 64 --latency-s 1.0
-    PYTHONPATH=$PWD python scripts/bench_judge.py outage --outage-s 60
+    PYTHONPATH=$PWD python scripts/benchmarks/bench_judge.py throughput --concurrency 32 --latency-s 0.1
+    PYTHONPATH=$PWD python scripts/benchmarks/bench_judge.py pool --concurrency 64 --latency-s 1.0
+    PYTHONPATH=$PWD python scripts/benchmarks/bench_judge.py outage --outage-s 60
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "models"))
 
 from judge_server import JudgeServer  # noqa: E402

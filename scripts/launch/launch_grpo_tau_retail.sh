@@ -2,12 +2,12 @@
 # GRPO with SkyRL 0.4 on tau-bench retail: multi-turn tool use, the binary
 # tau-bench reward paid by the `tau_bench` env when the episode ends.
 #
-#   bash scripts/launch_grpo_tau_retail.sh            # train: needs GPUs, Python 3.12 with
+#   bash scripts/launch/launch_grpo_tau_retail.sh            # train: needs GPUs, Python 3.12 with
 #                                                     #   pip install -e ".[skyrl]" "skyrl[fsdp]==0.4.0",
 #                                                     #   and a user-model endpoint
-#   bash scripts/launch_grpo_tau_retail.sh --check    # no GPU: write the task parquet, parse and
+#   bash scripts/launch/launch_grpo_tau_retail.sh --check    # no GPU: write the task parquet, parse and
 #                                                     #   validate the config with SkyRL's own parser
-#   bash scripts/launch_grpo_tau_retail.sh trainer.epochs=2   # any further SkyRL override
+#   bash scripts/launch/launch_grpo_tau_retail.sh trainer.epochs=2   # any further SkyRL override
 #
 # Environment variables (defaults in brackets):
 #   DATA_DIR       where train/test parquet go [$HOME/data/skyrl_rewards/tau_retail]
@@ -17,7 +17,7 @@
 #   USER_MODEL     user model name at that endpoint [Qwen/Qwen2.5-32B-Instruct]
 #   PYTHON         the Python 3.12 interpreter with SkyRL installed [python]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-python}
 CHECK=()
 if [[ "${1:-}" == "--check" ]]; then CHECK=(--check); shift; fi
@@ -28,8 +28,8 @@ NUM_GPUS=${NUM_GPUS:-4}
 USER_BASE_URL=${USER_BASE_URL:-http://127.0.0.1:8000/v1}
 USER_MODEL=${USER_MODEL:-Qwen/Qwen2.5-32B-Instruct}
 
-"$PYTHON" scripts/tau_bench_dataset.py --backend "$BACKEND" --domain retail --split train --out "$DATA_DIR/train.parquet"
-"$PYTHON" scripts/tau_bench_dataset.py --backend "$BACKEND" --domain retail --split test --out "$DATA_DIR/test.parquet"
+"$PYTHON" scripts/data/tau_bench_dataset.py --backend "$BACKEND" --domain retail --split train --out "$DATA_DIR/train.parquet"
+"$PYTHON" scripts/data/tau_bench_dataset.py --backend "$BACKEND" --domain retail --split test --out "$DATA_DIR/test.parquet"
 
 exec "$PYTHON" -m skyrl_rewards.train "${CHECK[@]}" \
   data.train_data="['$DATA_DIR/train.parquet']" \

@@ -4,9 +4,9 @@ Runs the scenarios of tests/skyrl_trainer through ``make_generator`` (SkyRL's
 real generators, PromptDataset and config parser; the inference engine is the
 tests' scripted stand-in) and prints, per trajectory: the reward on the last
 token, the loss-mask sum over the response, whether the env masked it, and
-the batch's masking metrics. Needs the SkyRL venv (scripts/make_skyrl_venv.sh):
+the batch's masking metrics. Needs the SkyRL venv (scripts/launch/make_skyrl_venv.sh):
 
-    .venv-skyrl/bin/python scripts/skyrl_generator_report.py
+    .venv-skyrl/bin/python scripts/benchmarks/skyrl_generator_report.py
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import ray
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "skyrl_trainer"))
 
 import test_skyrl_training_path as scenarios  # noqa: E402

@@ -7,7 +7,7 @@ env as ``extras``: ``domain``, ``split``, ``task_index``, ``task_id``, plus
 ``data_source`` and ``reward_spec`` (the reward is computed by the env).
 
 Usage:
-    python scripts/tau_bench_dataset.py --backend tau2 --domain retail --split train \
+    python scripts/data/tau_bench_dataset.py --backend tau2 --domain retail --split train \
         --out ~/data/tau_bench/retail_train.parquet
 """
 

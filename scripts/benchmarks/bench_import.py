@@ -4,8 +4,8 @@ Runs ``STATEMENT`` in a new ``python -c`` process ``--repeats`` times (the
 first run warms the file cache and is dropped) and prints the median import
 time and the median peak RSS, with the heavy runtime modules it loaded.
 
-    python scripts/bench_import.py
-    python scripts/bench_import.py --statement "import skyrl_rewards.pool.reward_pool"
+    python scripts/benchmarks/bench_import.py
+    python scripts/benchmarks/bench_import.py --statement "import skyrl_rewards.pool.reward_pool"
 """
 
 from __future__ import annotations

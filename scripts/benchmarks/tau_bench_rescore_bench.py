@@ -24,7 +24,7 @@ the same success rate (the script exits 1 otherwise). Needs tau-bench
 installed from its repository (with litellm, which its envs import).
 
 Usage:
-    python scripts/tau_bench_rescore_bench.py RESULTS.json --domain airline --repeats 5 \
+    python scripts/benchmarks/tau_bench_rescore_bench.py RESULTS.json --domain airline --repeats 5 \
         --tree /tmp/old-checkout
 """
 
@@ -40,7 +40,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STOP = "###STOP###"
 
 

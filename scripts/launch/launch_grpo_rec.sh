@@ -4,12 +4,12 @@
 # the policy's box format (FAMILY): Qwen3-VL answers on a 0-1000 grid, Qwen2.5-VL in pixels
 # of its resized input (the reward computes the resize with the engine's MAX_PIXELS).
 #
-#   bash scripts/launch_grpo_rec.sh            # train: needs GPUs and Python 3.12 with
+#   bash scripts/launch/launch_grpo_rec.sh            # train: needs GPUs and Python 3.12 with
 #                                              #   pip install -e ".[skyrl]" "skyrl[fsdp]==0.4.0"
-#   FAMILY=qwen2_5_vl bash scripts/launch_grpo_rec.sh   # Qwen2.5-VL-3B instead of Qwen3-VL-2B
-#   bash scripts/launch_grpo_rec.sh --check    # no GPU: write the parquet, parse and validate
+#   FAMILY=qwen2_5_vl bash scripts/launch/launch_grpo_rec.sh   # Qwen2.5-VL-3B instead of Qwen3-VL-2B
+#   bash scripts/launch/launch_grpo_rec.sh --check    # no GPU: write the parquet, parse and validate
 #                                              #   the whole config with SkyRL's own parser
-#   bash scripts/launch_grpo_rec.sh trainer.epochs=2   # any further SkyRL override
+#   bash scripts/launch/launch_grpo_rec.sh trainer.epochs=2   # any further SkyRL override
 #
 # Environment variables (defaults in brackets):
 #   FAMILY    the policy's box format: qwen3_vl, qwen2_5_vl, qwen2_vl, ... [qwen3_vl]
@@ -21,7 +21,7 @@
 #   NUM_GPUS [4]   PYTHON  the Python 3.12 interpreter with SkyRL installed [python]
 #   RAY_ADDRESS  join a running cluster (the pool spreads its workers over its nodes)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-python}
 CHECK=()
 if [[ "${1:-}" == "--check" ]]; then CHECK=(--check); shift; fi
@@ -42,7 +42,7 @@ if [[ -n "${MAX_PIXELS:-}" ]]; then
   PIXELS_REWARD=",rewards.iou.max_pixels=$MAX_PIXELS"
 fi
 
-"$PYTHON" scripts/prepare_skyrl_data.py --input "$INPUT" --out-dir "$DATA_DIR" \
+"$PYTHON" scripts/data/prepare_skyrl_data.py --input "$INPUT" --out-dir "$DATA_DIR" \
   --env-class skyrl_rewards --box-format "$FAMILY" "${PIXELS_DATA[@]}"
 
 exec "$PYTHON" -m skyrl_rewards.train "${CHECK[@]}" \

@@ -5,13 +5,13 @@
 # config imports vLLM, so the venv holds torch and vLLM (CUDA wheels from the index: about
 # 4 GB downloaded, 9 GB on disk; see docs/usage.md). No GPU is needed to build or test.
 #
-#   bash scripts/make_skyrl_venv.sh            # -> .venv-skyrl
-#   VENV=/path/to/venv bash scripts/make_skyrl_venv.sh
-#   bash scripts/make_skyrl_venv.sh --which-python   # print the Python 3.12 it would use, or fail
+#   bash scripts/launch/make_skyrl_venv.sh            # -> .venv-skyrl
+#   VENV=/path/to/venv bash scripts/launch/make_skyrl_venv.sh
+#   bash scripts/launch/make_skyrl_venv.sh --which-python   # print the Python 3.12 it would use, or fail
 #
 # The Python 3.12 interpreter: $PYTHON312, else `python3.12` if it runs, else pyenv's newest 3.12.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 VENV=${VENV:-.venv-skyrl}
 
 find_python312() {

@@ -19,7 +19,7 @@ shows a spread. Images are PNGs of a few hundred bytes drawn with Pillow;
 The output is deterministic: running the script again reproduces the shipped
 files (``tests/test_sample_data.py`` checks it).
 
-Usage: ``python scripts/make_sample_data.py [--out DIR]``
+Usage: ``python scripts/samples/make_sample_data.py [--out DIR]``
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 from PIL import Image, ImageDraw
 
 PATCH_PX = 14
-DEFAULT_OUT = Path(__file__).resolve().parent.parent / "skyrl_rewards" / "sample_data"
+DEFAULT_OUT = Path(__file__).resolve().parents[2] / "skyrl_rewards" / "sample_data"
 ROWS_PER_TASK = 24
 COLORS = {
     "red": (220, 40, 40),

@@ -8,7 +8,7 @@ CPU meanwhile (nice 0, as a trainer would be). Two settings, interleaved:
 workers before the pool set it; a value in the environment is kept) and
 ``pool`` leaves it to the pool (``worker_niceness``, default 0).
 
-    python scripts/bench_pool_start.py --burners 2 --repeats 2
+    python scripts/benchmarks/bench_pool_start.py --burners 2 --repeats 2
 """
 
 from __future__ import annotations
