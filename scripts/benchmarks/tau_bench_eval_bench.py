@@ -18,8 +18,22 @@ replay user (no model). Per domain, every task of the split runs
 
 Every setup must score every episode 1.0 (the script exits 1 otherwise).
 
+``--latency-s L`` measures instead what ``eval`` adds to episodes that wait on
+endpoints: the oracle agent and a scripted user (``UserServer``: names the
+task, then ``###STOP###``; the ``openai`` user kind) both answer every request
+after L seconds, in a child process, and ``eval`` runs ``--concurrency``
+episodes at once (default 16 here) in one process. An episode's ideal time is
+its requests times L; the figure is the *overhead*, total episode wall time
+over total ideal time, minus one (the run's end-to-end overhead, which adds
+the waves' tail, is printed beside it). ``--compare DIR ...`` runs the same
+measurement, in alternating rounds, on other checkouts (``PYTHONPATH=DIR``:
+for example a ``git worktree`` of an older commit) and prints the medians side
+by side.
+
 Usage:
     python scripts/benchmarks/tau_bench_eval_bench.py --domains airline retail --trials 8
+    python scripts/benchmarks/tau_bench_eval_bench.py --latency-s 0.1 --domains airline \\
+        --trials 4 --rounds 5 --compare /tmp/wt-e484cde
 """
 
 from __future__ import annotations
@@ -27,6 +41,9 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,8 +57,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "tau_bench_env"))
 sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))
 
-from tau_bench_bench import disk_loader  # noqa: E402
-from tau_eval_helpers import AgentServer, user_turns  # noqa: E402
+from tau_eval_helpers import AgentServer, UserServer, user_turns  # noqa: E402
 
 from tau_bench_env.backends import Domain, load_domain  # noqa: E402
 from tau_bench_env.config import env_config_from  # noqa: E402
@@ -55,12 +71,15 @@ from tau_bench_env.evaluation.evaluate import EvalSpec, evaluate, run_threads  #
 from tau_bench_env.evaluation.policy import ChatPolicy, PolicyConfig  # noqa: E402
 
 
-def serve(backend: str, domain_name: str, split: str, urls: Any) -> None:
-    """Child process: the oracle agent server until terminated."""
+def serve(backend: str, domain_name: str, split: str, urls: Any, latency_s: float = 0.0) -> None:
+    """Child process: the oracle agent server (and, with a latency, the scripted user's) until
+    terminated; puts the agent's base URL (and the user's) on ``urls``."""
     domain = load_domain(backend, domain_name)
-    server = AgentServer(domain, domain.tasks(split))
-    with server.running():
-        urls.put(server.base_url)
+    agent = AgentServer(domain, domain.tasks(split))
+    user = UserServer(domain.tasks(split))
+    agent.delay_s = user.delay_s = latency_s
+    with agent.running(), user.running():
+        urls.put((agent.base_url, user.base_url))
         while True:
             time.sleep(3600)
 
@@ -78,6 +97,8 @@ def tau_bench_loop_episode(
     domain: Domain, task: Task, policy: ChatPolicy, first_message: str, max_turns: int = 30
 ) -> float:
     """One episode the way tau-bench's run.py scores it: disk load, full hashes, replay."""
+    from tau_bench_bench import disk_loader
+
     load = disk_loader(domain)
     data = load()
     conversation: list[dict[str, Any]] = [
@@ -151,15 +172,151 @@ def time_eval(
     return end - start, summary["episodes"] + summary["errors"], wins, steady
 
 
+def measure_latency(
+    backend: str, name: str, split: str, trials: int, concurrency: int, latency_s: float
+) -> dict[str, Any]:
+    """One run of the ``--latency-s`` setup (see the module docstring) in this process."""
+    domain = load_domain(backend, name)
+    tasks = domain.tasks(split)
+    urls = multiprocessing.get_context("spawn").Queue()
+    server = multiprocessing.get_context("spawn").Process(
+        target=serve, args=(backend, name, split, urls, latency_s)
+    )
+    server.start()
+    try:
+        agent_url, user_url = urls.get(timeout=120)
+        user = {"kind": "openai", "base_url": user_url, "model": "user"}
+        spec = EvalSpec(
+            env=env_config_from({"backend": backend, "user": user}),
+            policy=PolicyConfig(base_url=agent_url, model="oracle"),
+            domain=name,
+            split=split,
+        )
+        with tempfile.TemporaryDirectory() as out:
+            start, cpu = time.perf_counter(), time.process_time()
+            summary = evaluate(
+                spec,
+                Path(out),
+                tasks=list(range(len(tasks))),
+                trials=trials,
+                runner=partial(run_threads, concurrency=concurrency),
+                progress=False,
+            )
+            seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+            runs = json.loads((Path(out) / "results.json").read_text())
+    finally:
+        server.terminate()
+        server.join()
+    # requests per episode: the agent's turns, and the user's messages (the opening one, one per
+    # reply of the agent, the closing ###STOP###: the user messages of the trajectory)
+    requests = [
+        run["info"]["metrics"]["turns"] + sum(1 for m in run["traj"] if m["role"] == "user")
+        for run in runs
+    ]
+    walls = [run["info"]["wall_s"] for run in runs]
+    ideal = sum(requests) * latency_s
+    import tau_bench_env
+
+    return {
+        "code": str(Path(tau_bench_env.__file__).resolve().parents[1]),
+        "episodes": summary["episodes"],
+        "errors": summary["errors"],
+        "success_rate": summary["success_rate"],
+        "requests": sum(requests),
+        "seconds": seconds,
+        "cpu_ms_per_request": 1000 * cpu_s / sum(requests),
+        "episode_overhead": sum(walls) / ideal - 1.0,
+        "run_overhead": seconds / (ideal / concurrency) - 1.0,
+    }
+
+
+def compare_latency(args: argparse.Namespace) -> int:
+    """``--latency-s``: rounds of the measurement on this checkout and each ``--compare`` one,
+    alternating, each in a fresh interpreter; prints every round and the medians."""
+    trees = [str(ROOT), *args.compare]
+    rows = []
+    failed = False
+    for name in args.domains:
+        results: dict[str, list[dict[str, Any]]] = {tree: [] for tree in trees}
+        for round_ in range(args.rounds):
+            for tree in trees if round_ % 2 == 0 else trees[::-1]:
+                command = [sys.executable, __file__, "--one-latency-run", "--domains", name]
+                command += ["--backend", args.backend, "--split", args.split]
+                command += ["--trials", str(args.trials), "--latency-s", str(args.latency_s)]
+                command += ["--concurrency", str(args.concurrency)]
+                env = dict(os.environ, PYTHONPATH=tree)
+                done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+                if done.returncode != 0:
+                    print(done.stderr, file=sys.stderr)
+                    return 1
+                result = json.loads(done.stdout.strip().splitlines()[-1])
+                if result["code"] != str(Path(tree).resolve()):
+                    raise RuntimeError(
+                        f"{tree}: the run imported tau_bench_env from {result['code']}"
+                    )
+                failed |= result["errors"] > 0 or result["success_rate"] != 1.0
+                results[tree].append(result)
+                print(json.dumps({"domain": name, "round": round_, **result}), flush=True)
+        for tree, runs in results.items():
+            rows.append(
+                {
+                    "domain": f"{args.backend}:{name}",
+                    "code": tree,
+                    "episodes": runs[0]["episodes"],
+                    "requests": runs[0]["requests"],
+                    "episode overhead (median)": f"{statistics.median(r['episode_overhead'] for r in runs):.1%}",
+                    "run overhead (median)": f"{statistics.median(r['run_overhead'] for r in runs):.1%}",
+                    "seconds (median)": round(statistics.median(r["seconds"] for r in runs), 2),
+                    "eval CPU ms per request (median)": round(
+                        statistics.median(r["cpu_ms_per_request"] for r in runs), 2
+                    ),
+                }
+            )
+    print(
+        f"latency {args.latency_s} s per request, {args.concurrency} episodes at once, "
+        f"{args.rounds} rounds"
+    )
+    print_table(rows)
+    return 1 if failed else 0
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    """``rows`` as a Markdown table."""
+    columns = list(rows[0])
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for row in rows:
+        print("| " + " | ".join(str(row[c]) for c in columns) + " |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="tau2")
     parser.add_argument("--domains", nargs="+", default=["airline", "retail"])
     parser.add_argument("--split", default="test")
     parser.add_argument("--trials", type=int, default=8)
-    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, help="default 4 (16 with --latency-s)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--latency-s", type=float, help="the endpoints' latency (see above)")
+    parser.add_argument("--rounds", type=int, default=5, help="--latency-s: rounds per checkout")
+    parser.add_argument("--compare", nargs="*", default=[], help="--latency-s: other checkouts")
+    parser.add_argument("--one-latency-run", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.latency_s is not None:
+        args.concurrency = args.concurrency or 16
+        if args.one_latency_run:
+            result = measure_latency(
+                args.backend,
+                args.domains[0],
+                args.split,
+                args.trials,
+                args.concurrency,
+                args.latency_s,
+            )
+            print(json.dumps(result))
+            return 0
+        return compare_latency(args)
+    args.concurrency = args.concurrency or 4
 
     import ray
 
@@ -180,7 +337,7 @@ def main() -> int:
         server = context.Process(target=serve, args=(args.backend, name, args.split, urls))
         server.start()
         try:
-            url = urls.get(timeout=120)
+            url, _ = urls.get(timeout=120)
             spec = EvalSpec(
                 env=env_config_from({"backend": args.backend, "user": {"kind": "replay"}}),
                 policy=PolicyConfig(base_url=url, model="oracle"),
@@ -222,11 +379,7 @@ def main() -> int:
             server.terminate()
             server.join()
     ray.shutdown()
-    columns = list(rows[0])
-    print("| " + " | ".join(columns) + " |")
-    print("|" + "---|" * len(columns))
-    for row in rows:
-        print("| " + " | ".join(str(row[c]) for c in columns) + " |")
+    print_table(rows)
     return 1 if failed else 0
 
 
