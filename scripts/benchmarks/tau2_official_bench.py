@@ -60,7 +60,7 @@ sys.path.insert(0, str(ROOT / "tests" / "tau_bench_env"))
 from judge_server import JudgeServer  # noqa: E402
 from tau_helpers import official_judge, scripted_verdict  # noqa: E402
 
-from tau_bench_env.backends import Domain, installed_backends, load_domain  # noqa: E402
+from tau_bench_env.backends import Domain, installed_official_backend, load_domain  # noqa: E402
 from tau_bench_env.config import OFFICIAL_TAU2_BACKENDS  # noqa: E402
 from tau_bench_env.data_model.tasks import Action, Task  # noqa: E402
 from tau_bench_env.episode.episode import Episode  # noqa: E402
@@ -220,11 +220,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--domains", nargs="+", default=["airline", "retail", "mock", "telecom"])
     parser.add_argument("--limit", type=int, default=None, help="first N tasks per domain")
-    installed = [b for b in OFFICIAL_TAU2_BACKENDS if b in installed_backends()]
     parser.add_argument(
         "--backend",
         choices=OFFICIAL_TAU2_BACKENDS,
-        default=installed[0] if installed else OFFICIAL_TAU2_BACKENDS[0],
+        default=installed_official_backend() or OFFICIAL_TAU2_BACKENDS[0],
     )
     parser.add_argument(
         "--clock", choices=sorted(CLOCKS), default="cpu", help="what the times measure"

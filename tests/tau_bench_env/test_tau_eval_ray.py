@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from collections.abc import Iterator, Sequence
-from contextlib import closing
+from contextlib import closing, suppress
 from functools import partial
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 import ray
+from ray._private import ray_constants
 from ray.cluster_utils import Cluster
 from tau_eval_helpers import AgentServer, user_turns
 
@@ -83,35 +88,86 @@ def test_eval_spreads_over_the_cluster(cluster: Cluster, tmp_path: Path) -> None
     assert summarize(rescore(domain, runs))["agreement"] == 1.0
 
 
+HOLD_WAIT_S = 120.0
+"""Longest wait for a worker node's episode to be held at the agent before the kill."""
+
+
+def _node_processes(node: Any) -> list[psutil.Process]:
+    """A Ray node's raylet and every process it started (the workers running episodes)."""
+    raylet = psutil.Process(node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid)
+    return [raylet, *raylet.children(recursive=True)]
+
+
+def _ports_to(processes: Sequence[psutil.Process], port: int) -> set[int]:
+    """Local ports of the processes' TCP connections to 127.0.0.1:``port``."""
+    found = set()
+    for process in processes:
+        try:
+            connections = process.net_connections(kind="tcp")
+        except psutil.NoSuchProcess:
+            continue
+        found |= {c.laddr.port for c in connections if c.raddr and c.raddr.port == port}
+    return found
+
+
 def test_a_killed_node_loses_no_episode(
     cluster: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A worker node is killed while one of its episodes waits for the agent's answer.
+
+    After 10 episodes the agent holds its answers; the run goes on filling every worker's
+    slots, each new episode stopping at its first agent request. Once a request held at the
+    agent comes from a worker node's process (its TCP connection's port is one of that node's
+    processes'), the node's processes are killed, and only then are the answers released:
+    that episode cannot end on the killed node, so it must be re-queued."""
     domain = load_domain("tau2", "retail")
     tasks = domain.tasks("test")
+    killed: list[tuple[str, set[str]]] = []  # (node id, tasks of its requests held at the agent)
+    failures: list[BaseException] = []
 
-    killed: list[tuple[int, str]] = []  # (records before the kill, node id)
+    def kill_a_node_running_an_episode() -> None:
+        agent.answering.clear()
+        try:
+            agent_port = int(agent.base_url.rsplit(":", 1)[1].split("/")[0])
+            deadline = time.monotonic() + HOLD_WAIT_S
+            while not killed:
+                for node in cluster.worker_nodes:
+                    processes = _node_processes(node)
+                    held = agent.held
+                    ports = held.keys() & _ports_to(processes, agent_port)
+                    if ports:
+                        killed.append((node.node_id, {held[port] for port in ports}))
+                        cluster.remove_node(node, allow_graceful=False)
+                        for process in processes:
+                            with suppress(psutil.NoSuchProcess):
+                                process.kill()
+                        _, alive = psutil.wait_procs(processes, timeout=30)
+                        assert not alive, f"processes of the killed node still run: {alive}"
+                        break
+                else:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(
+                            f"no worker node's episode waited for the agent within "
+                            f"{HOLD_WAIT_S:.0f} s: the run did not refill its workers"
+                        )
+                    time.sleep(0.05)
+        except BaseException as error:  # noqa: BLE001 - reported by the test below
+            failures.append(error)
+        finally:
+            agent.answering.set()
 
     def kill_a_node_midway(spec: EvalSpec, items: Sequence[tuple[int, int]]) -> Iterator[dict]:
         runner = run_ray(spec, items, workers=5, concurrency=2, address=cluster.address)
-        seen: set[str] = set()
+        killer = threading.Thread(target=kill_a_node_running_an_episode, daemon=True)
         with closing(runner):
             for count, record in enumerate(runner):
-                seen.add(record["info"]["node_id"])
-                working = [node for node in cluster.worker_nodes if node.node_id in seen]
-                if count >= 10 and working and not killed:
-                    # a node that has run episodes: its processes are killed mid-run, while
-                    # the agent holds its answers, so its episodes under way cannot end first
-                    killed.append((count, working[0].node_id))
-                    agent.answering.clear()
-                    try:
-                        cluster.remove_node(working[0], allow_graceful=False)
-                    finally:
-                        agent.answering.set()
+                if count == 10:
+                    killer.start()  # the driver keeps refilling the workers meanwhile
                 yield record
+        killer.join(timeout=HOLD_WAIT_S + 60)
 
     caplog.set_level(logging.INFO, logger="tau_bench_env.evaluation.eval_ray")
     with AgentServer(domain, tasks).running() as agent:
-        agent.delay_s = 0.02  # episodes are still running when the node goes
         spec = EvalSpec(
             env=env_config_from({"backend": "tau2", "user": {"kind": "replay"}}),
             policy=PolicyConfig(base_url=agent.base_url, model="scripted"),
@@ -127,15 +183,15 @@ def test_a_killed_node_loses_no_episode(
             runner=kill_a_node_midway,
             progress=False,
         )
-    # the killed node's episodes (under way, or sent to it and not yet begun: the agent may
-    # never have seen those) were played again by the other workers
-    requeued = [r.getMessage() for r in caplog.records if "re-queued" in r.getMessage()]
-    assert requeued and any("is gone" in r.getMessage() for r in caplog.records)
+    assert not failures, failures
+    assert killed, "no node was killed"
+    node_id, running = killed[0]
+    assert node_id not in {n.node_id for n in cluster.worker_nodes}
+    # every episode held at the agent on the killed node was played again elsewhere
+    requeued = [r.args for r in caplog.records if "re-queued" in r.getMessage()]
+    assert running <= {tasks[int(task)].task_id for task, _ in requeued}, (running, requeued)
+    assert any("is gone" in r.getMessage() for r in caplog.records)
     assert summary["episodes"] == 40 and summary["errors"] == 0 and summary["missing"] == 0
     assert summary["success_rate"] == 1.0
     journal = [json.loads(line) for line in (tmp_path / JOURNAL_FILE).read_text().splitlines()]
     assert len(journal) == 40  # each episode stored once
-    count, node_id = killed[0]
-    # the node was killed mid-run; which of its finished results arrive after the kill depends on
-    # the machine's load, so the test asks only that the run completed without it
-    assert count < 40 and node_id not in {n.node_id for n in cluster.worker_nodes}

