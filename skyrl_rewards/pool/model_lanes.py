@@ -1,7 +1,7 @@
 """The actors of a pool's model lanes: the judge lane and the reward-model workers.
 
 Both score ``(sample_index, component_name)`` tasks of components whose
-:meth:`~skyrl_rewards.rewards.components.Component.lane` names their lane, and
+:meth:`~skyrl_rewards.rewards.component_base.Component.lane` names their lane, and
 answer one ``(value, status, error)`` per task, in order, never raising for a
 sample: the component builds the request, the lane runs it, the component
 settles the outcome (a failure settles masked, with its cause).

@@ -31,7 +31,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 from skyrl_rewards.rewards.box_formats import IMAGE_COLUMNS
-from skyrl_rewards.rewards.components import Component, work_digest
+from skyrl_rewards.rewards.component_base import Component, work_digest
 from skyrl_rewards.rewards.models.judge_client import EndpointConfig
 from skyrl_rewards.rewards.models.judge_prompts import (
     MAX_FIELD_CHARS,

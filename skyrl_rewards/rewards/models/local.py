@@ -26,7 +26,7 @@ def run_requests(
     """One outcome per request, in order; never raises for what an endpoint or model did.
 
     ``endpoints`` maps each request's ``endpoint`` key to its configuration
-    (:meth:`~skyrl_rewards.rewards.components.Component.endpoints`). Raises
+    (:meth:`~skyrl_rewards.rewards.component_base.Component.endpoints`). Raises
     ``ValueError`` for a request whose lane or endpoint is unknown (a bug).
     """
     outcomes: list[ModelOutcome | None] = [None] * len(requests)

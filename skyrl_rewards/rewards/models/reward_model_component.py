@@ -24,7 +24,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.rewards.components import Component, work_digest
+from skyrl_rewards.rewards.component_base import Component, work_digest
 from skyrl_rewards.rewards.models.lanes import (
     REWARD_MODEL_LANE,
     ModelOutcome,
