@@ -14,10 +14,26 @@ Two measurements:
   ``--outage-s`` seconds, then up again. Every request must get exactly one
   outcome (none lost); the figure is how many calls reached the endpoint
   while it was down (the breaker's failures plus its probes: a handful).
+- ``tokens``: ``tokens_per_minute`` held at the server, for English, CJK and
+  code prompts, side by side for each way the client counts prompts (the
+  model's tokenizer from a folder, the server's ``/tokenize``, bytes). The
+  server counts with the model's tokenizer (a byte-level BPE built here, as
+  in the tests); figures: tokens per minute over the run and in its busiest
+  5 s, against the limit.
+- ``throttle``: N items against a server that serves 8 at a time and answers
+  429 with ``Retry-After: 1`` beyond, the client's ``max_in_flight`` 64;
+  adaptive concurrency on and off, side by side: requests per item at the
+  server, 429s, masked items.
+- ``recovery``: the endpoint goes down, 120 requests are sent (masked: the
+  breaker opens), it stays down ``--outage-s`` in all, comes back, and the
+  first 120 requests sent then are counted: scored or masked (and why).
 
     PYTHONPATH=$PWD python scripts/benchmarks/bench_judge.py throughput --concurrency 32 --latency-s 0.1
     PYTHONPATH=$PWD python scripts/benchmarks/bench_judge.py pool --concurrency 64 --latency-s 1.0
     PYTHONPATH=$PWD python scripts/benchmarks/bench_judge.py outage --outage-s 60
+    PYTHONPATH=$PWD python scripts/benchmarks/bench_judge.py tokens --tokens-per-minute 24000 --seconds 20
+    PYTHONPATH=$PWD python scripts/benchmarks/bench_judge.py throttle --items 400
+    PYTHONPATH=$PWD python scripts/benchmarks/bench_judge.py recovery --outage-s 12
 """
 
 from __future__ import annotations
@@ -29,6 +45,7 @@ import json
 import multiprocessing
 import os
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -38,8 +55,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "models"))
 
-from judge_server import JudgeServer  # noqa: E402
+from judge_server import JudgeServer, complete_all  # noqa: E402
+from judge_texts import SCRIPTS, load_tokenizer, messages, save_tokenizer  # noqa: E402
 
+from skyrl_rewards.rewards.models import limits  # noqa: E402
 from skyrl_rewards.rewards.models.judge_client import EndpointConfig, JudgeClient  # noqa: E402
 from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelRequest  # noqa: E402
 
@@ -115,18 +134,22 @@ async def measure_client(
     return elapsed, metrics, kinds
 
 
+def breaker_config(url: str, reset_s: float) -> EndpointConfig:
+    """The outage benches' endpoint: 5 s calls, 3 retries, a breaker of 5 failures."""
+    return EndpointConfig.from_mapping(
+        {
+            "base_url": url,
+            "model": "bench",
+            "timeout_s": 5.0,
+            "retries": {"max_retries": 3, "backoff_base_s": 0.2},
+            "breaker": {"failures": 5, "reset_s": reset_s},
+        }
+    )
+
+
 def outage(args: argparse.Namespace) -> dict[str, Any]:
     async def go(server: JudgeServer) -> dict[str, Any]:
-        config = EndpointConfig.from_mapping(
-            {
-                "base_url": server.url,
-                "model": "bench",
-                "timeout_s": 5.0,
-                "retries": {"max_retries": 3, "backoff_base_s": 0.2},
-                "breaker": {"failures": 5, "reset_s": args.breaker_reset_s},
-            }
-        )
-        client = JudgeClient(config)
+        client = JudgeClient(breaker_config(server.url, args.breaker_reset_s))
         tasks: list[asyncio.Task[Any]] = []
         start = time.monotonic()
         phases = {"before": args.warm_s, "down": args.warm_s + args.outage_s}
@@ -205,6 +228,125 @@ def through_pool(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def load() -> dict[str, Any]:
+    """The machine's load beside a figure (other work shares the CPUs)."""
+    return {"load_average_1min": round(os.getloadavg()[0], 1), "cpus": os.cpu_count()}
+
+
+def busiest_window(server: JudgeServer, window_s: float) -> int:
+    """The most prompt plus completion tokens the server took within ``window_s``."""
+    served = sorted((s for s in server.served if s.status == 200), key=lambda s: s.arrival)
+    best, first, total = 0, 0, 0
+    for last in served:
+        total += last.prompt_tokens + last.completion_tokens
+        while last.arrival - served[first].arrival > window_s:
+            total -= served[first].prompt_tokens + served[first].completion_tokens
+            first += 1
+        best = max(best, total)
+    return best
+
+
+def tokens(args: argparse.Namespace) -> dict[str, Any]:
+    rate = args.tokens_per_minute
+    catch_up_s = getattr(limits, "CATCH_UP_S", 0.0)  # 0 on revisions before it
+    with tempfile.TemporaryDirectory() as folder:
+        tokenizer_dir = save_tokenizer(Path(folder))
+        tokenizer = load_tokenizer(tokenizer_dir)
+        cases = []
+        for script in SCRIPTS:
+            for counting in args.counting:
+                setting = {"tokenizer": str(tokenizer_dir), "bytes": "bytes"}.get(counting)
+                with JudgeServer(tokenizer=tokenizer, latency_s=args.latency_s) as server:
+                    per_call = server.prompt_tokens(messages(script, 300, 0)) + 3
+                    count = max(10, int(rate / 60 * args.seconds / per_call))
+                    config = EndpointConfig.from_mapping(
+                        {
+                            "base_url": server.url,
+                            "model": "bench",
+                            "sampling": {"temperature": 0.0, "max_tokens": 8},
+                            "limits": {
+                                "tokens_per_minute": rate,
+                                # the endpoint's /tokenize is the default: no key (so that
+                                # --counting endpoint also runs on revisions before the key)
+                                **({"tokenizer": setting} if setting else {}),
+                            },
+                        }
+                    )
+                    chats = [messages(script, 300, seed) for seed in range(count)]
+                    requests = [ModelRequest(JUDGE_LANE, "bench", {"messages": c}) for c in chats]
+                    outcomes, metrics = complete_all(config, requests)
+                    busiest = busiest_window(server, 5.0)
+                    cases.append(
+                        {
+                            "script": script,
+                            "counting": counting,
+                            "calls": server.calls,
+                            "ok": sum(o.ok for o in outcomes),
+                            "prompt_tokens_per_call": per_call - 3,
+                            "tokens_per_minute": round(server.tokens_per_minute(skip=2)),
+                            "share_of_limit": round(server.tokens_per_minute(skip=2) / rate, 3),
+                            "busiest_5s_tokens": busiest,
+                            # the pacer's bound over 5 s (see limits.py), and the call at its end
+                            "busiest_5s_bound": round(rate / 60 * (5 + catch_up_s) + 8 + per_call),
+                            "counted": metrics.get("token_count"),
+                        }
+                    )
+    return {"bench": "tokens", "tokens_per_minute": rate, "cases": cases, **load()}
+
+
+def throttle(args: argparse.Namespace) -> dict[str, Any]:
+    sides = {}
+    for adaptive in (True, False):
+        with JudgeServer(latency_s=args.latency_s, accept_at_once=8, retry_after="1") as server:
+            config = EndpointConfig.from_mapping(
+                {
+                    "base_url": server.url,
+                    "model": "bench",
+                    "limits": {"max_in_flight": 64, "adaptive_concurrency": adaptive},
+                    "retries": {"max_retries": 4},
+                }
+            )
+            requests = [request(i) for i in range(args.items)]
+            start = time.perf_counter()
+            outcomes, metrics = complete_all(config, requests)
+            elapsed = time.perf_counter() - start
+        sides["adaptive" if adaptive else "fixed"] = {
+            "requests_at_server": server.calls,
+            "requests_per_item": round(server.calls / args.items, 3),
+            "answered_429": server.throttled,
+            "masked": dict(Counter(o.failure for o in outcomes if not o.ok)),
+            "elapsed_s": round(elapsed, 2),
+            "in_flight_window_at_end": metrics["in_flight_window"],
+        }
+    return {"bench": "throttle", "items": args.items, "server_at_once": 8, **sides, **load()}
+
+
+def recovery(args: argparse.Namespace) -> dict[str, Any]:
+    async def go(server: JudgeServer) -> dict[str, Any]:
+        client = JudgeClient(breaker_config(server.url, args.breaker_reset_s))
+        start = time.monotonic()
+        server.down = True
+        during = await asyncio.gather(*(client.complete(request(i)) for i in range(120)))
+        await asyncio.sleep(max(0.0, args.outage_s - (time.monotonic() - start)))
+        server.down = False
+        calls_before = server.calls
+        after = await asyncio.gather(*(client.complete(request(1000 + i)) for i in range(120)))
+        await client.aclose()
+        return {
+            "bench": "recovery",
+            "outage_s": args.outage_s,
+            "breaker_reset_s": args.breaker_reset_s,
+            "during": dict(Counter(o.failure or "ok" for o in during)),
+            "after_recovery": dict(Counter(o.failure or "ok" for o in after)),
+            "masked_after_recovery": sum(not o.ok for o in after),
+            "calls_after_recovery": server.calls - calls_before,
+            **load(),
+        }
+
+    with JudgeServer(latency_s=args.latency_s) as server:
+        return asyncio.run(go(server))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -225,8 +367,33 @@ def main() -> None:
     out.add_argument("--rate", type=float, default=20.0, help="requests sent per second")
     out.add_argument("--latency-s", type=float, default=0.05)
     out.add_argument("--breaker-reset-s", type=float, default=10.0)
+    tok = sub.add_parser("tokens")
+    tok.add_argument("--tokens-per-minute", type=float, default=24000.0)
+    tok.add_argument("--seconds", type=float, default=20.0, help="length of each case")
+    tok.add_argument("--latency-s", type=float, default=0.05)
+    tok.add_argument(
+        "--counting",
+        nargs="+",
+        choices=("tokenizer", "endpoint", "bytes"),
+        default=["tokenizer", "endpoint", "bytes"],
+        help="how the client counts prompts: the model's tokenizer, /tokenize, bytes",
+    )
+    thr = sub.add_parser("throttle")
+    thr.add_argument("--items", type=int, default=400)
+    thr.add_argument("--latency-s", type=float, default=0.05)
+    rec = sub.add_parser("recovery")
+    rec.add_argument("--outage-s", type=float, default=12.0)
+    rec.add_argument("--breaker-reset-s", type=float, default=10.0)
+    rec.add_argument("--latency-s", type=float, default=0.2)
     args = parser.parse_args()
-    benches = {"throughput": throughput, "pool": through_pool, "outage": outage}
+    benches = {
+        "throughput": throughput,
+        "pool": through_pool,
+        "outage": outage,
+        "tokens": tokens,
+        "throttle": throttle,
+        "recovery": recovery,
+    }
     result = benches[args.bench](args)
     json.dump(result, sys.stdout, indent=1)
     sys.stdout.write("\n")

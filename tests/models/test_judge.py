@@ -215,6 +215,27 @@ def test_template_fields_question_fallbacks_and_caps() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    "template, field, hint",
+    [
+        # the typo that used to reach the judge as it is, every row then scoring 0.0
+        ("Grade {answr} against {solution}", "answr", " (did you mean 'answer'?)"),
+        ({"system": "Grade.", "user": "{questoin}: {answer}"}, "questoin", "'question'"),
+        ([{"role": "user", "content": "{answer} {score}"}], "score", ""),  # nothing near
+    ],
+)
+def test_an_unknown_template_field_is_refused_when_the_config_is_built(
+    template: Any, field: str, hint: str
+) -> None:
+    judge = {"endpoint": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}, "template": template}
+    with pytest.raises(ValueError) as raised:
+        RewardMix.from_config({"accuracy": {"judge": judge}})
+    message = str(raised.value)
+    assert message.startswith(f"rewards.accuracy: judge.template: unknown field {{{field}}}")
+    assert hint in message
+    assert message.endswith("{question}, {answer}, {completion}, {solution}, {image}")
+
+
 def image_row(tmp_path: Path, size: tuple[int, int]) -> dict[str, Any]:
     path = tmp_path / "big.png"
     Image.new("RGB", size, (200, 30, 30)).save(path)

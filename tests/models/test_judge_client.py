@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from judge_server import JudgeServer, Response
+from judge_server import JudgeServer, Response, complete_all
 
 from skyrl_rewards.rewards.models.judge_client import EndpointConfig, JudgeClient
 from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelOutcome, ModelRequest
@@ -23,21 +23,9 @@ def request(text: str = "q") -> ModelRequest:
     return ModelRequest(JUDGE_LANE, "e", {"messages": [{"role": "user", "content": text}]})
 
 
-def run(cfg: EndpointConfig, requests: list[ModelRequest]) -> tuple[list[ModelOutcome], dict]:
-    async def go() -> tuple[list[ModelOutcome], dict]:
-        client = JudgeClient(cfg)
-        try:
-            outcomes = await asyncio.gather(*(client.complete(r) for r in requests))
-            return list(outcomes), client.metrics()
-        finally:
-            await client.aclose()
-
-    return asyncio.run(go())
-
-
 def test_reply_tokens_and_metrics() -> None:
     with JudgeServer(reply=lambda body: "0.0") as server:
-        (outcome,), metrics = run(
+        (outcome,), metrics = complete_all(
             config(server, price_in_per_1m=1.0, price_out_per_1m=2.0), [request()]
         )
     assert (
@@ -48,7 +36,7 @@ def test_reply_tokens_and_metrics() -> None:
     assert metrics["calls"] == 1 and metrics["ok"] == 1 and metrics["errors"] == {}
     assert metrics["tokens_in"] == outcome.tokens_in and metrics["latency_s"]["count"] == 1
     assert metrics["cost"] == pytest.approx((outcome.tokens_in * 1.0 + 1 * 2.0) / 1e6)
-    assert metrics["breaker"] == {"state": "closed", "opens": 0}
+    assert metrics["breaker"] == {"state": "closed", "opens": 0, "cause": ""}
 
 
 def test_api_key_comes_from_the_named_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -76,43 +64,43 @@ def test_429_retry_honours_retry_after(retry_after: str) -> None:
         return Response(429, {"Retry-After": value}) if n == 1 else None
 
     with JudgeServer(plan=plan) as server:
-        (outcome,), metrics = run(config(server), [request()])
+        (outcome,), metrics = complete_all(config(server), [request()])
     assert outcome.ok and server.calls == 2 and metrics["retries"] == 1
     assert server.arrivals[1] - server.arrivals[0] >= 0.95
 
 
 def test_429_past_the_retry_budget_is_rate_limited() -> None:
     with JudgeServer(plan=lambda n, body: Response(429, {"Retry-After": "0"})) as server:
-        (outcome,), metrics = run(config(server, max_retries=2), [request()])
+        (outcome,), metrics = complete_all(config(server, max_retries=2), [request()])
     assert outcome.failure == "rate_limited" and "HTTP 429" in outcome.message
     assert server.calls == 3 and metrics["errors"] == {"rate_limited": 1}
 
 
 def test_retry_after_longer_than_allowed_ends_at_once() -> None:
     with JudgeServer(plan=lambda n, body: Response(429, {"Retry-After": "3600"})) as server:
-        (outcome,), _ = run(config(server, max_retry_after_s=5.0), [request()])
+        (outcome,), _ = complete_all(config(server, max_retry_after_s=5.0), [request()])
     assert outcome.failure == "rate_limited" and "past max_retry_after_s" in outcome.message
     assert server.calls == 1
 
 
 def test_5xx_is_retried_and_4xx_is_not() -> None:
     with JudgeServer(plan=lambda n, body: Response(500) if n <= 2 else None) as server:
-        (outcome,), _ = run(config(server), [request()])
+        (outcome,), _ = complete_all(config(server), [request()])
     assert outcome.ok and server.calls == 3
     with JudgeServer(plan=lambda n, body: Response(400)) as server:
-        (outcome,), _ = run(config(server), [request()])
+        (outcome,), _ = complete_all(config(server), [request()])
     assert outcome.failure == "http_status" and "HTTP 400" in outcome.message and server.calls == 1
 
 
 def test_timeout_after_retries() -> None:
     with JudgeServer(plan=lambda n, body: Response(delay_s=1.0)) as server:
-        (outcome,), _ = run(config(server, timeout_s=0.2, max_retries=1), [request()])
+        (outcome,), _ = complete_all(config(server, timeout_s=0.2, max_retries=1), [request()])
     assert outcome.failure == "timeout" and "timeout_s=0.2" in outcome.message and server.calls == 2
 
 
 def test_deadline_bounds_a_request() -> None:
     with JudgeServer(plan=lambda n, body: Response(500)) as server:
-        (outcome,), _ = run(
+        (outcome,), _ = complete_all(
             config(server, deadline_s=0.5, max_retries=50, backoff_base_s=0.2), [request()]
         )
     assert outcome.failure == "timeout" and "deadline_s=0.5" in outcome.message
@@ -120,7 +108,7 @@ def test_deadline_bounds_a_request() -> None:
 
 def test_bad_response_is_not_retried() -> None:
     with JudgeServer(reply=lambda body: None) as server:  # type: ignore[arg-type,return-value]
-        (outcome,), _ = run(config(server), [request()])
+        (outcome,), _ = complete_all(config(server), [request()])
     assert outcome.failure == "bad_response" and server.calls == 1
 
 
@@ -135,16 +123,24 @@ def test_breaker_opens_masks_at_once_probes_and_closes() -> None:
         outcomes = await asyncio.gather(*(client.complete(request(f"b{i}")) for i in range(20)))
         assert {o.failure for o in outcomes} == {"breaker_open"}
         assert time.monotonic() - start < 1.0 and server.calls == 3  # masked at once, not called
+        # a masked request names the failure that opened the breaker
+        assert f"the last: cannot reach {server.url}/chat/completions" in outcomes[0].message
         await asyncio.sleep(0.6)
-        probe = await client.complete(request("probe-1"))  # still down: the probe fails
+        # still down: the probe fails, and the requests that waited for it are masked with it
+        probe, *held = await asyncio.gather(
+            *(client.complete(request(f"probe-{i}")) for i in range(5))
+        )
         assert probe.failure == "connect" and server.calls == 4
+        assert {o.failure for o in held} == {"breaker_open"}
         assert (await client.complete(request("c"))).failure == "breaker_open"
         server.down = False
         await asyncio.sleep(0.6)
+        # back up: one probe goes out, the nine that came while it was out wait and are sent
         outcomes = await asyncio.gather(*(client.complete(request(f"d{i}")) for i in range(10)))
-        assert sum(o.ok for o in outcomes) == 1 and server.calls == 5  # one probe, the rest masked
+        assert all(o.ok for o in outcomes) and server.calls == 14
+        probe_arrival, *held_arrivals = server.arrivals[4:]
+        assert min(held_arrivals) - probe_arrival >= 0.04  # sent once the probe had answered
         assert client.metrics()["breaker"]["state"] == "closed"
-        assert (await client.complete(request("e"))).ok and server.calls == 6
         assert client.metrics()["breaker"]["opens"] == 2
         await client.aclose()
 
@@ -152,9 +148,29 @@ def test_breaker_opens_masks_at_once_probes_and_closes() -> None:
         asyncio.run(go(server))
 
 
+def test_requests_held_for_a_probe_wait_at_most_its_timeout() -> None:
+    async def go(server: JudgeServer) -> None:
+        cfg = config(server, breaker_failures=1, breaker_reset_s=0.2, max_retries=0, timeout_s=1.0)
+        client = JudgeClient(cfg)
+        server.down = True
+        assert (await client.complete(request("a"))).failure == "connect"
+        server.down = False
+        server.latency_s = 3.0  # the probe outlasts its timeout_s
+        await asyncio.sleep(0.3)
+        start = time.monotonic()
+        probe, *held = await asyncio.gather(*(client.complete(request(f"b{i}")) for i in range(4)))
+        assert probe.failure == "timeout" and {o.failure for o in held} == {"breaker_open"}
+        assert time.monotonic() - start < 2.5  # the wait was bounded by the probe's timeout_s
+        assert server.calls == 2
+        await client.aclose()
+
+    with JudgeServer() as server:
+        asyncio.run(go(server))
+
+
 def test_in_flight_never_above_the_limit_at_the_server() -> None:
     with JudgeServer(latency_s=0.05) as server:
-        outcomes, metrics = run(
+        outcomes, metrics = complete_all(
             config(server, max_in_flight=4), [request(str(i)) for i in range(40)]
         )
     assert all(o.ok for o in outcomes) and server.calls == 40
@@ -163,7 +179,7 @@ def test_in_flight_never_above_the_limit_at_the_server() -> None:
 
 def test_queue_timeout_gives_rate_limited() -> None:
     with JudgeServer(latency_s=0.5) as server:
-        outcomes, _ = run(
+        outcomes, _ = complete_all(
             config(server, max_in_flight=1, queue_timeout_s=0.1), [request("a"), request("b")]
         )
     assert [o.failure for o in outcomes] == ["", "rate_limited"]
@@ -173,7 +189,7 @@ def test_queue_timeout_gives_rate_limited() -> None:
 def test_requests_per_minute_within_5_percent() -> None:
     # 600/min is 10/s: 61 requests take 6 s at the server
     with JudgeServer() as server:
-        outcomes, _ = run(
+        outcomes, _ = complete_all(
             config(server, requests_per_minute=600), [request(str(i)) for i in range(61)]
         )
     assert all(o.ok for o in outcomes)
@@ -186,7 +202,7 @@ def test_tokens_per_minute_paces_calls() -> None:
     # each request is estimated at about 100 + 16 tokens; 6960/min is 116 tokens per second
     with JudgeServer() as server:
         cfg = config(server, tokens_per_minute=6960, sampling={"max_tokens": 16})
-        outcomes, _ = run(cfg, [request("x" * 400 + str(i)) for i in range(4)])
+        outcomes, _ = complete_all(cfg, [request("x" * 400 + str(i)) for i in range(4)])
     assert all(o.ok for o in outcomes)
     span = server.arrivals[-1] - server.arrivals[0]
     assert span >= 1.5  # at most one request's worth of burst; unpaced this takes milliseconds
@@ -194,7 +210,7 @@ def test_tokens_per_minute_paces_calls() -> None:
 
 def test_identical_requests_are_answered_once() -> None:
     with JudgeServer(latency_s=0.1) as server:
-        outcomes, metrics = run(config(server), [request("same")] * 5 + [request("other")])
+        outcomes, metrics = complete_all(config(server), [request("same")] * 5 + [request("other")])
     assert all(o.ok for o in outcomes) and server.calls == 2
     assert metrics["cache_hits"] == 4 and sum(o.cached for o in outcomes) == 4
 
@@ -244,6 +260,6 @@ def test_breaker_can_be_off() -> None:
     with JudgeServer() as server:
         server.down = True
         cfg = config(server, breaker={"failures": None}, max_retries=0)
-        outcomes, metrics = run(cfg, [request(str(i)) for i in range(8)])
+        outcomes, metrics = complete_all(cfg, [request(str(i)) for i in range(8)])
     assert {o.failure for o in outcomes} == {"connect"} and server.calls == 8
     assert metrics["breaker"] == {"state": "off", "opens": 0}

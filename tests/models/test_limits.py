@@ -7,7 +7,13 @@ import time
 
 import pytest
 
-from skyrl_rewards.rewards.models.limits import Breaker, InFlight, Pacer
+from skyrl_rewards.rewards.models.limits import (
+    GROWTH_ROUNDS,
+    INITIAL_WINDOW,
+    Breaker,
+    InFlight,
+    Pacer,
+)
 
 
 def test_in_flight_hands_slots_over_in_order_and_never_leaks() -> None:
@@ -62,3 +68,34 @@ def test_breaker_lets_exactly_one_probe_through_when_half_open() -> None:
     assert breaker.allow()
     breaker.success()
     assert breaker.state == "closed" and not breaker.blocked() and breaker.allow()
+
+
+def test_adaptive_in_flight_starts_small_shrinks_on_429_and_grows_back() -> None:
+    async def go() -> None:
+        slots = InFlight(64, adaptive=True)
+        assert slots.capacity() == INITIAL_WINDOW
+        for _ in range(INITIAL_WINDOW):
+            assert await slots.acquire(0.1)
+        waiter = asyncio.ensure_future(slots.acquire(5.0))  # the window is full: it waits
+        await asyncio.sleep(0.01)
+        assert not waiter.done()
+        slots.succeeded()  # slow start: one more slot per success, handed to the waiter
+        assert slots.capacity() == INITIAL_WINDOW + 1 and await waiter
+        # 5 out, one refused (429): the window shrinks to the 4 others still out
+        slots.throttled()
+        slots.release()
+        assert slots.capacity() == 4 and slots.throttles == 1
+        # past the slow start: one more slot only after GROWTH_ROUNDS windows of successes
+        for _ in range(GROWTH_ROUNDS * 4 - 1):
+            slots.succeeded()
+        assert slots.capacity() == 4
+        slots.succeeded()
+        assert slots.capacity() == 5
+        for _ in range(GROWTH_ROUNDS * 5):
+            slots.succeeded()
+        assert slots.capacity() == 7  # the step doubles while nothing is refused
+        fixed = InFlight(8)
+        fixed.throttled()
+        assert fixed.capacity() == 8  # not adaptive: the limit stays
+
+    asyncio.run(go())

@@ -10,18 +10,24 @@ every item gets exactly one result when the lane's actor is killed mid-judging.
 
 from __future__ import annotations
 
-import contextlib
-import sys
-import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
 
 import pytest
 import ray
+from judge_lane import (
+    grader,
+    judged,
+    pool_config,
+    rows,
+    score_elsewhere,
+    scoring_until_judged,
+    two_node_cluster,
+    wait_for_calls,
+)
 from judge_server import JudgeServer
-from ray import cloudpickle
-from ray.cluster_utils import Cluster
+from judge_texts import load_tokenizer, save_tokenizer
 
 from skyrl_rewards.pool import service
 from skyrl_rewards.pool.reward_pool import RewardPool
@@ -29,41 +35,6 @@ from skyrl_rewards.rewards.models.lanes import JUDGE_LANE
 from skyrl_rewards.rewards.result import Status
 
 pytestmark = pytest.mark.slow
-
-
-def grader(body: dict[str, Any]) -> str:
-    """A stand-in judge model: 1.0 when the graded text says 'right', else 0.0."""
-    return "1.0" if "right" in body["messages"][-1]["content"] else "0.0"
-
-
-def pool_config(name: str, server: JudgeServer, **endpoint: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "num_workers": 1,
-        "local_rewards": [],
-        "rewards": {
-            "format": {"weight": 0.5},
-            "judge": {
-                "weight": 1.0,
-                "base_url": server.url,
-                "model": "judge",
-                "template": "Grade: {answer}",
-                "backoff_base_s": 0.01,
-                **endpoint,
-            },
-        },
-    }
-
-
-def rows(count: int, start: int = 0) -> list[dict[str, Any]]:
-    """Distinct answers: even i right (judge 1.0), odd i wrong (0.0); all well formatted."""
-    return [
-        {
-            "completion": f"<think>t</think><answer>{'right' if i % 2 == 0 else 'wrong'} {i}</answer>",
-            "solution": "<answer>x</answer>",
-        }
-        for i in range(start, start + count)
-    ]
 
 
 @pytest.fixture
@@ -103,7 +74,6 @@ def test_an_outage_is_masked_with_its_cause_and_asked_again_after_recovery(
         during = pool.score(rows(6))
         server.down = False
         time.sleep(1.5)  # past breaker_reset_s: the next call is the breaker's probe
-        probe = pool.score(rows(1))  # while the probe is out, other calls are masked at once
         after = pool.score(rows(6))  # the same inputs: failures were not cached
         metrics = pool.metrics()
     assert all(r.should_mask and r.status["judge"] == Status.ERROR.value for r in during)
@@ -111,8 +81,11 @@ def test_an_outage_is_masked_with_its_cause_and_asked_again_after_recovery(
     assert all(r.components["format"] == 1.0 for r in during)  # the rules still scored
     causes = {r.errors["judge"].split(":")[0] for r in during}
     assert causes <= {"judge connect", "judge breaker_open"}, causes
-    assert probe[0].ok and probe[0].components["judge"] == 1.0
-    assert [r.components["judge"] for r in after] == [1.0, 0.0] * 3
+    assert "judge breaker_open" in causes  # the fault happened: the breaker opened
+    # every masked row names the failure behind it, the breaker's too
+    assert all(f"cannot reach {server.url}/chat/completions" in r.errors["judge"] for r in during)
+    # the first call after recovery is the probe; the others waited for it and were sent
+    assert [r.components["judge"] for r in after] == judged(6)
     assert not any(r.should_mask for r in after)
     assert metrics["lane_failures"] == 6 and metrics["masked_items"] == 6
 
@@ -137,54 +110,26 @@ def test_accuracy_llm_rows_go_to_the_judge_and_other_rows_to_the_rules(
     assert server.calls == 2
 
 
-def _score_from_another_process(name: str, start: int, count: int) -> list[float]:
-    pool = RewardPool.connect(name)
-    try:
-        return [r.components["judge"] for r in pool.score(rows(count, start))]
-    finally:
-        pool.shutdown()
-
-
-@contextlib.contextmanager
-def two_node_cluster(head_cpus: int) -> Iterator[list[Any]]:
-    """A loopback Ray cluster: a head with ``head_cpus`` and two nodes of 2 CPUs; yields the nodes.
-
-    The session's local Ray is shut down first (the next test that needs it starts it again).
-    """
-    if ray.is_initialized():
-        ray.shutdown()
-    local = {"node_ip_address": "127.0.0.1", "include_dashboard": False}
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, **local})
-    nodes = [cluster.add_node(num_cpus=2, **local) for _ in range(2)]
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace="skyrl_rewards", log_to_driver=False)
-    try:
-        yield [cluster, *nodes]
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-
-
 @pytest.mark.multinode
 def test_the_endpoint_limits_hold_for_the_whole_pool_across_processes_and_nodes(
     _ray_session: None,
 ) -> None:
     per_minute = 600.0  # 10 requests per second
     with two_node_cluster(head_cpus=2):
-        with JudgeServer(reply=grader, latency_s=0.3) as server:
+        # 3 in flight of 0.2 s allow 15 a second: the rate binds, with room for a loaded machine
+        # (at 0.3 s both bound at exactly 10 a second, and any delay read as a slow limiter)
+        with JudgeServer(reply=grader, latency_s=0.2) as server:
             config = pool_config(
                 "t_judge_limits", server, max_in_flight=3, requests_per_minute=per_minute
             )
             config.update(num_workers=2, placement="spread")
             with RewardPool.from_config(config) as pool:
-                # the other client is a Ray task: its process imports no test module
-                cloudpickle.register_pickle_by_value(sys.modules[__name__])
-                remote = ray.remote(num_cpus=0)(_score_from_another_process)
-                other = remote.remote("t_judge_limits", 1000, 60)
+                other = score_elsewhere("t_judge_limits", 1000, 60)
+                wait_for_calls(server, 1)  # the other process is judging (its start is slow)
                 here = [r.components["judge"] for r in pool.score(rows(60))]
                 there = ray.get(other, timeout=300)
             arrivals = sorted(server.arrivals)
-    assert here == there == [1.0, 0.0] * 30
+    assert here == there == judged(60)
     assert server.calls == 120
     assert server.peak <= 3  # in flight, counted at the server, never above the limit
     steady = arrivals[10:]  # past the limiter's first burst
@@ -192,18 +137,70 @@ def test_the_endpoint_limits_hold_for_the_whole_pool_across_processes_and_nodes(
     assert abs(rate_per_minute - per_minute) / per_minute <= 0.05, rate_per_minute
 
 
+@pytest.mark.multinode
+def test_tokens_per_minute_hold_for_the_whole_pool_across_processes_and_nodes(
+    _ray_session: None, tmp_path: Path
+) -> None:
+    tokens_per_minute = 90_000.0  # CJK answers of about 320 tokens: about 4.5 calls a second
+    tokenizer = load_tokenizer(save_tokenizer(tmp_path / "tokenizer"))
+    with two_node_cluster(head_cpus=2):
+        # the server counts with the model's tokenizer and serves /tokenize (as vLLM does);
+        # the lane, on its node, asks it for each prompt's count
+        with JudgeServer(reply=grader, latency_s=0.1, tokenizer=tokenizer) as server:
+            config = pool_config(
+                "t_judge_tokens",
+                server,
+                tokens_per_minute=tokens_per_minute,
+                sampling={"max_tokens": 8},
+            )
+            config.update(num_workers=2, placement="spread")
+            with RewardPool.from_config(config) as pool:
+                other = score_elsewhere("t_judge_tokens", 1000, 25, script="cjk")
+                wait_for_calls(server, 1)  # the other process is judging (its start is slow)
+                here = [r.components["judge"] for r in pool.score(rows(25, script="cjk"))]
+                there = ray.get(other, timeout=300)
+                (judge,) = pool.metrics()["judge"].values()
+            rate = server.tokens_per_minute(skip=2)  # past the first calls (the allowed burst)
+    assert here == there == judged(25)
+    assert server.calls == 50 and judge["token_count"]["endpoint"] == 50
+    assert server.tokenize_calls == 50  # counted by the model's tokenizer, at the server
+    assert abs(rate - tokens_per_minute) / tokens_per_minute <= 0.05, rate
+
+
+def test_rows_sent_after_an_outage_all_score_while_the_breaker_probes(
+    ray_local: None, server: JudgeServer
+) -> None:
+    reset_s = 2.0
+    config = pool_config(
+        "t_judge_recovery", server, max_retries=1, breaker_failures=5, breaker_reset_s=reset_s
+    )
+    with RewardPool.from_config(config) as pool:
+        server.down = True
+        during = pool.score(rows(120))
+        time.sleep(reset_s + 0.5)  # the outage outlasts the breaker's reset: a probe is due
+        server.down = False
+        server.latency_s = 0.2  # the probe is out a while: the rows below arrive meanwhile
+        calls_before = server.calls
+        after = pool.score(rows(120, start=1000))
+        metrics = pool.metrics()
+    # the fault happened: the outage masked every row, and the breaker opened
+    assert all(r.should_mask for r in during)
+    assert {r.errors["judge"].split(":")[0] for r in during} >= {"judge breaker_open"}
+    (judge,) = metrics["judge"].values()
+    assert judge["breaker"]["opens"] >= 1 and judge["breaker"]["state"] == "closed"
+    # the first 120 rows after recovery all score: one probe, the others held until it answered
+    assert [r.components["judge"] for r in after] == judged(120, 1000)
+    assert not any(r.should_mask for r in after)
+    probe, *held = server.arrivals[calls_before:]
+    assert len(held) == 119 and min(held) - probe >= 0.15
+
+
 def test_every_item_gets_one_result_when_the_judge_lane_is_killed_mid_judging(
     ray_local: None,
 ) -> None:
     with JudgeServer(reply=grader, latency_s=0.2) as server:
         with RewardPool.from_config(pool_config("t_judge_kill", server)) as pool:
-            results: list = []
-            scoring = threading.Thread(target=lambda: results.extend(pool.score(rows(200))))
-            scoring.start()
-            deadline = time.monotonic() + 60
-            while server.calls < 20:
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
+            scoring, results = scoring_until_judged(pool, server)
             directory = ray.get_actor("t_judge_kill", namespace="skyrl_rewards")
             ((_, lane),) = ray.get(directory.lane_actors.remote(JUDGE_LANE))
             ray.kill(lane, no_restart=True)
@@ -211,7 +208,7 @@ def test_every_item_gets_one_result_when_the_judge_lane_is_killed_mid_judging(
             metrics = pool.metrics()
     assert not scoring.is_alive()
     assert len(results) == 200
-    assert [r.components["judge"] for r in results] == [1.0, 0.0] * 100
+    assert [r.components["judge"] for r in results] == judged(200)
     assert not any(r.should_mask for r in results)
     assert metrics["retries"] > 0 and metrics["worker_restarts"] >= 1
 
@@ -228,17 +225,11 @@ def test_every_item_gets_one_result_when_the_judge_lanes_node_goes_away(
                 directory = ray.get_actor("t_judge_node", namespace="skyrl_rewards")
                 ((_, lane),) = ray.get(directory.lane_actors.remote(JUDGE_LANE))
                 _, lane_node = ray.get(lane.ready.remote())
-                results: list = []
-                scoring = threading.Thread(target=lambda: results.extend(pool.score(rows(200))))
-                scoring.start()
-                deadline = time.monotonic() + 60
-                while server.calls < 20:
-                    assert time.monotonic() < deadline
-                    time.sleep(0.01)
+                scoring, results = scoring_until_judged(pool, server)
                 cluster.remove_node(next(n for n in nodes if n.node_id == lane_node))
                 scoring.join(timeout=300)
                 metrics = pool.metrics()
     assert not scoring.is_alive()
-    assert [r.components["judge"] for r in results] == [1.0, 0.0] * 100
+    assert [r.components["judge"] for r in results] == judged(200)
     assert not any(r.should_mask for r in results)
     assert metrics["retries"] > 0

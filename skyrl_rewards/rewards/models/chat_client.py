@@ -7,17 +7,25 @@ of :data:`~skyrl_rewards.rewards.models.lanes.FAILURE_KINDS`. It never raises
 for what the endpoint did.
 
 - limits (:mod:`~skyrl_rewards.rewards.models.limits`): requests in flight,
-  requests per minute and tokens per minute (prompt plus completion tokens,
-  estimated before a call and corrected from the reply's ``usage``). A request
-  that cannot get a slot within ``queue_timeout_s`` is ``rate_limited``.
+  requests per minute and tokens per minute (prompt plus completion tokens:
+  the prompt counted before a call by
+  :mod:`~skyrl_rewards.rewards.models.token_count`, the completion at its
+  ``max_tokens`` bound, both corrected from the reply's ``usage``). A request
+  that cannot get a slot within ``queue_timeout_s`` is ``rate_limited``. With
+  ``adaptive_concurrency`` (the default) the calls in flight follow what the
+  endpoint accepts: a 429 shrinks them, successes grow them back up to
+  ``max_in_flight`` (:class:`~skyrl_rewards.rewards.models.limits.InFlight`).
 - retries: connect errors, timeouts, 429 and 5xx are retried up to
   ``max_retries`` times with exponential back-off and full jitter; a
   ``Retry-After`` (seconds or an HTTP date) is honoured, and one longer than
   ``max_retry_after_s`` ends the request at once. Other 4xx are not retried.
 - a circuit breaker (unless ``breaker_failures`` is ``None``):
   ``breaker_failures`` consecutive connect errors, timeouts or 5xx open it;
-  while open every request is ``breaker_open`` at once, without a call; after
-  ``breaker_reset_s`` one probe goes out and its success closes the breaker.
+  while open every request is ``breaker_open`` at once, without a call, its
+  message naming the failure that opened it; after ``breaker_reset_s`` one
+  probe goes out and its success closes the breaker. Requests that come while
+  the probe is out wait for it (at most ``timeout_s``, the probe's own bound)
+  and are sent when it succeeds.
 - ``deadline_s`` bounds one request from start to reply, waits and retries included.
 - metrics: calls, retries, errors by kind, tokens, latency, in flight, breaker, cost.
 
@@ -49,12 +57,7 @@ from typing import Any
 
 from skyrl_rewards.rewards.models.lanes import endpoint_key
 from skyrl_rewards.rewards.models.limits import Breaker, InFlight, Pacer
-
-IMAGE_TOKENS_ESTIMATE = 1024
-"""Tokens counted for one image part before the reply's ``usage`` tells the real number."""
-
-CHARS_PER_TOKEN_ESTIMATE = 4
-"""Characters of prompt text counted as one token before the reply's ``usage`` is known."""
+from skyrl_rewards.rewards.models.token_count import TokenCounter
 
 CONNECTIONS_PER_SHARD = 16
 """Connections per ``httpx.AsyncClient``: a client's pool does work quadratic in its
@@ -92,6 +95,12 @@ class EndpointConfig:
     """Most calls started per minute (``None``: no limit)."""
     tokens_per_minute: float | None = None
     """Most prompt plus completion tokens per minute (``None``: no limit)."""
+    tokenizer: str | None = None
+    """How prompts are counted for ``tokens_per_minute``: a local folder holding the model's
+    tokenizer, ``bytes``, or ``None``: the endpoint's ``/tokenize`` where it serves it, else
+    bytes (see :mod:`~skyrl_rewards.rewards.models.token_count`)."""
+    adaptive_concurrency: bool = True
+    """Shrink the calls in flight on a 429 and grow them back on success (up to ``max_in_flight``)."""
     queue_timeout_s: float = 300.0
     """Longest wait for a slot under the limits; past it a request is ``rate_limited``."""
     max_retries: int = 4
@@ -118,9 +127,10 @@ class EndpointConfig:
         """Read a configuration (flat, or with ``limits``, ``retries``, ``breaker``, ``prices`` sections).
 
         Section keys: ``limits`` {max_in_flight, requests_per_minute,
-        tokens_per_minute, queue_timeout_s}; ``retries`` {max_retries,
-        backoff_base_s, backoff_max_s, max_retry_after_s}; ``breaker``
-        {failures, reset_s}; ``prices`` {input_per_1m, output_per_1m}.
+        tokens_per_minute, tokenizer, adaptive_concurrency, queue_timeout_s};
+        ``retries`` {max_retries, backoff_base_s, backoff_max_s,
+        max_retry_after_s}; ``breaker`` {failures, reset_s}; ``prices``
+        {input_per_1m, output_per_1m}.
         Raises ``ValueError`` naming the field for a missing or bad value.
 
         >>> EndpointConfig.from_mapping({"base_url": "http://h/v1", "model": "m",
@@ -179,6 +189,18 @@ class EndpointConfig:
                 raise ValueError(f"endpoint.{name}: expected a non-negative integer, got {value!r}")
         if self.breaker_failures is not None and self.breaker_failures < 1:
             raise ValueError("endpoint.breaker.failures: expected at least 1 (or null: no breaker)")
+        if self.tokenizer is not None and (
+            not isinstance(self.tokenizer, str) or not self.tokenizer
+        ):
+            raise ValueError(
+                f"endpoint.tokenizer: expected a local folder, 'bytes' or null, got "
+                f"{self.tokenizer!r}"
+            )
+        if not isinstance(self.adaptive_concurrency, bool):
+            raise ValueError(
+                f"endpoint.adaptive_concurrency: expected true or false, got "
+                f"{self.adaptive_concurrency!r}"
+            )
         if self.api_key_env is not None and (
             not isinstance(self.api_key_env, str) or not self.api_key_env
         ):
@@ -205,6 +227,8 @@ _SECTION_FIELDS: dict[str, dict[str, str]] = {
         "max_in_flight": "max_in_flight",
         "requests_per_minute": "requests_per_minute",
         "tokens_per_minute": "tokens_per_minute",
+        "tokenizer": "tokenizer",
+        "adaptive_concurrency": "adaptive_concurrency",
         "queue_timeout_s": "queue_timeout_s",
     },
     "retries": {
@@ -278,6 +302,7 @@ class _Attempt:
     retry_after_s: float | None = None
     retryable: bool = False
     endpoint_fault: bool = False  # counts against the breaker
+    throttled: bool = False  # a 429: too many calls at once
     tokens_in: int = 0
     tokens_out: int = 0
     usage: bool = False
@@ -296,8 +321,13 @@ class ChatClient:
         self._transport = transport
         self._shards: list[Any] = []  # httpx.AsyncClient each, made on first use
         self._shard_load: list[int] = []
-        self._in_flight = InFlight(config.max_in_flight)
+        self._in_flight = InFlight(config.max_in_flight, adaptive=config.adaptive_concurrency)
         self._requests_pacer = Pacer(config.requests_per_minute)
+        self._token_counter = (
+            TokenCounter(config.tokenizer, config.base_url, config.model, config.timeout_s)
+            if config.tokens_per_minute is not None
+            else None
+        )
         self._tokens_pacer = Pacer(
             config.tokens_per_minute, burst=_completion_estimate(config.sampling)
         )
@@ -339,9 +369,12 @@ class ChatClient:
 
         ``requests`` (asked), ``calls`` (HTTP calls made), ``retries``, ``ok``,
         ``errors`` by failure kind, ``tokens_in``/``tokens_out`` (from ``usage``),
-        ``latency_s`` (sum, count, p50, p90, p99 of recent calls), ``in_flight``
-        and its ``peak``, ``breaker`` (state, opens; ``off`` without one), and
-        ``cost`` when both prices are configured.
+        ``latency_s`` (sum, count, p50, p90, p99 of recent calls), ``in_flight``,
+        its ``peak``, ``in_flight_window`` (what adaptive concurrency allows now)
+        and ``throttled`` (429 answers), ``breaker`` (state, opens, and ``cause``:
+        the last failure counted; ``off`` without one), ``token_count`` (requests
+        counted by each means, with a tokens-per-minute limit), and ``cost`` when
+        both prices are configured.
         """
         latencies = sorted(self._latencies)
         breaker = self._breaker
@@ -360,12 +393,16 @@ class ChatClient:
             },
             "in_flight": self._in_flight.count,
             "in_flight_peak": self._in_flight.peak,
+            "in_flight_window": self._in_flight.capacity(),
+            "throttled": self._in_flight.throttles,
             "breaker": (
-                {"state": breaker.state, "opens": breaker.opens}
+                {"state": breaker.state, "opens": breaker.opens, "cause": breaker.cause}
                 if breaker is not None
                 else {"state": "off", "opens": 0}
             ),
         }
+        if self._token_counter is not None:
+            metrics["token_count"] = dict(self._token_counter.counted)
         config = self.config
         if config.price_in_per_1m is not None and config.price_out_per_1m is not None:
             metrics["cost"] = (
@@ -383,20 +420,28 @@ class ChatClient:
     async def _with_retries(self, body: Mapping[str, Any], check: ReplyCheck | None) -> ChatReply:
         config = self.config
         breaker = self._breaker
-        estimate = _token_estimate(body, config)
+        estimate: int | None = None
         retry, calls = 0, 0
         while True:
-            if breaker is not None and breaker.blocked():
-                return _breaker_reply(config, retry, calls)
+            if breaker is not None and not await self._breaker_passes(breaker):
+                return _breaker_reply(config, breaker, retry, calls)
+            if estimate is None:
+                estimate = await self._token_estimate(body)
             waited = await self._take_slot(estimate)
             if waited is not None:
                 return dataclasses.replace(waited, calls=calls)
             if breaker is not None and not breaker.allow():
-                self._in_flight.release()
-                return _breaker_reply(config, retry, calls)
+                self._in_flight.release()  # another caller's probe went out first: not sent
+                self._requests_pacer.adjust(-1)
+                self._tokens_pacer.adjust(-estimate)
+                continue  # wait for that probe at the top
             calls += 1
             try:
                 attempt = await self._call(body, check)
+                if attempt.throttled:
+                    self._in_flight.throttled()
+                elif not attempt.failure:
+                    self._in_flight.succeeded()
             except asyncio.CancelledError:
                 if breaker is not None and breaker.state == "half_open":
                     breaker.failure()  # a probe abandoned by the deadline: probe again later
@@ -405,11 +450,11 @@ class ChatClient:
                 self._in_flight.release()
             if attempt.usage:
                 self._tokens_pacer.adjust(attempt.tokens_in + attempt.tokens_out - estimate)
-            elif attempt.failure == "connect":
-                self._tokens_pacer.adjust(-estimate)  # nothing reached the server
+            elif attempt.failure == "connect" or attempt.throttled:
+                self._tokens_pacer.adjust(-estimate)  # nothing was served
             if breaker is not None:
                 if attempt.endpoint_fault:
-                    breaker.failure()
+                    breaker.failure(attempt.message)
                 else:
                     breaker.success()
             if not attempt.failure:
@@ -437,6 +482,29 @@ class ChatClient:
                 delay = max(delay, attempt.retry_after_s)
             self._counts["retries"] += 1
             await asyncio.sleep(delay)
+
+    async def _breaker_passes(self, breaker: Breaker) -> bool:
+        """May a call go out? While the breaker's probe is out, wait for it (at most ``timeout_s``)."""
+        if not breaker.blocked():
+            return True
+        return breaker.probing() and await breaker.wait_probe(self.config.timeout_s)
+
+    async def _token_estimate(self, body: Mapping[str, Any]) -> int:
+        """Prompt tokens (see :mod:`~skyrl_rewards.rewards.models.token_count`) plus the completion's bound.
+
+        0 without a tokens-per-minute limit (nothing is counted).
+        """
+        if self._token_counter is None:
+            return 0
+        config = self.config
+        completion = (
+            _completion_estimate(body)
+            if "max_tokens" in body or "max_completion_tokens" in body
+            else _completion_estimate(config.sampling)
+        )
+        self._shard()  # the HTTP clients exist: /tokenize goes over them
+        prompt = await self._token_counter.count(body.get("messages"), self._shards[0])
+        return prompt + completion
 
     async def _take_slot(self, estimate: int) -> ChatReply | None:
         """Hold an in-flight slot and the rate allowance; a ``rate_limited`` reply when they take too long."""
@@ -530,6 +598,7 @@ def _status_attempt(response: Any) -> _Attempt:
         retry_after_s=retry_after if status in (429, 503) else None,
         retryable=status == 429 or status >= 500,
         endpoint_fault=status >= 500,
+        throttled=status == 429,
     )
 
 
@@ -595,11 +664,12 @@ def _rate_limited(config: EndpointConfig, limit: str) -> ChatReply:
     )
 
 
-def _breaker_reply(config: EndpointConfig, retries: int, calls: int) -> ChatReply:
+def _breaker_reply(config: EndpointConfig, breaker: Breaker, retries: int, calls: int) -> ChatReply:
+    cause = f", the last: {breaker.cause}" if breaker.cause else ""
     return ChatReply(
         failure="breaker_open",
         message=f"circuit breaker open for {config.base_url} after "
-        f"{config.breaker_failures} consecutive failures (not called; probing every "
+        f"{config.breaker_failures} consecutive failures{cause} (not called; probing every "
         f"{config.breaker_reset_s:g} s; {retries} retries before)",
         calls=calls,
     )
@@ -609,27 +679,6 @@ def _completion_estimate(fields: Mapping[str, Any]) -> int:
     """The completion's token bound: ``max_tokens`` (or ``max_completion_tokens``) in ``fields``, else 256."""
     max_tokens = fields.get("max_tokens", fields.get("max_completion_tokens"))
     return max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 256
-
-
-def _token_estimate(body: Mapping[str, Any], config: EndpointConfig) -> int:
-    """Prompt tokens (characters / 4, a fixed count per image) plus the completion's bound."""
-    chars, images = 0, 0
-    for message in body.get("messages") or ():
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, str):
-            chars += len(content)
-        elif isinstance(content, list):
-            for part in content:
-                if isinstance(part, dict) and part.get("type") == "image_url":
-                    images += 1
-                elif isinstance(part, dict):
-                    chars += len(str(part.get("text", "")))
-    completion = (
-        _completion_estimate(body)
-        if "max_tokens" in body or "max_completion_tokens" in body
-        else _completion_estimate(config.sampling)
-    )
-    return chars // CHARS_PER_TOKEN_ESTIMATE + images * IMAGE_TOKENS_ESTIMATE + completion
 
 
 def _quantile(values: Sequence[float], q: float) -> float | None:

@@ -1,7 +1,9 @@
 """Judge prompt templates: chat messages with placeholders for one row's fields and images.
 
 A template is a list of chat messages whose text may hold these placeholders
-(nothing else in braces is touched, so JSON examples need no escaping):
+(other braces are left as they are, so JSON examples need no escaping; a
+single word in braces that is not one of these is refused when the template
+is built, as a misspelt field would otherwise reach the judge as it is):
 
 - ``{question}``: the row's question: its ``problem`` column (VLM-R1's name),
   else ``question``, else ``prompt`` (a string, or a chat whose last user
@@ -39,6 +41,7 @@ from PIL import Image
 
 from skyrl_rewards.rewards.box_formats import image_column
 from skyrl_rewards.rewards.text import answer_span, completion_text
+from skyrl_rewards.suggest import did_you_mean
 
 VLM_R1_INSTRUCTIONS = (
     "You are a evaluation expert. First, analyze the student's response to identify and extract "
@@ -78,6 +81,7 @@ DEFAULT_TEMPLATE = "vlm_r1_llm"
 
 PLACEHOLDERS = ("question", "answer", "completion", "solution", "image")
 _PLACEHOLDER = re.compile(r"\{(question|answer|completion|solution|image)\}")
+_WORD_IN_BRACES = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ROLES = ("system", "user", "assistant")
 
 MAX_FIELD_CHARS = 8_000
@@ -112,7 +116,8 @@ class JudgeTemplate:
     ) -> JudgeTemplate:
         """A template from a built-in name, a text (one user message), ``{system, user}``, or a message list.
 
-        Raises ``ValueError`` naming the problem.
+        Raises ``ValueError`` naming the problem; a word in braces that is not a
+        placeholder is refused with the known ones and the nearest name.
 
         >>> JudgeTemplate.from_config({"system": "Grade.", "user": "{answer} vs {solution}"}).fields()
         ('answer', 'solution')
@@ -138,6 +143,14 @@ class JudgeTemplate:
             raise ValueError(f"template: expected a name, a text or messages, got {template!r:.80}")
         if not messages or any(not isinstance(text, str) or not text for _, text in messages):
             raise ValueError("template: every message needs a non-empty text")
+        for _, text in messages:
+            for word in _WORD_IN_BRACES.findall(text):
+                if word not in PLACEHOLDERS:
+                    known = ", ".join("{" + name + "}" for name in PLACEHOLDERS)
+                    raise ValueError(
+                        f"template: unknown field {{{word}}}{did_you_mean(word, PLACEHOLDERS)}; "
+                        f"the fields a template may use are {known}"
+                    )
         for name, value in (
             ("max_field_chars", max_field_chars),
             ("max_image_side", max_image_side),
