@@ -151,14 +151,15 @@ def mcq_score(content: str, sol: str) -> ComponentScore:
 def yes_no_score(content: str, sol: str) -> ComponentScore:
     """1.0 when the first yes/no of the student answer equals the ground truth's.
 
-    Unlike the reference, an answer with neither word scores 0.0 (the
-    reference pays 1.0 when both sides lack one), and a ground truth with
-    neither word is a dataset error.
+    As in the reference, both texts are lower-cased before their answer spans
+    are found (so ``<ANSWER>`` tags count here). Unlike the reference, an
+    answer with neither word scores 0.0 (the reference pays 1.0 when both
+    sides lack one), and a ground truth with neither word is a dataset error.
     """
-    gold = _YES_NO.search(_gold_span(sol).lower())
+    gold = _YES_NO.search(_gold_span(sol.lower() if isinstance(sol, str) else sol))
     if gold is None:
         raise ValueError("solution: a yes_no ground truth must contain 'yes' or 'no'")
-    student = _YES_NO.search(answer_span(content).lower())
+    student = _YES_NO.search(answer_span(content.lower() if isinstance(content, str) else ""))
     if student is None:
         return ComponentScore(0.0, Status.UNPARSEABLE, "no yes/no in the answer")
     return ComponentScore(1.0 if student.group(1) == gold.group(1) else 0.0)

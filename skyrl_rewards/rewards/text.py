@@ -99,15 +99,22 @@ def _message_text(message: dict[Any, Any]) -> str:
 def answer_span(text: str) -> str:
     """The stripped text inside the last ``<answer>...</answer>`` of ``text``, capped.
 
-    Without a complete answer tag the whole text, stripped. The span runs from
-    the last ``<answer>`` before the last ``</answer>`` (so
-    ``"<answer>a <answer>b</answer>"`` gives ``"b"``). Uses plain string
-    search on the whole text (no regex), so it is linear and finds the answer
-    at the end of a long reasoning trace; the span is then cut to
-    :data:`MAX_ANSWER_CHARS`.
+    Without a complete answer tag the whole text, stripped. The span opens at
+    the last ``<answer>`` that some ``</answer>`` follows and closes at the
+    first ``</answer>`` after it: the last match of VLM-R1's
+    ``re.findall(r"<answer>(.*?)</answer>", text, re.DOTALL)``, so a stray
+    closing tag after the answer changes nothing
+    (``"<answer>42</answer> done.</answer>"`` gives ``"42"``). One deliberate
+    difference: an unclosed ``<answer>`` inside the span starts it afresh
+    (``"<answer>a <answer>b</answer>"`` gives ``"b"``; the regex gives
+    ``"a <answer>b"``). Uses plain string search on the whole text (no
+    regex), so it is linear and finds the answer at the end of a long
+    reasoning trace; the span is then cut to :data:`MAX_ANSWER_CHARS`.
 
     >>> answer_span("<answer> 1 </answer> and <answer>2</answer>")
     '2'
+    >>> answer_span("<answer>42</answer> done.</answer>")
+    '42'
     """
     if not isinstance(text, str):
         return ""
@@ -123,12 +130,15 @@ def tagged_answer(text: str) -> str | None:
     """
     if not isinstance(text, str):
         return None
-    close = text.rfind(_ANSWER_CLOSE)
-    if close != -1:
-        start = text.rfind(_ANSWER_OPEN, 0, close)
-        if start != -1:
-            return cap(text[start + len(_ANSWER_OPEN) : close].strip(), MAX_ANSWER_CHARS)
-    return None
+    last_close = text.rfind(_ANSWER_CLOSE)
+    if last_close == -1:
+        return None
+    start = text.rfind(_ANSWER_OPEN, 0, last_close)
+    if start == -1:
+        return None
+    start += len(_ANSWER_OPEN)
+    close = text.find(_ANSWER_CLOSE, start)  # found: last_close at the latest
+    return cap(text[start:close].strip(), MAX_ANSWER_CHARS)
 
 
 def clean(text: str) -> str:

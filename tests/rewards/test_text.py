@@ -16,6 +16,8 @@ from skyrl_rewards.rewards.text import MAX_TEXT_CHARS, answer_span, clean, compl
         ("  no tags  ", "no tags"),  # no tag: whole text stripped
         ("<answer>unclosed", "<answer>unclosed"),  # incomplete tag: whole text
         ("</answer><answer>x", "</answer><answer>x"),  # close before open: whole text
+        ("<answer>42</answer> done.</answer>", "42"),  # a stray closer: VLM-R1 reads 42 too
+        ("<answer>a <answer>b</answer>", "b"),  # an unclosed opener inside restarts the span
         ("<answer></answer>", ""),  # empty answer
         (None, ""),  # not a string
     ],
