@@ -14,7 +14,8 @@ from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
 SAMPLE_DATA = _PACKAGE / "sample_data"
-"""The bundled sample datasets (``rec``, ``detection``, ``math``, ``gui``, ``docqa``: JSONL) and images."""
+"""The bundled sample datasets (``rec``, ``detection``, ``math``, ``gui``, ``docqa``, ``vqa``:
+JSONL) and images. ``vqa`` has ``accu_reward_method: llm`` rows (for a judge config)."""
 
 BUNDLED_PREFIX = "bundled:"
 """Prefix that names a bundled config explicitly: ``bundled:rec.yaml``."""

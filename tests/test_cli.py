@@ -220,6 +220,7 @@ def test_check_lists_the_rows_that_would_be_dataset_errors(tmp_path: Path, capsy
         if i
     }
     assert "line 2 (id gone): image_path: image not found" in out
+    assert out.count("missing.png") == 1  # issue 34: once, not again as the iou's error
     assert "line 3 (id junk): image_path: image unreadable" in out
     assert "line 4 (id nosol): solution: missing field" in out
     assert "line 5 (id badgrid): iou: error: image_grid_thw" in out
@@ -466,6 +467,12 @@ def test_pool_start_status_stop_on_a_running_cluster(ray_local) -> None:
     status = run_cli("pool", "status", "--name", name, "--address", address)
     assert status.returncode == 0, status.stderr
     assert "workers: 1" in status.stdout and "iou (weight 1.0)" in status.stdout
+    misspelt = run_cli("pool", "status", "--name", name[:-1], "--address", address)
+    assert misspelt.returncode == 2
+    assert f"no reward pool '{name[:-1]}' runs in namespace 'skyrl_rewards' (did you mean " in (
+        misspelt.stderr
+    )
+    assert f"'{name}'?)" in misspelt.stderr
     again = run_cli(
         "pool", "start", "--config", "configs/rec.yaml", f"name={name}", f"address={address}"
     )
@@ -493,8 +500,31 @@ def test_bench_runs_the_pool_benchmark_with_its_own_options(ray_local, capsys) -
     ] == ["loop", "pool"]
 
 
+def session_processes(session: int) -> list[str]:
+    """Command lines of the live processes of the session ``session`` (Linux ``/proc``).
+
+    Ray's processes (GCS, raylet, workers, agents) stay in the session of the
+    command that started them, also when orphaned; nobody else's are in it.
+    """
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:  # ended meanwhile
+            continue
+        state, session_id = fields[0], int(fields[3])
+        if session_id == session and state != "Z":
+            found.append(cmdline.replace(b"\0", b" ").decode(errors="replace").strip())
+    return found
+
+
 def _interrupt_score(tmp_path: Path, ready) -> tuple[subprocess.CompletedProcess[str], Path, int]:
-    """Run `score` on a long input in its own process group; SIGINT the group once ``ready``."""
+    """Run `score` on a long input in a session of its own; SIGINT its group once ``ready``.
+
+    Returns once the command has exited, and asserts then that no process of
+    its session (its Ray's included) is left.
+    """
     rows = read_rows(SAMPLE / "math.jsonl")
     data = tmp_path / "long.jsonl"
     with data.open("w") as f:
@@ -521,9 +551,11 @@ def _interrupt_score(tmp_path: Path, ready) -> tuple[subprocess.CompletedProcess
         ready(process, output)
         os.killpg(process.pid, signal.SIGINT)
         stdout, stderr = process.communicate(timeout=120)
+        left = session_processes(process.pid)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
+    assert not left, f"left running after the command exited: {left}"
     done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     return done, output, len(rows) * 150
 
@@ -533,35 +565,152 @@ def _after_config_line(process: subprocess.Popen, output: Path) -> None:
     assert process.stdout.readline().startswith("config: ")  # Ray starts after this line
 
 
-def _after_first_rows(process: subprocess.Popen, output: Path) -> None:
+def _wait_for(process: subprocess.Popen, what: str, condition) -> None:
     deadline = time.monotonic() + 180
-    while not (output.exists() and output.stat().st_size) and time.monotonic() < deadline:
+    while not condition():
         assert process.poll() is None, process.communicate()
-        time.sleep(0.05)
+        assert time.monotonic() < deadline, f"{what} did not happen within 180 s"
+        time.sleep(0.02)
 
 
-def test_ctrl_c_while_ray_starts_is_one_line(tmp_path: Path) -> None:
-    done, output, total = _interrupt_score(tmp_path, _after_config_line)
+def _while_ray_starts(process: subprocess.Popen, output: Path) -> None:
+    """Ray's GCS server runs: ``ray.init`` is under way (or just done)."""
+    _wait_for(
+        process,
+        "Ray's GCS server started",
+        lambda: any("gcs_server" in p for p in session_processes(process.pid)),
+    )
+
+
+def _while_workers_start(process: subprocess.Popen, output: Path) -> None:
+    """A Ray worker process runs (the pool's directory or workers start) and no row is written."""
+    _wait_for(
+        process,
+        "a Ray worker process started",
+        lambda: any(
+            p.startswith("ray::") and "Agent" not in p for p in session_processes(process.pid)
+        ),
+    )
+    assert not (output.exists() and output.stat().st_size), "scoring had begun"
+
+
+def _after_first_rows(process: subprocess.Popen, output: Path) -> None:
+    _wait_for(process, "the first rows written", lambda: output.exists() and output.stat().st_size)
+
+
+def assert_interrupted_once(done: subprocess.CompletedProcess[str]) -> str:
+    """Exit 130, one "interrupted" line and nothing else alarming on stderr; returns the line."""
     assert done.returncode == 130, done.stderr
-    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("skyrl-rewards score: interrupted"), done.stderr
+    for alarming in ("Traceback", "KeyboardInterrupt", "Task was destroyed", "Segmentation"):
+        assert alarming not in done.stderr, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "interrupted" in line]
+    assert len(lines) == 1, done.stderr
+    assert lines[0] == done.stderr.strip().splitlines()[-1], done.stderr
+    return lines[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("ready", "said"),
+    [
+        # before Ray: the config is read, the rows are being read
+        (_after_config_line, "skyrl-rewards score: interrupted"),
+        # inside ray.init: its GCS server runs, its raylet and agents start
+        (_while_ray_starts, "skyrl-rewards score: interrupted before any row was scored"),
+        # the pool's actors start and load the rewards
+        (_while_workers_start, "skyrl-rewards score: interrupted before any row was scored"),
+    ],
+)
+def test_ctrl_c_while_starting_is_one_line_and_leaves_nothing_running(
+    tmp_path: Path, ready, said: str
+) -> None:
+    done, output, total = _interrupt_score(tmp_path, ready)
+    line = assert_interrupted_once(done)
+    assert line.startswith(said), line
     assert not output.exists()
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_scoring_keeps_the_rows_written_and_says_how_to_go_on(
     tmp_path: Path,
 ) -> None:
     done, output, total = _interrupt_score(tmp_path, _after_first_rows)
-    assert done.returncode == 130, done.stderr
-    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr
+    last = assert_interrupted_once(done)
     written = read_rows(output)
     assert 0 < len(written) < total
     assert all("total" in row["reward"] for row in written)
-    last = done.stderr.strip().splitlines()[-1]
     assert last == (
         f"skyrl-rewards score: interrupted: {len(written)} of {total} rows scored and written "
         f"to {output} (input lines 1-{len(written)}); rerun the same command to score them all, "
         f"or score the rest on its own: `tail -n +{len(written) + 1} {tmp_path / 'long.jsonl'} "
         "> rest.jsonl`, then --input rest.jsonl"
     )
+
+
+def test_a_missing_input_is_named_without_errno(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = main(_score_args(CONFIGS / "rec.yaml", "nope.jsonl", "out.jsonl"))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == (
+        f"skyrl-rewards score: error: --input: cannot read nope.jsonl: no such file "
+        f"(looked for in {tmp_path})\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "listed"),
+    [
+        (
+            ["pool"],
+            "skyrl-rewards pool: error: the following arguments are required: {start,status,stop}",
+        ),
+        (
+            [],
+            "skyrl-rewards: error: the following arguments are required: "
+            "{score,check,bench,judge-server,pool}",
+        ),
+    ],
+)
+def test_a_missing_command_lists_the_commands(argv: list[str], listed: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == listed
+
+
+def test_a_mix_that_cannot_be_built_is_refused_before_it_is_printed(capsys) -> None:
+    # issue 34: `pool start` printed the mix with 'iuo' in it, then refused it
+    for argv in (
+        ["pool", "start", "--config", str(CONFIGS / "pool.yaml"), "address=127.0.0.1:1"],
+        ["check", "--config", str(CONFIGS / "rec.yaml"), "--input", str(SAMPLE / "rec.jsonl")],
+    ):
+        assert main([*argv, "rewards.iuo.weight=1.0"]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert "rewards.iuo: unknown reward (did you mean 'iou'?)" in captured.err
+
+
+def test_pool_status_says_where_a_stale_address_came_from(tmp_path: Path) -> None:
+    # `ray start` records its cluster in RAY_TMPDIR/ray/ray_current_cluster; that cluster is gone
+    record = tmp_path / "ray" / "ray_current_cluster"
+    record.parent.mkdir()
+    record.write_text("127.0.0.1:9")  # nothing listens on the discard port
+    env = dict(os.environ, PYTHONPATH=str(ROOT), RAY_TMPDIR=str(tmp_path))
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "skyrl_rewards.cli", "pool", "status"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    said = done.stderr.strip().splitlines()[-1]
+    assert said.startswith("skyrl-rewards pool: error: address: no Ray cluster at 127.0.0.1:9 ")
+    assert (
+        f"that address was read from {record}, Ray's record of the last cluster that `ray "
+        f"start` started on this machine, kept after that cluster stopped; if it is gone, "
+        f"delete the record (`rm {record}`) or start a cluster (`ray start --head`)"
+    ) in said

@@ -5,6 +5,7 @@ home of its own, writes the current-cluster file as a test cluster does
 (``ray start`` and ``ray.cluster_utils.Cluster`` call ``write_ray_address``)
 and starts a real local Ray (which writes ``~/.ray/auth_token`` when there is
 none); afterwards both files must be the user's again, or absent when they were.
+The project's own local Ray (``skyrl-rewards score``) writes no token at all.
 """
 
 from __future__ import annotations
@@ -78,3 +79,37 @@ def test_a_session_leaves_the_users_ray_files_as_they_were(
                 assert not path.exists(), path
             else:
                 assert path.read_bytes() == content, path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("mode", "token_written"),
+    [
+        (None, False),  # a user's shell: the project's local Ray asks for no token, writes none
+        ("token", True),  # the user asked for token authentication: Ray's own behaviour, kept
+    ],
+)
+def test_a_local_pool_leaves_the_users_ray_token_alone(
+    mode: str | None, token_written: bool, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = dict(os.environ, HOME=str(home), PYTHONPATH=str(TESTS.parent))
+    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_ADDRESS"):
+        env.pop(name, None)
+    if mode is not None:
+        env["RAY_AUTH_MODE"] = mode
+    sample = TESTS.parent / "skyrl_rewards" / "sample_data" / "math.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "skyrl_rewards.cli", "score", "--config", "math.yaml"]
+        + ["--input", str(sample), "--output", str(tmp_path / "out.jsonl"), "--no-progress"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "scored 24 rows" in done.stdout
+    assert (home / ".ray" / "auth_token").exists() is token_written, done.stderr[-3000:]
+    assert "Token authentication is enabled" not in done.stderr  # Ray's warning on every run

@@ -1,5 +1,6 @@
-"""The ``skyrl-rewards`` command line: ``score``, ``check``, ``pool start|status|stop``, ``bench``.
+"""The ``skyrl-rewards`` command line: ``score``, ``check``, ``pool start|status|stop``, ``bench``,
+``judge-server``.
 
 ``main`` parses and dispatches; ``summary`` holds the statistics table and
-histograms. Run it as ``skyrl-rewards`` or ``python -m skyrl_rewards.cli``.
+histograms; ``judge_server`` the rule-based stand-in judge. Run it as ``skyrl-rewards`` or ``python -m skyrl_rewards.cli``.
 """

@@ -8,6 +8,7 @@ Commands::
     skyrl-rewards pool start --config CFG [key=value ...]
     skyrl-rewards pool status --name NAME [--address ADDR]
     skyrl-rewards pool stop --name NAME [--address ADDR]
+    skyrl-rewards judge-server [--host HOST] [--port PORT]
 
 ``CFG`` is an omegaconf YAML file: a reward mix (``configs/rec.yaml``,
 ``configs/detection.yaml``, ``configs/math.yaml``) and/or pool settings
@@ -26,6 +27,10 @@ timed out or errored: its value is a fallback) stay out of the statistics
 and plots, are counted per component, and are listed by line. ``check`` is
 the pre-flight pass: it lists the rows that would score as dataset errors.
 
+``judge-server`` serves a rule-based stand-in for a judge model (an
+OpenAI-compatible endpoint, :mod:`skyrl_rewards.cli.judge_server`) until
+Ctrl-C, to try judge configs without a GPU.
+
 Rows are named by their line in the input file, counted from 1.
 
 Exit codes: 0 success; 1 the dataset has problems (``check``) or some rows
@@ -39,7 +44,10 @@ for ``score`` the rows written and how to go on).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -47,6 +55,9 @@ from typing import Any
 import yaml
 from omegaconf.errors import OmegaConfBaseException
 
+from skyrl_rewards.cli.judge_server import DEFAULT_HOST as DEFAULT_JUDGE_HOST
+from skyrl_rewards.cli.judge_server import DEFAULT_MODEL as DEFAULT_JUDGE_MODEL
+from skyrl_rewards.cli.judge_server import DEFAULT_PORT as DEFAULT_JUDGE_PORT
 from skyrl_rewards.data.jsonl import check_writable, read_numbered_rows, to_samples, write_rows
 from skyrl_rewards.pool.config import PoolConfig, load_pool_config
 from skyrl_rewards.rewards.result import RewardResult
@@ -108,8 +119,17 @@ def _one_line(error: Exception) -> str:
 
 
 def load_rows(path: str | Path, verb: str) -> tuple[list[dict[str, Any]], list[int]]:
-    """The input's rows and their line numbers; ``ValueError`` when there is nothing to ``verb``."""
-    rows, lines = read_numbered_rows(path)
+    """The input's rows and their line numbers; ``ValueError`` when there is nothing to ``verb``.
+
+    A missing or unreadable input is an ``OSError`` naming ``--input``, the
+    path and, for a relative path, the directory it was looked for in.
+    """
+    try:
+        rows, lines = read_numbered_rows(path)
+    except OSError as error:
+        where = "" if Path(path).is_absolute() else f" (looked for in {Path.cwd()})"
+        why = "no such file" if isinstance(error, FileNotFoundError) else error.strerror or error
+        raise OSError(f"--input: cannot read {path}: {why}{where}") from error
     if not rows:
         raise ValueError(f"nothing to {verb}: {path} has no rows (it is empty or blank lines only)")
     return rows, lines
@@ -157,6 +177,49 @@ def interrupted_message(scored: int, lines: Sequence[int], input_path: Path, out
     )
 
 
+def _stop_ray() -> None:
+    """After Ctrl-C: stop (or leave) this process's Ray now, every process of a local one with it."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def _interrupt_once(signum: int, frame: object) -> None:
+    """SIGINT handler: ``KeyboardInterrupt`` the first time, later ones ignored.
+
+    The clean-up after Ctrl-C (the pool's workers, the local Ray) runs to its
+    end and the command reports the interruption once.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def unjudged_warning(mix: Any, samples: Sequence[Mapping[str, Any]], input_path: Path) -> str:
+    """The warning for a mix with a judge that no row of the input goes to; ``""`` otherwise.
+
+    The ``accuracy`` reward asks its judge only for rows whose
+    ``accu_reward_method`` is ``llm``: on a file without such rows a judge
+    config scores by rules alone and the judge is never asked.
+    """
+    from skyrl_rewards.bundled import SAMPLE_DATA
+    from skyrl_rewards.rewards.models.lanes import JUDGE_LANE
+
+    judged = [name for name in mix.names if JUDGE_LANE in mix.component(name).lanes()]
+    if not judged or any(
+        mix.lane(name, sample) == JUDGE_LANE for sample in samples for name in judged
+    ):
+        return ""
+    methods = Counter(str(sample.get("accu_reward_method", "default")) for sample in samples)
+    found = ", ".join(f"{method} {n}" for method, n in methods.most_common())
+    return (
+        f"skyrl-rewards score: warning: the config has a judge ({', '.join(judged)}) but no row "
+        f"of {input_path} goes to it, so it will get no request: accuracy asks its judge only "
+        f"for rows with accu_reward_method: llm (this file's accu_reward_method: {found}). "
+        f"A sample with such rows: {SAMPLE_DATA / 'vqa.jsonl'}"
+    )
+
+
 MAX_LISTED_ROWS = 20
 """Masked rows listed by line after the table; the rest are counted."""
 
@@ -172,17 +235,21 @@ def cmd_score(args: argparse.Namespace) -> int:
         judge_lines,
         masked_rows,
         summarize,
+        unreachable_lines,
         write_histograms,
     )
     from skyrl_rewards.rewards.mix import RewardMix
 
     cfg = load_config(args.config, args.overrides)
+    mix = RewardMix.from_config(cfg.rewards)  # unknown names and bad parameters, before Ray
     report_config(args.config, cfg)
-    RewardMix.from_config(cfg.rewards)  # unknown names and bad parameters, before Ray
     input_path = Path(args.input)
     rows, lines = load_rows(input_path, "score")
     samples = to_samples(rows, input_path.resolve().parent, lines)
     output = check_writable(args.output)
+    unjudged = unjudged_warning(mix, samples, input_path)
+    if unjudged:
+        print(unjudged, file=sys.stderr)
 
     from skyrl_rewards.pool.reward_pool import RewardPool
 
@@ -205,10 +272,13 @@ def cmd_score(args: argparse.Namespace) -> int:
         finally:
             pool.shutdown()
     except KeyboardInterrupt:
+        _stop_ray()
         written = _count_lines(output) if writing else 0
         print(interrupted_message(written, lines, input_path, output), file=sys.stderr)
         return INTERRUPTED
     weights = {n: float(e.get("weight", 1.0)) for n, e in cfg.rewards.items()}
+    for line in unreachable_lines(metrics.get("judge", {})):
+        print(line, end="\n\n")  # once, above the table: the cause of the rows masked below
     print(format_table(summarize(results, weights)))
     print(f"\nscored {len(results)} rows -> {output}")
     for path in write_histograms(results, output, weights):
@@ -249,8 +319,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from skyrl_rewards.rewards.mix import RewardMix
 
     cfg = load_config(args.config, args.overrides)
+    mix = RewardMix.from_config(cfg.rewards)  # a mix that cannot be built is refused first
     report_config(args.config, cfg)
-    mix = RewardMix.from_config(cfg.rewards)
     input_path = Path(args.input)
     rows, lines = load_rows(input_path, "check")
     problems = check_rows(rows, input_path.resolve().parent, mix, lines)
@@ -283,8 +353,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_pool_start(args: argparse.Namespace) -> int:
     """``pool start``: a named pool on the running cluster that outlives this command."""
     from skyrl_rewards.pool import service as pool_service
+    from skyrl_rewards.rewards.mix import RewardMix
 
     cfg = load_config(args.config, args.overrides)
+    RewardMix.from_config(cfg.rewards)  # a mix that cannot be built is refused first
     report_config(args.config, cfg)
     config = pool_service.start(cfg)
     print(
@@ -328,12 +400,36 @@ def cmd_pool_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_judge_server(args: argparse.Namespace) -> int:
+    """``judge-server``: serve the rule-based stand-in judge until Ctrl-C."""
+    from skyrl_rewards.cli.judge_server import base_url, make_server
+
+    server = make_server(args.host, args.port, model=args.model)
+    url = base_url(server)
+    print(
+        f"local judge: serving {url} (POST /chat/completions, GET /models), model "
+        f"{args.model!r} (any model name is answered). A rule-based stand-in, not a model: "
+        "'1.0' when the student's answer matches the solution (same text after case, "
+        "spacing and a trailing dot, same number, or the solution's words inside), else "
+        "'0.0'; for trying judge configs without a GPU. Point a config at it with "
+        f"rewards.accuracy.judge.endpoint.base_url={url}; Ctrl-C stops it.",
+        flush=True,
+    )
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of all commands."""
     parser = argparse.ArgumentParser(
         prog="skyrl-rewards", description="Score, check and serve SkyRL rewards."
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{score,check,bench,judge-server,pool}"
+    )
 
     score = commands.add_parser("score", help="score a JSONL file through a reward pool")
     score.add_argument(
@@ -365,8 +461,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.set_defaults(func=cmd_bench)
 
+    judge = commands.add_parser(
+        "judge-server",
+        help="serve a rule-based stand-in judge (OpenAI-compatible) to try judge configs",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    judge.add_argument("--host", default=DEFAULT_JUDGE_HOST, help="address to listen on")
+    judge.add_argument(
+        "--port", type=int, default=DEFAULT_JUDGE_PORT, help="port (0: a free one, printed)"
+    )
+    judge.add_argument("--model", default=DEFAULT_JUDGE_MODEL, help="model name in /v1/models")
+    judge.set_defaults(func=cmd_judge_server)
+
     pool = commands.add_parser("pool", help="a named pool on a running Ray cluster")
-    pool_commands = pool.add_subparsers(dest="pool_command", required=True)
+    pool_commands = pool.add_subparsers(
+        dest="pool_command", required=True, metavar="{start,status,stop}"
+    )
     start = pool_commands.add_parser("start", help="start a named pool that outlives this command")
     start.add_argument(
         "--config", required=True, help="pool YAML (configs/pool.yaml) or a reward mix"
@@ -399,6 +509,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.bench_args = extra
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, _interrupt_once) if in_main_thread else None
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
@@ -407,3 +519,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as e:  # OSError: a missing or unreadable file, a refused address
         print(f"skyrl-rewards {args.command}: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)

@@ -299,3 +299,35 @@ def judge_lines(judges: Mapping[str, Any]) -> list[str]:
             f"{breaker.get('state', '?')} (opened {breaker.get('opens', 0)} times){cost}"
         )
     return lines
+
+
+def unreachable_lines(judges: Mapping[str, Any]) -> list[str]:
+    """One line per judge endpoint that could not be reached: how many requests it cost, why, what to check.
+
+    An endpoint was unreachable when requests to it ended ``connect``, or its
+    breaker was opened by a failure to connect; the line names the failure
+    (the breaker's ``cause``) once, for ``score`` to print above its table.
+
+    >>> unreachable_lines({"m@http://h/v1": {"requests": 4, "errors": {"connect": 1,
+    ...     "breaker_open": 3}, "breaker": {"cause": "cannot reach http://h/v1/chat/completions:"
+    ...     " ConnectError: refused"}}})[0].split(". Check")[0]
+    'judge endpoint http://h/v1 (model m) was unreachable: 4 of 4 requests failed (breaker_open 3, connect 1); the failure: cannot reach http://h/v1/chat/completions: ConnectError: refused'
+    """
+    if "error" in judges:
+        return []
+    lines = []
+    for label, m in judges.items():
+        errors = m.get("errors", {})
+        cause = m.get("breaker", {}).get("cause", "")
+        if not errors.get("connect") and "cannot reach" not in cause:
+            continue
+        model, _, url = label.partition("@")
+        failed = ", ".join(f"{kind} {n}" for kind, n in sorted(errors.items()))
+        why = f"; the failure: {cause}" if cause else ""
+        lines.append(
+            f"judge endpoint {url} (model {model}) was unreachable: {sum(errors.values())} of "
+            f"{m.get('requests', 0)} requests failed ({failed}){why}. Check that the judge server "
+            f"is running and listening at that address (curl {url}/models) and that the config's "
+            "endpoint.base_url is its address"
+        )
+    return lines

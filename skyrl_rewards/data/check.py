@@ -73,17 +73,21 @@ def check_row(row: Mapping[str, Any], line: int, base_dir: Path, mix: RewardMix)
     if "solution" not in row:
         return [Problem(line, row_id, "solution", "missing field")]
     problems = []
+    bad_images = []
     sample = dict(row)
     if "image_path" in row:
         sample["image_path"] = resolve_image_path(row["image_path"], base_dir)
         for path in _image_paths(sample["image_path"]):
             if message := check_image(path):
                 problems.append(Problem(line, row_id, "image_path", message))
+                bad_images.append(path)
     sample.setdefault("completion", row["solution"])
     result = mix.score(sample)
     for name, status in result.status.items():
         if Status(status) in MASKING_STATUSES:
             message = result.errors.get(name, status)
+            if any(path in message for path in bad_images):
+                continue  # a reward that failed on an image already reported: said once
             problems.append(Problem(line, row_id, name, f"{status}: {message}"))
     for field, message in box_fit_problems({**sample, "completion": row.get("completion")}, mix):
         problems.append(Problem(line, row_id, field, message))

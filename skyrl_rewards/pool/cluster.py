@@ -1,7 +1,11 @@
 """Reaching Ray for a pool: a loopback-only local Ray, or a running cluster, every wait bounded.
 
 - :func:`start_local_ray` starts a fresh Ray on this machine whose every
-  socket (GCS, raylet, workers, agents) listens on 127.0.0.1 only.
+  socket (GCS, raylet, workers, agents) listens on 127.0.0.1 only, without
+  token authentication (nothing outside the machine can reach it), so it
+  neither writes ``~/.ray/auth_token`` nor turns token authentication on for
+  the user's own ``ray start --head`` later (Ray 2.60's ``ray.init`` does
+  both when ``RAY_AUTH_MODE`` is unset). A ``RAY_AUTH_MODE`` the user set is kept.
 - :func:`join_cluster` joins a running cluster (``"auto"`` or ``"host:port"``).
   Before Ray's own connect, which retries for minutes, it checks within
   ``timeout_s`` that something listens at the address, and that the cluster
@@ -16,6 +20,10 @@
   workers) refuses a pool that asks for more CPUs (GPUs) than the cluster has
   free, instead of leaving its workers pending for ever.
 
+Ctrl-C while Ray starts (in :func:`start_local_ray` and :func:`join_cluster`)
+is held until ``ray.init`` returns and delivered then: a Ray interrupted half
+way leaves its agents running for a minute after the process has gone.
+
 Every failure raises an error naming the cause and the fix.
 """
 
@@ -23,10 +31,13 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
 
 import ray
 
@@ -79,22 +90,43 @@ def _enable_token_auth() -> None:
     logger.info("Ray token authentication enabled (%s=token): a token was found", AUTH_MODE_ENV)
 
 
-def _resolve(address: str) -> str:
-    """``host:port`` of ``address``; ``auto`` is Ray's own lookup (RAY_ADDRESS, the latest cluster)."""
+def _resolve(address: str) -> tuple[str, str]:
+    """``host:port`` of ``address`` and where it came from (``""``: given as such).
+
+    ``auto`` is Ray's own lookup: ``RAY_ADDRESS``, else Ray's current-cluster
+    file (written by the last ``ray start`` on this machine, kept after that
+    cluster is gone), else a Ray GCS process running here.
+    """
     if address != "auto":
-        return address
+        return address, ""
+    from ray._common.utils import get_ray_address_file
     from ray._private.services import canonicalize_bootstrap_address_or_die
 
     try:
-        return canonicalize_bootstrap_address_or_die("auto")
+        target = canonicalize_bootstrap_address_or_die("auto")
     except ConnectionError as error:
         raise NoClusterError(
             f"address: no running Ray cluster found for address='auto' ({error}); start one "
             "with `ray start --head`, or pass address=HOST:PORT"
         ) from error
+    from_env = os.environ.get("RAY_ADDRESS")
+    if from_env:
+        return target, f"that address is RAY_ADDRESS={from_env} (unset it, or fix it)"
+    record = Path(get_ray_address_file(None))
+    try:
+        recorded = record.read_text().strip()
+    except OSError:
+        recorded = ""
+    if recorded == target:
+        return target, (
+            f"that address was read from {record}, Ray's record of the last cluster that "
+            "`ray start` started on this machine, kept after that cluster stopped; if it is "
+            f"gone, delete the record (`rm {record}`) or start a cluster (`ray start --head`)"
+        )
+    return target, "that address is of a Ray GCS process running on this machine"
 
 
-def _probe(address: str, timeout_s: float) -> None:
+def _probe(address: str, timeout_s: float, origin: str = "") -> None:
     host, _, port = address.rpartition(":")
     try:
         port_number = int(port)
@@ -106,10 +138,16 @@ def _probe(address: str, timeout_s: float) -> None:
         with socket.create_connection((host.strip("[]"), port_number), timeout=timeout_s):
             pass
     except OSError as error:
+        fix = (
+            f"; {origin}; or give the cluster's address (pool status/stop: --address "
+            "HOST:PORT; pool start, score: address=HOST:PORT)"
+            if origin
+            else f"; start one with `ray start --head --port={port}` on that host, or fix the "
+            "address (`ray status` on the head prints it)"
+        )
         raise NoClusterError(
             f"address: no Ray cluster at {address} (nothing accepted a connection within "
-            f"{timeout_s:g}s: {error}); start one with `ray start --head --port={port}` on "
-            "that host, or fix the address (`ray status` on the head prints it)"
+            f"{timeout_s:g}s: {error}){fix}"
         ) from error
 
 
@@ -144,11 +182,12 @@ def join_cluster(address: str, namespace: str, *, timeout_s: float = CONNECT_TIM
     skyrl_rewards.pool.cluster.NoClusterError: address: no Ray cluster at 127.0.0.1:1 ...
     """
     _enable_token_auth()
-    target = _resolve(address)
-    _probe(target, timeout_s)
+    target, origin = _resolve(address)
+    _probe(target, timeout_s, origin)
     _check_auth(target)
     try:
-        ray.init(address=target, namespace=namespace, log_to_driver=False)
+        with sigint_held():
+            ray.init(address=target, namespace=namespace, log_to_driver=False)
     except ConnectionError as error:
         raise NoClusterError(
             f"address: could not join the Ray cluster at {target} ({error}); check that "
@@ -190,6 +229,50 @@ def _loopback_node() -> Iterator[None]:
         ray_constants.ENABLE_RAY_CLUSTER = saved_flag
 
 
+@contextmanager
+def sigint_held() -> Iterator[None]:
+    """Hold SIGINT (Ctrl-C) inside the block; one that came is delivered when the block ends.
+
+    Ray's start is bounded but cannot be undone half way: interrupted inside
+    ``ray.init`` it leaves agents running and can crash the process at exit.
+    A SIGINT received in the block is re-raised to the handler in place before
+    it (by default: ``KeyboardInterrupt`` right after the block). Outside the
+    main thread, where Python runs no signal handler, the block runs as is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received:
+            signal.raise_signal(signal.SIGINT)
+
+
+@contextmanager
+def _no_token() -> Iterator[None]:
+    """While a local Ray starts, ``RAY_AUTH_MODE=disabled`` unless the user set a mode.
+
+    With the mode unset, Ray 2.60's ``ray.init`` of a new cluster turns token
+    authentication on and writes ``~/.ray/auth_token`` when there is none;
+    from then on every ``ray start --head`` of the user asks for that token.
+    A loopback-only Ray needs none. Ray caches the mode: it is re-read on
+    entry, as Ray's own token set-up does; Ray's processes keep the mode they
+    started with.
+    """
+    if os.environ.get(AUTH_MODE_ENV) is not None:
+        yield
+        return
+    from ray._raylet import Config
+
+    with _environment(AUTH_MODE_ENV, "disabled"):
+        Config.initialize("")
+        yield
+
+
 def _worker_niceness(niceness: int | None) -> AbstractContextManager[None]:
     """While Ray starts, have its raylet start workers at ``niceness`` (Ray's default: 15).
 
@@ -211,7 +294,7 @@ def start_local_ray(namespace: str, *, worker_niceness: int | None = None) -> No
     ``worker_niceness`` (0 to 19) is the niceness Ray starts its workers at
     (``None``: Ray's 15).
     """
-    with _loopback_node(), _worker_niceness(worker_niceness):
+    with sigint_held(), _loopback_node(), _worker_niceness(worker_niceness), _no_token():
         ray.init(
             address="local",
             _node_ip_address=LOOPBACK,

@@ -33,6 +33,7 @@ from skyrl_rewards.pool.directory import PoolDirectory
 from skyrl_rewards.pool.reward_pool import PoolStartError, refuse_taken_name
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.rewards.models.lanes import REWARD_MODEL_LANE
+from skyrl_rewards.suggest import did_you_mean
 
 __all__ = ["NoClusterError", "NoPoolError", "PoolStartError", "start", "status", "stop"]
 
@@ -53,7 +54,16 @@ def _directory(name: str, namespace: str) -> Any:
     try:
         return ray.get_actor(name, namespace=namespace)
     except ValueError as e:
-        raise NoPoolError(f"name: no reward pool {name!r} runs in namespace {namespace!r}") from e
+        running = sorted(
+            actor["name"]
+            for actor in ray.util.list_named_actors(all_namespaces=True)
+            if actor["namespace"] == namespace
+        )
+        listed = f"; named actors there: {', '.join(running)}" if running else ""
+        raise NoPoolError(
+            f"name: no reward pool {name!r} runs in namespace {namespace!r}"
+            f"{did_you_mean(name, running)}{listed}"
+        ) from e
 
 
 def start(config: PoolConfig) -> dict[str, Any]:

@@ -59,6 +59,10 @@ def test_score_with_a_judge_prints_its_calls_and_masks_an_outage(
                 *overrides,
                 "name=t_cli_judge_down",
                 "rewards.accuracy.judge.endpoint.retries.max_retries=0",
+                # one at a time, and the first failure opens the breaker: the second row is
+                # masked breaker_open without a call
+                "rewards.accuracy.judge.endpoint.limits.max_in_flight=1",
+                "rewards.accuracy.judge.endpoint.breaker.failures=1",
             ]
         )
         down_out = capsys.readouterr().out
@@ -73,4 +77,20 @@ def test_score_with_a_judge_prints_its_calls_and_masks_an_outage(
         json.loads(line)["reward"] for line in (tmp_path / "down.jsonl").read_text().splitlines()
     ]
     assert [r["should_mask"] for r in failed] == [True, True, False]
-    assert "errors connect 2" in down_out, down_out
+    assert "errors breaker_open 1, connect 1" in down_out, down_out  # the fault happened
+    # each masked row carries the failure, the breaker's row the one that opened it
+    assert sorted(r["errors"]["accuracy"].split(":")[0] for r in failed[:2]) == [
+        "judge breaker_open",
+        "judge connect",
+    ]
+    assert all(
+        f"cannot reach {server.url}/chat/completions" in r["errors"]["accuracy"] for r in failed[:2]
+    )
+    # the summary says it once, at its top (right above the table), with what to check
+    lines = down_out.splitlines()
+    at = next(i for i, line in enumerate(lines) if "was unreachable" in line)
+    assert lines[at + 2].startswith("component"), lines
+    expected = f"judge endpoint {server.url} (model judge) was unreachable: 2 of 2 requests failed"
+    assert lines[at].startswith(expected), lines[at]
+    assert f"cannot reach {server.url}/chat/completions" in lines[at] and "curl" in lines[at]
+    assert down_out.count("was unreachable") == 1 and "was unreachable" not in ok
