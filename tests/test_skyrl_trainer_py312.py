@@ -5,6 +5,11 @@ main test venv need not have. ``scripts/launch/make_skyrl_venv.sh`` builds
 ``.venv-skyrl`` once (rebuilt when pyproject.toml changes); this test then runs
 pytest on tests/skyrl_trainer inside it and fails with that run's output.
 Without a Python 3.12 the test skips, except in CI (``CI=true``), where it fails.
+
+The inner run's summary (its counts, every failure, every skip with its
+reason, its slowest tests) is written into the outer run's output, passed or not, so a log shows
+that the SkyRL training steps ran; in CI a skipped training-step test fails
+the outer test.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import signal
 import subprocess
 import sys
 import threading
+import xml.etree.ElementTree as ET
 from collections import deque
 from pathlib import Path
 
@@ -24,6 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-skyrl"
 STAMP = VENV / "skyrl-rewards-pyproject.sha256"
 BUILD_TIMEOUT_S = 3000
+INNER_ARGS = ("-q", "-p", "no:cacheprovider", "-rfEs", "--durations=8")
+"""The inner pytest's options: quiet, failures, errors and skips (with reasons) listed, the 8
+slowest tests."""
+STEP_TESTS = "test_skyrl_training_step"
+"""The module of the SkyRL training-step tests: skipped in CI, the outer test fails."""
 
 
 def python312_available() -> bool:
@@ -76,21 +87,101 @@ def ensure_venv(capsys: pytest.CaptureFixture[str]) -> Path:
     return python
 
 
+def run_inner(python: Path | str, target: Path | str, junit: Path, *, timeout_s: float):
+    """Run pytest on ``target`` with ``python`` (:data:`INNER_ARGS`, results into ``junit``)."""
+    return subprocess.run(
+        [str(python), "-m", "pytest", *INNER_ARGS, f"--junitxml={junit}", str(target)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def inner_summary(stdout: str) -> str:
+    """The inner run's closing part: slowest tests, skips with reasons, the counts line."""
+    lines = stdout.rstrip().splitlines()
+    starts = [
+        i for i, line in enumerate(lines) if "slowest" in line or "short test summary" in line
+    ]
+    return "\n".join(lines[starts[0] if starts else -1 :])
+
+
+def skipped_tests(junit: Path) -> list[tuple[str, str]]:
+    """``(module.test, reason)`` of every skipped test of a junit XML report."""
+    return [
+        (f"{case.get('classname')}.{case.get('name')}", skip.get("message", ""))
+        for case in ET.parse(junit).getroot().iter("testcase")
+        for skip in case.findall("skipped")
+    ]
+
+
+def report_inner(title: str, stdout: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Write the inner run's summary into the outer run's output (pytest's capture lifted)."""
+    with capsys.disabled():
+        summary = "\n".join(f"  {line}" for line in inner_summary(stdout).splitlines())
+        sys.stdout.write(f"\n{title}:\n{summary}\n")
+        sys.stdout.flush()
+
+
+def step_skips(skipped: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The skipped tests of :data:`STEP_TESTS`."""
+    return [(test, why) for test, why in skipped if f"{STEP_TESTS}." in test]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(4800)
-def test_envs_inside_the_real_skyrl_on_python312(capsys: pytest.CaptureFixture[str]) -> None:
+def test_envs_inside_the_real_skyrl_on_python312(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     if not python312_available():
         if os.environ.get("CI") == "true":
             pytest.fail("CI needs Python 3.12 for the SkyRL tests (set PYTHON312 or install it)")
         pytest.skip("no Python 3.12 (SkyRL 0.4 needs it): set PYTHON312 to run the SkyRL tests")
     python = ensure_venv(capsys)
-    run = subprocess.run(
-        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/skyrl_trainer"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=2700,  # the two CPU training steps add about 6 min on 2 cores
-    )
-    sys.stdout.write(run.stdout[-4000:])  # shown with -rA or on failure
+    junit = tmp_path / "skyrl_trainer.xml"
+    # the three CPU training steps add about 6 min on 2 cores
+    run = run_inner(python, "tests/skyrl_trainer", junit, timeout_s=2700)
+    report_inner("tests/skyrl_trainer in .venv-skyrl (Python 3.12, SkyRL 0.4)", run.stdout, capsys)
     assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-3000:]
     assert " passed" in run.stdout.splitlines()[-1]
+    skipped_steps = step_skips(skipped_tests(junit))
+    if os.environ.get("CI") == "true":
+        assert not skipped_steps, f"SkyRL training steps skipped in CI: {skipped_steps}"
+
+
+NESTED = """
+import time
+
+import pytest
+
+
+def test_runs() -> None:
+    time.sleep(0.05)
+
+
+@pytest.mark.skip(reason="no GPU here")
+def test_on_a_gpu() -> None:
+    pass
+"""
+
+
+@pytest.mark.parametrize("module", ["test_other", STEP_TESTS])
+def test_the_inner_summary_shows_counts_skips_and_slowest(
+    module: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a tiny inner suite run as the SkyRL one is, with this interpreter: one pass, one skip
+    (tmp_path / f"{module}.py").write_text(NESTED)
+    junit = tmp_path / "inner.xml"
+    run = run_inner(sys.executable, tmp_path / f"{module}.py", junit, timeout_s=120)
+    assert run.returncode == 0, run.stdout
+    summary = inner_summary(run.stdout)
+    assert "slowest 8 durations" in summary and "test_runs" in summary
+    assert "no GPU here" in summary
+    assert summary.splitlines()[-1].startswith("1 passed, 1 skipped")
+    report_inner("inner", run.stdout, capsys)
+    assert capsys.readouterr().out == ""  # written past the capture, into the run's output
+    skipped = skipped_tests(junit)
+    assert [why for _, why in skipped] == ["no GPU here"]
+    # only a skipped training-step test counts as one (and fails the outer test in CI)
+    assert len(step_skips(skipped)) == (module == STEP_TESTS)
