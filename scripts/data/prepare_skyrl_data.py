@@ -1,14 +1,14 @@
 """Write SkyRL prompt parquet (train.parquet, validation.parquet) from this project's JSONL rows.
 
     python scripts/data/prepare_skyrl_data.py --input skyrl_rewards/sample_data/rec.jsonl \
-        --out-dir ~/data/skyrl_rewards/rec --env-class skyrl_rewards
+        --out-dir out/data/rec --env-class skyrl_rewards
 
 For a vision-language policy, name its box format: every row then carries
 ``box_format`` (which the box rewards read) and the family's grounding
 instruction, and rows' ``image_grid_thw`` are checked against its resize:
 
-    python scripts/data/prepare_skyrl_data.py --input rec.jsonl --out-dir data/rec --box-format qwen3_vl
-    python scripts/data/prepare_skyrl_data.py --input rec.jsonl --out-dir data/rec \
+    python scripts/data/prepare_skyrl_data.py --input rec.jsonl --out-dir out/data/rec --box-format qwen3_vl
+    python scripts/data/prepare_skyrl_data.py --input rec.jsonl --out-dir out/data/rec \
         --box-format qwen2_5_vl --max-pixels 1003520   # the engine's processor settings
 
 The row format is documented in skyrl_rewards/train/dataset.py; the paths

@@ -17,7 +17,7 @@
 #   MAX_PIXELS  the engine processor's max_pixels, given to vLLM (mm_processor_kwargs), the
 #             data check and the reward alike [1003520 for qwen2_5_vl; unset: the processor's]
 #   INPUT     JSONL rows with problem, solution, image_path [the shipped sample]
-#   DATA_DIR  where train/validation parquet go [$HOME/data/skyrl_rewards/rec]
+#   DATA_DIR  where train/validation parquet go [out/data/rec in the checkout: out/ is git-ignored]
 #   NUM_GPUS [4]   PYTHON  the Python 3.12 interpreter with SkyRL installed [python]
 #   RAY_ADDRESS  join a running cluster (the pool spreads its workers over its nodes)
 set -euo pipefail
@@ -26,7 +26,7 @@ PYTHON=${PYTHON:-python}
 CHECK=()
 if [[ "${1:-}" == "--check" ]]; then CHECK=(--check); shift; fi
 INPUT=${INPUT:-skyrl_rewards/sample_data/rec.jsonl}
-DATA_DIR=${DATA_DIR:-$HOME/data/skyrl_rewards/rec}
+DATA_DIR=${DATA_DIR:-$PWD/out/data/rec}  # out/: ignored by git
 FAMILY=${FAMILY:-qwen3_vl}
 NUM_GPUS=${NUM_GPUS:-4}
 if [[ "$FAMILY" == qwen2_5_vl || "$FAMILY" == resized_pixels ]]; then

@@ -10,7 +10,7 @@
 #   bash scripts/launch/launch_grpo_tau_retail.sh trainer.epochs=2   # any further SkyRL override
 #
 # Environment variables (defaults in brackets):
-#   DATA_DIR       where train/test parquet go [$HOME/data/skyrl_rewards/tau_retail]
+#   DATA_DIR       where train/test parquet go [out/data/tau_retail in the checkout: out/ is git-ignored]
 #   BACKEND        tau2 (offline, packaged) | tau_bench (installed from its repository) [tau2]
 #   MODEL          policy [Qwen/Qwen2.5-7B-Instruct]   NUM_GPUS [4]
 #   USER_BASE_URL  OpenAI-compatible endpoint of the user model [http://127.0.0.1:8000/v1]
@@ -21,7 +21,7 @@ cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-python}
 CHECK=()
 if [[ "${1:-}" == "--check" ]]; then CHECK=(--check); shift; fi
-DATA_DIR=${DATA_DIR:-$HOME/data/skyrl_rewards/tau_retail}
+DATA_DIR=${DATA_DIR:-$PWD/out/data/tau_retail}  # out/: ignored by git
 BACKEND=${BACKEND:-tau2}
 MODEL=${MODEL:-Qwen/Qwen2.5-7B-Instruct}
 NUM_GPUS=${NUM_GPUS:-4}
