@@ -16,10 +16,14 @@ What SkyRL's own ``main_base`` does, with four differences:
    ``pool: NAME`` connects to a pool started with ``skyrl-rewards pool start``.
 
 ``--check`` parses and validates the config, prints this project's sections
-and exits: no Ray, no GPU (what the launch scripts' ``--check`` runs).
+and exits: no Ray, no GPU (what the launch scripts' ``--check`` runs). It
+silences the notices that importing vLLM, torch and SkyRL prints on a
+machine without a GPU (:func:`quiet_gpu_notices`): the check needs none.
 """
 
 import importlib.util
+import logging
+import os
 import platform
 import sys
 from collections.abc import Sequence
@@ -78,6 +82,23 @@ def usage() -> str:
         *_field_lines(RewardPoolLaunchConfig, "reward_pool."),
     ]
     return USAGE.format(sections="\n".join(sections))
+
+
+def quiet_gpu_notices() -> None:
+    """Before SkyRL's config imports vLLM: no notices about the missing GPU, for ``--check``.
+
+    On a machine without a GPU the imports print seven lines before
+    ``config OK``: vLLM's (Triton has no active driver; ``vllm._C`` and its
+    DeepSelect extension cannot load), torch's (no CUDA runtime) and SkyRL's
+    own patch notices (loguru). vLLM reads ``VLLM_LOGGING_LEVEL`` at import
+    (a value the user set is kept); the others are loggers turned down.
+    Errors still show.
+    """
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    from loguru import logger
+
+    logger.disable("skyrl")
 
 
 def parse_config(overrides: Sequence[str]) -> Any:
@@ -187,6 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     check = "--check" in args
     overrides = [a for a in args if a != "--check"]
+    if check:
+        quiet_gpu_notices()
     try:
         cfg = parse_config(overrides)
         if check and cfg.reward_pool.config:  # every reward and parameter of the mix, no Ray
