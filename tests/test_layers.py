@@ -3,7 +3,8 @@
 skyrl_rewards: integrations (``train``, ``cli``, ``data``) -> ``pool`` (Ray) -> ``rewards`` (pure).
 tau_bench_env: ``cli`` -> ``evaluation`` -> ``rescoring`` -> ``episode`` -> ``users``,
 ``backends`` -> ``data_model`` -> ``config``. Between the packages: ``tau_bench_env`` may
-import ``skyrl_rewards``, never the other way round.
+import ``skyrl_rewards``, never the other way round. Inside a layer too, no two modules import
+each other, however indirectly (a constant or contract both need lives in a module below both).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -71,6 +73,99 @@ def imported_modules(path: Path) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.append(node.module)
     return names
+
+
+def module_name(path: Path, root: Path) -> str:
+    """The dotted name of a module file under ``root`` (a package's ``__init__`` is the package)."""
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(packages: Iterable[Path]) -> dict[str, set[str]]:
+    """Module -> the modules of ``packages`` it imports, at module level or inside a function.
+
+    ``from a.b import c`` names the module ``a.b.c`` when that is a module, else ``a.b``;
+    relative imports are resolved against the importing module's package.
+    """
+    files = {
+        module_name(path, package.parent): path
+        for package in packages
+        for path in sorted(package.rglob("*.py"))
+    }
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        base = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                parent = node.module or ""
+                if node.level:
+                    anchor = base.split(".")[: len(base.split(".")) - (node.level - 1)]
+                    parent = ".".join([*anchor, *([parent] if parent else [])])
+                for alias in node.names:
+                    child = f"{parent}.{alias.name}"
+                    targets.add(child if child in files else parent)
+        graph[module] = {t for t in targets if t in files and t != module}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every group of modules that import each other, directly or not (Tarjan's strongly
+    connected components of more than one module), each sorted; the groups sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(circles)
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    # module-level and lazy (function-level) imports alike, between any two modules
+    assert import_circles(import_graph([PACKAGE, TAU_PACKAGE])) == []
+
+
+def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
+    # a tiny package: a -> b at module level, b -> c inside a function, c -> a relatively;
+    # d imports a but nothing imports d, so d is outside the circle
+    package = tmp_path / "tiny"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from tiny.b import VALUE\n")
+    (package / "b.py").write_text("VALUE = 1\n\n\ndef f():\n    import tiny.c\n")
+    (package / "c.py").write_text("from . import a\n")
+    (package / "d.py").write_text("from tiny import a\n")
+    graph = import_graph([package])
+    assert import_circles(graph) == [["tiny.a", "tiny.b", "tiny.c"]]
+    (package / "c.py").write_text("VALUE = 2\n")  # the circle broken: none left
+    assert import_circles(import_graph([package])) == []
 
 
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))

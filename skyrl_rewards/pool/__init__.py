@@ -7,6 +7,6 @@ loopback-only local Ray or a running cluster, bounded waits, token
 authentication, free CPUs), ``directory`` and ``service`` (the named actor
 that owns the workers), ``scheduler`` (time limits, retries, one
 result per item), ``worker``, ``batching`` (micro-batches from many threads),
-``metrics`` and ``replay_log``. Importing this package does not import Ray;
+``ray_errors`` (what Ray raises when an actor is lost), ``metrics`` and ``replay_log``. Importing this package does not import Ray;
 ``reward_pool`` does.
 """

@@ -33,6 +33,7 @@ from ray.actor import ActorHandle
 from ray.exceptions import RayTaskError
 
 from skyrl_rewards.pool.metrics import PoolMetrics
+from skyrl_rewards.pool.ray_errors import WORKER_LOST
 from skyrl_rewards.rewards.models.lanes import JUDGE_LANE
 from skyrl_rewards.rewards.result import MASKING_STATUSES, ComponentScore, Status
 
@@ -206,9 +207,7 @@ class LaneDispatcher:
             for task in chunk:
                 self._score(task, Status.ERROR, f"{task.name}: {self.lane} lane error: {error}")
             return
-        except Exception as error:  # noqa: BLE001 - Ray's ways of saying the actor is gone
-            if not _actor_lost(error):
-                raise
+        except WORKER_LOST as error:
             logger.warning("reward pool: the %s lane's actor was lost: %s", self.lane, error)
             self._metrics.count("worker_restarts")
             await self._replace(channel, generation)
@@ -259,12 +258,6 @@ class LaneDispatcher:
                     self.lane,
                     _first_line(error),
                 )
-
-
-def _actor_lost(error: BaseException) -> bool:
-    from skyrl_rewards.pool.scheduler import WORKER_LOST
-
-    return isinstance(error, WORKER_LOST)
 
 
 def _first_line(error: BaseException) -> str:
