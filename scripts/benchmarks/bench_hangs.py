@@ -18,9 +18,9 @@ Three measurements, each a subcommand (``all`` runs them in turn):
   child, in older checkouts), and what a timeout costs the next call
   (replacement of the killed child).
 
-The code measured is whatever ``skyrl_rewards`` imports, so the same script
-measures an older checkout: ``git worktree add /tmp/before_hangs <commit>`` and
-``PYTHONPATH=/tmp/before_hangs python scripts/benchmarks/bench_hangs.py ...``.
+The code measured is whatever ``skyrl_rewards`` imports; ``--compare REV ...``
+runs the same subcommand on older commits too, in turns with this checkout, one
+process per side (``benchlib.compare_sides``), and prints each side's report.
 
     python scripts/benchmarks/bench_hangs.py all --json out/bench_hangs.json
 """
@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import time
@@ -39,6 +38,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import benchlib
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep a local Ray on loopback
 
@@ -121,7 +122,7 @@ def _pool_run(
     with _new_pool(RewardPool, cfg) as pool:
         pool.score(ordinary_samples(random.Random(99), 64))  # warm-up, not timed
         startup_s = time.monotonic() - started
-        load = os.getloadavg()[0]
+        load = benchlib.load()
         before = pool.metrics()
         started = time.monotonic()
         results = pool.score(samples)
@@ -143,11 +144,11 @@ def _pool_run(
         "items": len(samples),
         "hangs": len(hang_at),
         "pool_startup_s": round(startup_s, 1),
-        "load_at_start": round(load, 2),
-        "load_at_end": round(os.getloadavg()[0], 2),
+        "load_at_start": load,
+        "load_at_end": benchlib.load(),
         "wall_s": round(wall_s, 2),
-        "ordinary_p50_s": round(statistics.median(ordinary), 3),
-        "ordinary_p99_s": round(sorted(ordinary)[int(0.99 * (len(ordinary) - 1))], 3),
+        "ordinary_p50_s": benchlib.median(ordinary),
+        "ordinary_p99_s": round(benchlib.percentile(ordinary, 0.99), 3),
         "hang_statuses": sorted({r.status["accuracy"] for r in hangs}),
         "hang_latency_max_s": round(max((r.latency_s for r in hangs), default=0.0), 2),
         "counters": {c: after.get(c, 0) - before.get(c, 0) for c in counters},
@@ -316,7 +317,7 @@ def bench_child(starts_count: int, timeouts: int) -> dict[str, Any]:
         return time.monotonic() - started
 
     timed("0.5")  # a warm child
-    warm = statistics.median(timed(f"{i}/{2 * i}") for i in range(2, 7))
+    warm = benchlib.median((timed(f"{i}/{2 * i}") for i in range(2, 7)), 4)
     after_timeout, one_s_later, timeout_calls = [], [], []
     for i in range(timeouts):
         timeout_calls.append(timed(f"$\\Gamma({99990 - i}^{{2}})$", timeout_s=1.0))
@@ -326,12 +327,12 @@ def bench_child(starts_count: int, timeouts: int) -> dict[str, Any]:
         one_s_later.append(timed(f"{i + 30}/{2 * i + 60}"))
     return {
         "load": os.getloadavg(),
-        "startup_s_median": round(statistics.median(starts), 3),
-        "rss_mb_median": round(statistics.median(rss) / 1024, 1),
-        "warm_call_s": round(warm, 4),
-        "timeout_call_1s_limit_wall_s_median": round(statistics.median(timeout_calls), 2),
-        "next_call_right_after_timeout_s_median": round(statistics.median(after_timeout), 3),
-        "next_call_1s_after_timeout_s_median": round(statistics.median(one_s_later), 3),
+        "startup_s_median": benchlib.median(starts),
+        "rss_mb_median": round(benchlib.median(rss) / 1024, 1),
+        "warm_call_s": warm,
+        "timeout_call_1s_limit_wall_s_median": benchlib.median(timeout_calls, 2),
+        "next_call_right_after_timeout_s_median": benchlib.median(after_timeout),
+        "next_call_1s_after_timeout_s_median": benchlib.median(one_s_later),
     }
 
 
@@ -357,7 +358,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="pool setting for the hangs runs (repeatable), e.g. --set first_pass_s=0.1",
     )
+    benchlib.add_compare_argument(parser, "the same measurement")
     options = parser.parse_args(args)
+    if options.compare:
+        sides = benchlib.compare_sides(
+            Path(__file__).resolve(),
+            [*options.compare, benchlib.THIS_CHECKOUT],
+            lambda _: [arg for arg in args if arg != "--compare" and arg not in options.compare],
+            repeats=1,
+            timeout_s=7200,
+        )
+        report = {rev: side for rev, (side,) in sides.items()}
+        for rev, side in report.items():
+            print(f"{rev}: {json.dumps(side)}")
+        if options.json is not None:
+            options.json.parent.mkdir(parents=True, exist_ok=True)
+            options.json.write_text(json.dumps(report, indent=2))
+        return 0
     import skyrl_rewards
 
     report: dict[str, Any] = {
@@ -376,7 +393,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.what in ("hangs", "all"):
         settings = {k: json.loads(v) for k, v in (item.split("=", 1) for item in options.set)}
         report["hangs"] = bench_hangs(options.items, options.hangs, options.repeats, settings)
-    if options.json is not None:
+    if options.side:
+        benchlib.print_side(report)
+    elif options.json is not None:
         options.json.parent.mkdir(parents=True, exist_ok=True)
         options.json.write_text(json.dumps(report, indent=2))
     return 0

@@ -52,8 +52,6 @@ import math
 import multiprocessing
 import os
 import random
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -63,6 +61,13 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolE
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (`skyrl-rewards bench`)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402
+
+# before Ray is imported: keep every address of a multi-node cluster on this machine on 127.0.0.1
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 ENGINES = ("loop", "threads", "processes", "pool")
 MIXED_REWARDS = {
@@ -319,7 +324,7 @@ def _summary(name: str, runs: list[tuple[float, list[float]]]) -> dict[str, Any]
     """Median wall time over the repeats; p50/p99 over every item of every repeat."""
     walls = sorted(wall for wall, _ in runs)
     wall_s = walls[len(walls) // 2]
-    latencies = sorted(x for _, run in runs for x in run)
+    latencies = [x for _, run in runs for x in run]
     items = len(runs[0][1])
     return {
         "engine": name,
@@ -327,8 +332,8 @@ def _summary(name: str, runs: list[tuple[float, list[float]]]) -> dict[str, Any]
         "wall_s": round(wall_s, 3),
         "rounds_wall_s": [round(wall, 3) for wall, _ in runs],
         "items_per_s": round(items / wall_s, 1),
-        "p50_ms": round(1000 * latencies[len(latencies) // 2], 1),
-        "p99_ms": round(1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 1),
+        "p50_ms": round(1000 * benchlib.percentile(latencies, 0.5), 1),
+        "p99_ms": round(1000 * benchlib.percentile(latencies, 0.99), 1),
     }
 
 
@@ -395,9 +400,10 @@ def _bench_workload(
         runs: dict[str, list[tuple[float, list[float]]]] = {engine: [] for engine in engines}
         for data in rounds:
             for engine in engines:
-                start = time.perf_counter()
-                latencies = [x for step in data[engine] for x in runners[engine](step)]
-                runs[engine].append((time.perf_counter() - start, latencies))
+                per_step, wall_s = benchlib.timed(
+                    lambda s=data[engine], e=engine: [runners[e](x) for x in s]
+                )
+                runs[engine].append((wall_s, [x for step in per_step for x in step]))
         if "pool" in engines:
             metrics = pool.metrics()
             extra["pool_cache_hit_rate"] = round(metrics["cache_hit_rate"], 3)
@@ -762,7 +768,7 @@ def run_accuracy_side(
                 seen[key] = default_accuracy_reward(sample["completion"], sample["solution"])
         return time.perf_counter() - start, _math_cpu_s() - cpu
 
-    warm = accuracy_step(random.Random(-1), 16, group_size)
+    warm = accuracy_step(random.Random("warm-up"), 16, group_size)  # Random(-1) is Random(1)
     loop(warm, dedup=False)
     started = time.perf_counter()
     pool = RewardPool.from_config(config, pool_overrides)
@@ -804,9 +810,7 @@ def run_accuracy_side(
 def _accuracy_figures(runs: Sequence[Mapping[str, Any]], num_workers: int) -> dict[str, float]:
     """Medians over rounds: speed-ups, efficiency (in-process CPU / (pool wall x workers)), counts."""
 
-    def median(values: Sequence[float]) -> float:
-        return round(statistics.median(values), 3)
-
+    median = benchlib.median
     out = {
         "pool_wall_s": median([r["pool_wall_s"] for r in runs]),
         "dedup_wall_s": median([r["dedup_wall_s"] for r in runs]),
@@ -841,59 +845,38 @@ def compare_commits(
     """Run :func:`run_accuracy_side` for each revision in turn (A, B, A, B, ...), each in a subprocess.
 
     ``"."`` is this checkout's working tree; another revision is extracted
-    with ``git archive`` into a temporary folder and put first on ``PYTHONPATH``.
+    with ``git archive`` into a temporary folder and put first on ``PYTHONPATH``
+    (:func:`benchlib.compare_sides`).
     """
-    repo = Path(__file__).resolve().parents[2]
+    sides = benchlib.compare_sides(
+        Path(__file__).resolve(),
+        revisions,
+        lambda repeat: [
+            f"--rounds={rounds}",
+            f"--prompts={prompts}",
+            f"--group-size={group_size}",
+            f"--num-workers={num_workers}",
+            f"--seed={seed + repeat}",
+            *([] if naive else ["--no-naive"]),
+            "--pool",
+            *pool_overrides,
+        ],
+        repeats=repeats,
+        timeout_s=3600,
+        on_result=lambda rev, repeat, result: benchlib.progress(
+            f"repeat {repeat + 1}/{repeats} {rev}: "
+            + json.dumps(_accuracy_figures(result["runs"], num_workers))
+        ),
+    )
     report: dict[str, Any] = {"sides": {}}
-    with tempfile.TemporaryDirectory(prefix="bench_compare_") as folder:
-        trees: dict[str, Path] = {}
-        for rev in revisions:
-            if rev == ".":
-                trees[rev] = repo
-                continue
-            tree = Path(folder) / rev.replace("/", "_")
-            tree.mkdir()
-            archive = subprocess.run(
-                ["git", "-C", str(repo), "archive", rev], check=True, capture_output=True
-            ).stdout
-            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-            trees[rev] = tree
-        for rev in revisions:
-            report["sides"][rev] = {"tree": str(trees[rev]), "runs": [], "starts": []}
-        for repeat in range(repeats):
-            for rev in revisions:
-                side = report["sides"][rev]
-                args = [
-                    sys.executable,
-                    str(Path(__file__).resolve()),
-                    "--side",
-                    f"--rounds={rounds}",
-                    f"--prompts={prompts}",
-                    f"--group-size={group_size}",
-                    f"--num-workers={num_workers}",
-                    f"--seed={seed + repeat}",
-                    *([] if naive else ["--no-naive"]),
-                    "--pool",
-                    *pool_overrides,
-                ]
-                env = {**os.environ, "PYTHONPATH": str(trees[rev])}
-                done = subprocess.run(
-                    args, env=env, cwd=trees[rev], capture_output=True, text=True, check=False
-                )
-                if done.returncode != 0:
-                    raise RuntimeError(f"{rev}: side run failed:\n{done.stderr[-3000:]}")
-                result = json.loads(done.stdout.strip().splitlines()[-1])
-                side["runs"] += result["runs"]
-                side["starts"].append(round(result["pool_start_s"], 2))
-                side["settings"] = result["settings"]
-                print(
-                    f"repeat {repeat + 1}/{repeats} {rev}: "
-                    + json.dumps(_accuracy_figures(result["runs"], num_workers)),
-                    file=sys.stderr,
-                    flush=True,
-                )
-    for side in report["sides"].values():
-        side["figures"] = _accuracy_figures(side["runs"], num_workers)
+    for rev, results in sides.items():
+        runs = [run for result in results for run in result["runs"]]
+        report["sides"][rev] = {
+            "runs": runs,
+            "starts": [round(result["pool_start_s"], 2) for result in results],
+            "settings": results[-1]["settings"],
+            "figures": _accuracy_figures(runs, num_workers),
+        }
     return report
 
 
@@ -929,16 +912,25 @@ def format_compare(report: Mapping[str, Any], num_workers: int) -> str:
 
 
 def bench_dispatch(
-    worker_counts: Sequence[int], items: int, repeats: int, seed: int
+    worker_counts: Sequence[int],
+    items: int,
+    repeats: int,
+    seed: int,
+    nodes: int = 1,
+    pool_overrides: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Items per second one pool dispatches when the work itself costs nothing.
 
     The format reward alone (microseconds per item) with ``local_rewards: []``,
     so every item goes through the scheduler to a worker and back; ``items``
     distinct samples per call (no cache hits), median of ``repeats`` calls, for
-    each worker count (Ray's CPUs shared out: ``num_cpus_per_worker`` =
-    CPUs / workers, at most 1). What limits it is the calling process (its
-    scheduler's event loop and Ray's calls), not the workers.
+    each worker count. What limits it is the calling process (its scheduler's
+    event loop and Ray's calls), not the workers. ``nodes`` > 1: a Ray cluster
+    of that many nodes on this machine (``ray.cluster_utils.Cluster``, loopback;
+    the driver on the head), the workers spread over them; else the local Ray
+    (its CPUs shared out: ``num_cpus_per_worker`` = CPUs / workers, at most 1).
+    ``pool_overrides`` change the pool's settings (``fence_min_s=1e-9``: every item
+    reported on its own, as accuracy's are).
     """
     import ray
 
@@ -946,54 +938,68 @@ def bench_dispatch(
 
     rng = random.Random(seed)
     cpus = os.cpu_count() or 2
-    rows = []
-    for workers in worker_counts:
-        config = {
-            "name": f"bench_dispatch_{os.getpid()}_{workers}",
-            "rewards": FORMAT_REWARDS,
-            "local_rewards": [],
-            "num_workers": workers,
-            "num_cpus_per_worker": min(1.0, cpus / workers),
-        }
-        with RewardPool.from_config(config) as pool:
-            pool.score(format_step(rng, 500))
-            walls = []
-            for _ in range(repeats):
-                step = [
-                    {**sample, "completion": f"{sample['completion']} #{rng.random()}"}
-                    for sample in format_step(rng, items)
-                ]
-                start = time.perf_counter()
-                pool.score(step)
-                walls.append(time.perf_counter() - start)
-            metrics = pool.metrics()
-        wall_s = statistics.median(walls)
-        rows.append(
-            {
-                "workers": workers,
-                "items": items,
-                "wall_s": round(wall_s, 3),
-                "items_per_s": round(items / wall_s),
-                "worker_calls": metrics["worker_calls"],
-                "load": round(os.getloadavg()[0], 2),
+    config: dict[str, Any] = {"rewards": FORMAT_REWARDS, "local_rewards": []}
+    with ExitStack() as stack:
+        if nodes > 1:
+            from ray.cluster_utils import Cluster
+
+            local = {"node_ip_address": "127.0.0.1", "include_dashboard": False}
+            per_node = -(-max(worker_counts) // nodes)
+            cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": per_node, **local})
+            stack.callback(cluster.shutdown)
+            for _ in range(nodes - 1):
+                cluster.add_node(num_cpus=per_node, **local)
+            cluster.wait_for_nodes()
+            ray.init(address=cluster.address, namespace="skyrl_rewards", log_to_driver=False)
+            stack.callback(ray.shutdown)
+            config["address"] = cluster.address
+        rows = []
+        for workers in worker_counts:
+            config |= {
+                "name": f"bench_dispatch_{os.getpid()}_{workers}",
+                "num_workers": workers,
+                "num_cpus_per_worker": 1.0 if nodes > 1 else min(1.0, cpus / workers),
             }
-        )
-        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    if ray.is_initialized():
-        ray.shutdown()
-    return {"rows": rows}
+            with RewardPool.from_config(config, pool_overrides) as pool:
+                pool.score(format_step(rng, 500))
+                walls = []
+                for _ in range(repeats):
+                    step = [
+                        {**sample, "completion": f"{sample['completion']} #{rng.random()}"}
+                        for sample in format_step(rng, items)
+                    ]
+                    walls.append(benchlib.timed(pool.score, step)[1])
+                metrics = pool.metrics()
+            wall_s = benchlib.median(walls)
+            rows.append(
+                {
+                    "nodes": nodes,
+                    "workers": workers,
+                    "worker_nodes": len({w["node_id"] for w in metrics["workers"]}),
+                    "items": items,
+                    "wall_s": wall_s,
+                    "items_per_s": round(items / wall_s),
+                    "worker_calls": metrics["worker_calls"],
+                    "load": benchlib.load(),
+                }
+            )
+            benchlib.progress(json.dumps(rows[-1]))
+        if nodes == 1 and ray.is_initialized():
+            ray.shutdown()
+    return {"rows": rows, "overrides": list(pool_overrides)}
 
 
 def format_dispatch(report: Mapping[str, Any]) -> str:
     lines = [
-        "dispatch ceiling: format reward only, local_rewards: [] (every item to a worker)",
+        "dispatch ceiling: format reward only, local_rewards: [] (every item to a worker)"
+        + (f"; pool settings: {' '.join(report['overrides'])}" if report["overrides"] else ""),
         "",
-        "| workers | items | wall s | items/s | worker calls | load |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "| nodes | workers (on nodes) | items | wall s | items/s | worker calls | load |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [
-        f"| {r['workers']} | {r['items']} | {r['wall_s']} | {r['items_per_s']} "
-        f"| {r['worker_calls']} | {r['load']} |"
+        f"| {r['nodes']} | {r['workers']} ({r['worker_nodes']}) | {r['items']} | {r['wall_s']} "
+        f"| {r['items_per_s']} | {r['worker_calls']} | {r['load']} |"
         for r in report["rows"]
     ]
     return "\n".join(lines)
@@ -1022,6 +1028,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="dispatch: worker counts",
     )
     parser.add_argument("--dispatch-items", type=int, default=20_000)
+    parser.add_argument(
+        "--dispatch-nodes",
+        type=int,
+        default=1,
+        help="dispatch: Ray nodes on this machine (ray.cluster_utils.Cluster) to spread over",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (median wall time)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the report here")
@@ -1032,21 +1044,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="pool settings (configs/pool.yaml keys), e.g. --pool batch_size=128",
     )
-    parser.add_argument(
-        "--compare",
-        nargs="+",
-        default=[],
-        metavar="REV",
-        help="accuracy workload: also run these git revisions, alternating with this checkout "
-        "(e.g. --compare 61383b7)",
-    )
+    benchlib.add_compare_argument(parser, "accuracy workload")
     parser.add_argument(
         "--rounds", type=int, default=2, help="accuracy: timed rounds per pool start"
     )
     parser.add_argument(
         "--no-naive", action="store_true", help="accuracy: skip the loop over every sample"
     )
-    parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.side:  # one side of an accuracy comparison, in the checkout on PYTHONPATH
         result = run_accuracy_side(
@@ -1058,7 +1062,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pool_overrides=args.pool,
             naive=not args.no_naive,
         )
-        print(json.dumps(result))
+        benchlib.print_side(result)
         return 0
     report: dict[str, Any] = {}
     workloads = [w for w in args.workloads if w in ("mixed", "format")]
@@ -1079,7 +1083,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_table(report))
     if "accuracy" in args.workloads or args.compare:
         report["accuracy"] = compare_commits(
-            [*args.compare, "."],
+            [*args.compare, benchlib.THIS_CHECKOUT],
             repeats=args.repeats,
             rounds=args.rounds,
             prompts=args.prompts or 200,
@@ -1092,7 +1096,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_compare(report["accuracy"], args.num_workers))
     if "dispatch" in args.workloads:
         report["dispatch"] = bench_dispatch(
-            args.dispatch_workers, args.dispatch_items, args.repeats, args.seed
+            args.dispatch_workers,
+            args.dispatch_items,
+            args.repeats,
+            args.seed,
+            args.dispatch_nodes,
+            args.pool,
         )
         print(format_dispatch(report["dispatch"]))
     if args.json:

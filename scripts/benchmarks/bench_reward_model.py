@@ -22,12 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import benchlib
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import (
@@ -202,10 +202,9 @@ def main() -> None:
         cpu: dict[str, list[float]] = {name: [] for name in runs}
         for _ in range(args.rounds):
             for name, run in runs.items():
-                started, started_cpu = time.perf_counter(), time.process_time()
-                run(conversations)
+                started_cpu = time.process_time()
+                wall[name].append(benchlib.timed(run, conversations)[1])
                 cpu[name].append(time.process_time() - started_cpu)
-                wall[name].append(time.perf_counter() - started)
     report: dict[str, Any] = {
         "items": args.items,
         "device": args.device,
@@ -216,7 +215,7 @@ def main() -> None:
         "runner_items_per_batch": round(runner.metrics.requests / runner.metrics.batches, 1),
     }
     for clock, times in (("wall", wall), ("cpu", cpu)):
-        medians = {name: statistics.median(values) for name, values in times.items()}
+        medians = {name: benchlib.median(values, 6) for name, values in times.items()}
         for name, median in medians.items():
             report[f"{clock}_{name}_items_per_s"] = round(args.items / median, 1)
         for name in loops:

@@ -18,7 +18,6 @@ import random
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from skyrl_rewards.rewards.coco_map import MAP_METHODS, coco_map
 from skyrl_rewards.rewards.components import WordTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "rewards"))
+import benchlib  # noqa: E402
 from test_adversarial import ADVERSARIAL  # noqa: E402
 
 _WORDS = "the model looks at the image and counts the red objects near the left edge of the table".split()
@@ -107,12 +107,7 @@ def box_scene(boxes: int = 50, labels: int = 10, seed: int = 0) -> tuple[str, st
 
 
 def _time_each(fn: Callable[[str, str], object], pairs: list[tuple[str, str]]) -> list[float]:
-    costs = []
-    for content, sol in pairs:
-        start = time.perf_counter()
-        fn(content, sol)
-        costs.append(time.perf_counter() - start)
-    return costs
+    return [benchlib.timed(fn, content, sol)[1] for content, sol in pairs]
 
 
 def functions(image: str) -> dict[str, Callable[[str, str], object]]:
@@ -144,10 +139,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         image = str(Path(tmp) / "big.png")
         Image.new("RGB", (4000, 3000), (90, 30, 160)).save(image)
-        start = time.perf_counter()
         with Image.open(image) as opened:
-            opened.load()
-        decode_s = time.perf_counter() - start
+            decode_s = benchlib.timed(opened.load)[1]
 
         pairs = mixed_sample(args.items)
         default_accuracy_reward(*pairs[0])  # start the math-verify child outside the timings
@@ -161,9 +154,9 @@ def main() -> None:
         print("| function | median (us) | p99 (us) | adversarial max (ms) |")
         print("|---|---:|---:|---:|")
         for name, fn in functions(image).items():
-            costs = sorted(_time_each(fn, pairs))
+            costs = _time_each(fn, pairs)
             worst = max(_time_each(fn, adversarial))
-            p99 = costs[min(len(costs) - 1, int(len(costs) * 0.99))]
+            p99 = benchlib.percentile(costs, 0.99)
             print(
                 f"| {name} | {statistics.median(costs) * 1e6:.1f} | {p99 * 1e6:.1f} | {worst * 1e3:.1f} |"
             )
@@ -174,10 +167,10 @@ def main() -> None:
         print("| method | value | median (ms) | p99 (ms) |")
         print("|---|---:|---:|---:|")
         for method in MAP_METHODS:
-            costs = sorted(
-                _time_each(functools.partial(coco_map, method=method), [(content, solution)] * 200)
+            costs = _time_each(
+                functools.partial(coco_map, method=method), [(content, solution)] * 200
             )
-            p99 = costs[min(len(costs) - 1, int(len(costs) * 0.99))]
+            p99 = benchlib.percentile(costs, 0.99)
             value = coco_map(content, solution, method)
             print(
                 f"| {method} | {value:.4f} | {statistics.median(costs) * 1e3:.2f} | {p99 * 1e3:.2f} |"

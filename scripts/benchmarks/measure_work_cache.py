@@ -10,9 +10,8 @@ and from the end of the first step on: the first step also pays for the
 allocator's one-time growth), and the pool's ``metrics()["cache"]``.
 
 Run: ``python scripts/benchmarks/measure_work_cache.py`` (starts a loopback Ray and stops it).
-To compare with another version of the package, put its tree first on
-``PYTHONPATH`` (``git archive <commit> | tar -x -C /tmp/old``, then
-``PYTHONPATH=/tmp/old python scripts/benchmarks/measure_work_cache.py``).
+``--compare REV ...`` measures older commits too, in turns with this checkout, and prints each
+side's summary (``benchlib.compare_sides``).
 """
 
 from __future__ import annotations
@@ -23,6 +22,8 @@ import json
 import random
 import string
 from pathlib import Path
+
+import benchlib
 
 REWARDS = {"accuracy": {"weight": 1.0}}
 
@@ -58,7 +59,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=100, help="items per pool.score call")
     parser.add_argument("--workers", type=int, default=1, help="pool workers")
     parser.add_argument("--seed", type=int, default=0)
+    benchlib.add_compare_argument(parser, "the driver's memory")
     args = parser.parse_args(argv)
+    if args.compare:
+        options = [
+            f"--items={args.items}",
+            f"--chars={args.chars}",
+            f"--step={args.step}",
+            f"--batch={args.batch}",
+            f"--workers={args.workers}",
+            f"--seed={args.seed}",
+        ]
+        sides = benchlib.compare_sides(
+            Path(__file__).resolve(),
+            [*args.compare, benchlib.THIS_CHECKOUT],
+            lambda _: options,
+            repeats=1,
+            timeout_s=3600,
+        )
+        for rev, (summary,) in sides.items():
+            print(f"{rev}: {json.dumps(summary)}")
+        return 0
+    say = benchlib.progress if args.side else print  # a side keeps its output for the JSON
 
     from skyrl_rewards.pool.reward_pool import RewardPool
 
@@ -70,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         del warmup
         gc.collect()
         start_mb = rss_mb()
-        print(f"after warm-up: driver RSS {start_mb:.1f} MB")
+        say(f"after warm-up: driver RSS {start_mb:.1f} MB")
         done = 0
         first_step_mb = start_mb
         while done < args.items:
@@ -83,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             done += step
             if done == min(args.step, args.items):
                 first_step_mb = rss_mb()
-            print(f"{done:6d} items: driver RSS {rss_mb():.1f} MB (+{rss_mb() - start_mb:.1f})")
+            say(f"{done:6d} items: driver RSS {rss_mb():.1f} MB (+{rss_mb() - start_mb:.1f})")
         end_mb = rss_mb()
         metrics = pool.metrics()
     summary = {
@@ -97,7 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         "cache": metrics.get("cache", "not reported by this version"),
         "cache_hits": metrics.get("cache_hits"),
     }
-    print(json.dumps(summary, indent=2))
+    if args.side:
+        benchlib.print_side(summary)
+    else:
+        print(json.dumps(summary, indent=2))
     return 0
 
 
