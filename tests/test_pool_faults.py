@@ -47,6 +47,8 @@ INLINE = {"math_guard": "inline"}
 # niceness 19 next to two CPU burners 5 s of CPU took 141 s and 7.5 s took 277 s, near the
 # pool's 300 s wall-clock net of a slow-lane task (test_math_check covers the niceness itself).
 EVEN = {"slow_lane_niceness": 0}
+# The per-item latency view (a first pass; off by default): slow math checks are deferred.
+LATENCY = {"first_pass_s": 0.1}
 needs_hang = pytest.mark.skipif(
     HANG_ANSWER is None, reason="the math pre-screen refuses every known hanging answer"
 )
@@ -212,7 +214,7 @@ def test_hang_among_cheap_work_is_pinned_by_a_one_by_one_rerun(ray_local: None) 
 @needs_hang
 def test_math_hang_costs_one_math_limit_in_a_child_and_holds_nothing(ray_local: None) -> None:
     rewards = {"accuracy": {"weight": 1.0, "math_timeout_s": 2}, "format": {"weight": 0.5}}
-    cfg = {"name": "test_pool_math_hang", "rewards": rewards, "timeout_s": 60.0, **EVEN}
+    cfg = {"name": "test_pool_math_hang", "rewards": rewards, "timeout_s": 60.0, **EVEN, **LATENCY}
     with RewardPool.from_config(cfg) as pool:
         pool.score(fractions(20, start=1000))  # warm both workers up
         pids_before = {w["pid"] for w in pool.metrics()["workers"]}
@@ -243,7 +245,7 @@ def test_math_hang_costs_one_math_limit_in_a_child_and_holds_nothing(ray_local: 
 @needs_hang
 def test_the_slow_lane_runs_beside_ordinary_work_on_a_single_worker(ray_local: None) -> None:
     rewards = {"accuracy": {"weight": 1.0, "math_timeout_s": 4}}
-    cfg = {"name": "test_pool_slow_lane", "rewards": rewards, "num_workers": 1, **EVEN}
+    cfg = {"name": "test_pool_slow_lane", "rewards": rewards, "num_workers": 1, **EVEN, **LATENCY}
     with RewardPool.from_config(cfg) as pool:
         pool.score(fractions(10, start=1000))  # warm up
         hang_thread, hang_out = score_in_background(pool, [HANG])
@@ -276,7 +278,7 @@ def test_a_slowish_real_answer_is_not_queued_behind_a_hang_in_the_slow_lane(
         "solution": "<answer>$\\frac{1}{2}$</answer>",
     }
     rewards = {"accuracy": {"weight": 1.0, "math_timeout_s": 6}}
-    cfg = {"name": "test_pool_second_pass", "rewards": rewards, "num_workers": 1, **EVEN}
+    cfg = {"name": "test_pool_second_pass", "rewards": rewards, "num_workers": 1, **EVEN, **LATENCY}
     with RewardPool.from_config(cfg) as pool:
         hung, slow = pool.score([HANG, slowish])
         assert slow.status == {"accuracy": "ok"} and slow.components["accuracy"] == 1.0
@@ -289,14 +291,54 @@ def test_a_slowish_real_answer_is_not_queued_behind_a_hang_in_the_slow_lane(
 
 
 @needs_hang
-def test_without_a_first_pass_a_slow_check_runs_in_the_ordinary_stream(ray_local: None) -> None:
+def test_by_default_a_slow_check_runs_in_the_ordinary_stream(ray_local: None) -> None:
+    # the shipped defaults have no first pass: a hang costs its math limit, nothing deferred
     rewards = {"accuracy": {"weight": 1.0, "math_timeout_s": 1}}
-    cfg = {"name": "test_pool_no_first_pass", "rewards": rewards, "first_pass_s": 0}
+    cfg = {"name": "test_pool_no_first_pass", "rewards": rewards}
     with RewardPool.from_config(cfg) as pool:
         (hung,) = pool.score([HANG])
         assert hung.status == {"accuracy": "timeout"} and "CPU time" in hung.errors["accuracy"]
         metrics = pool.metrics()
         assert (metrics["deferred"], metrics["timeouts"], metrics["worker_restarts"]) == (0, 0, 0)
+
+
+@needs_hang
+def test_an_idle_worker_takes_over_the_answers_queued_behind_a_hang(ray_local: None) -> None:
+    # no first pass: the hang runs its math limit (4 s of CPU) in one worker's ordinary stream;
+    # the 20 answers behind it in that worker's call are taken over by the other worker once it
+    # is idle, so none of them waits for the hang (the batch's makespan is the hang's)
+    rewards = {"accuracy": {"weight": 1.0, "math_timeout_s": 4}}
+    cfg = {"name": "test_pool_take_over", "rewards": rewards, "first_pass_s": 0, "timeout_s": 120}
+    with RewardPool.from_config(cfg) as pool:
+        pool.score(fractions(20, start=1000))  # warm both workers up
+        batch = [HANG, *fractions(41)]  # the first call: the hang and 20 answers behind it
+        results = pool.score(batch)
+        hung, others = results[0], results[1:]
+        assert hung.status == {"accuracy": "timeout"} and "CPU time" in hung.errors["accuracy"]
+        assert [{"components": r.components, "status": r.status} for r in others] == in_process(
+            {"accuracy": {**rewards["accuracy"], **INLINE}}, batch[1:]
+        )
+        assert max(r.latency_s for r in others) < hung.latency_s
+        metrics = pool.metrics()
+        assert metrics["taken_over"] == 20
+        assert (metrics["deferred"], metrics["timeouts"], metrics["worker_restarts"]) == (0, 0, 0)
+
+
+@needs_hang
+def test_a_math_check_past_the_wall_deadline_is_waited_on_not_killed(ray_local: None) -> None:
+    # timeout_s (1 s, wall) falls before the math limit (3 s of CPU): the quiet call's worker
+    # is running a math child, a check bounded on CPU time, so the pool waits for it instead of
+    # killing the worker as hung; it ends as the math limit's timeout, the worker kept
+    rewards = {"accuracy": {"weight": 1.0, "math_timeout_s": 3}}
+    cfg = {"name": "test_pool_math_wait", "rewards": rewards, "num_workers": 1, "timeout_s": 1}
+    with RewardPool.from_config(cfg) as pool:
+        pid = pool.metrics()["workers"][0]["pid"]
+        (hung,) = pool.score([HANG])
+        assert hung.status == {"accuracy": "timeout"} and "CPU time" in hung.errors["accuracy"]
+        metrics = pool.metrics()
+        assert metrics["math_waits"] >= 2  # asked at 1 s and 2 s at least: 3 s of CPU take longer
+        assert (metrics["timeouts"], metrics["worker_restarts"]) == (0, 0)
+        assert metrics["workers"][0]["pid"] == pid
 
 
 @needs_hang
@@ -310,6 +352,7 @@ def test_a_slow_lane_stall_kills_the_worker_without_charging_the_ordinary_lane(
         "rewards": rewards,
         "num_workers": 1,
         "slow_lane_timeout_s": 6.0,
+        **LATENCY,
     }
     with RewardPool.from_config(cfg) as pool:
         first_pid = pool.metrics()["workers"][0]["pid"]

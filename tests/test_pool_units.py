@@ -12,7 +12,7 @@ from skyrl_rewards.pool.config import PoolConfig, load_pool_config
 from skyrl_rewards.pool.metrics import ErrorRateAlarm, PoolMetrics
 from skyrl_rewards.pool.replay_log import ReplayLog, read_replay_log
 from skyrl_rewards.pool.scheduler import _LRU, SECOND_PASS_S
-from skyrl_rewards.pool.worker import FIRST_PASS_MAX_S, first_pass_cap
+from skyrl_rewards.pool.worker import FIRST_PASS_MAX_S, RewardWorker, first_pass_cap
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.rewards.result import ComponentScore
 
@@ -153,3 +153,20 @@ def test_the_first_pass_cap_stays_between_the_setting_and_its_ceiling() -> None:
     assert first_pass_cap(0.0) == 0.0  # no first pass
     assert 0.1 <= first_pass_cap(0.1) <= FIRST_PASS_MAX_S
     assert first_pass_cap(SECOND_PASS_S) == SECOND_PASS_S  # a second pass keeps its cap
+
+
+def test_a_worker_stops_a_call_before_the_tasks_handed_to_another() -> None:
+    # the body of a worker, in this process: stop_at ends the stream before task 1, as when an
+    # idle worker took over the tasks behind a slow one; a call without an id runs to its end
+    worker = RewardWorker({"format": {"weight": 1.0}})
+    samples = [{"completion": f"<think>t</think><answer>{i}</answer>"} for i in range(3)]
+    tasks = [(i, "format") for i in range(3)]
+    stream = worker.score_tasks(samples, tasks, 0.02, 0.0, True, 0.0, 0, "call-1")
+    assert next(stream).fenced == (True, True, True)  # before the first task
+    worker.stop_at("call-1", 1)
+    assert [len(p.scores) for p in stream] == [1]  # task 0 only
+    worker.stop_at("call-1", 0)  # the call is over: nothing to stop, nothing remembered
+    unnamed = worker.score_tasks(samples, tasks, 0.02, 0.0, True)
+    assert sum(len(p.scores) for p in unnamed) == 3
+    again = worker.score_tasks(samples, tasks, 0.02, 0.0, True, 0.0, 0, "call-1")
+    assert sum(len(p.scores) for p in again) == 3

@@ -101,13 +101,15 @@ class PoolConfig:
     needed). In a running cluster a worker sets that niceness itself; lowering it needs
     privileges (CAP_SYS_NICE): when refused, it logs a warning and keeps Ray's value. ``None``
     keeps Ray's."""
-    first_pass_s: float = 0.1
-    """The least CPU time a math check may take in a worker's first pass. The cap is 4x the
-    p99 CPU time of the worker's recent checks, between this and 0.5 s (it stays at 0.1 s on
-    answers whose p99 is 18 ms; MATH-style answers raise it to 0.3-0.5 s). A task that needs
-    more is scored again alone: with a 1 s cap by an idle ordinary lane or the slow lane, then
-    with its full limit in the slow lane. 0: no first pass (every check runs with its full
-    limit in the ordinary stream)."""
+    first_pass_s: float = 0.0
+    """0 (the default: a batch's makespan first): no first pass; every math check runs with
+    its full limit in the ordinary stream, and an idle worker takes over the tasks queued
+    behind a slow one. > 0 (per-item latency first, for streaming: ``score_async``, eval): the
+    least CPU time a math check may take in a worker's first pass. The cap is 4x the p99 CPU
+    time of the worker's recent checks, between this and 0.5 s (0.1 s on answers whose p99 is
+    18 ms; MATH-style answers raise it to 0.3-0.5 s). A task that needs more is scored again
+    alone: with a 1 s cap by an idle ordinary lane or the slow lane, then with its full limit
+    in the slow lane, after the other items."""
     slow_lane_niceness: int = 19
     """Niceness added to the math children of the slow lane (0 to 19): math checks deferred
     from a first pass then take only CPU time that ordinary items do not want. Their outcome
@@ -122,7 +124,9 @@ class PoolConfig:
     """Longest a partial batch waits for more items before it is sent."""
     timeout_s: float = 10.0
     """Time limit of one reward component on one item; past it the worker is killed
-    and replaced and the component scores ``fallback`` with status ``timeout``."""
+    and replaced and the component scores ``fallback`` with status ``timeout``. A worker
+    found running a math check then (bounded on CPU time, which a loaded machine stretches
+    in wall time) is waited on instead, up to ``slow_lane_timeout_s``."""
     max_retries: int = 2
     """Times an item is scored again after the worker scoring it died; then ``error``."""
     fallback: float = 0.0

@@ -29,7 +29,7 @@ from ray.actor import ActorHandle
 
 from skyrl_rewards.pool.config import PoolConfig
 from skyrl_rewards.pool.model_lanes import JudgeLane, RewardModelWorker
-from skyrl_rewards.pool.worker import SLOW_LANE, RewardWorker
+from skyrl_rewards.pool.worker import CONCURRENCY_GROUPS, RewardWorker
 from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, LANES, REWARD_MODEL_LANE
 
 _STRATEGIES = {"spread": "SPREAD", "default": "DEFAULT"}
@@ -59,7 +59,7 @@ class PoolDirectory:
         unknown = set(lanes) - set(LANES)
         if unknown:
             raise ValueError(f"unknown model lanes {sorted(unknown)}; expected some of {LANES}")
-        self._worker_cls = ray.remote(concurrency_groups={SLOW_LANE: 1})(RewardWorker).options(
+        self._worker_cls = ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(RewardWorker).options(
             num_cpus=self._config.num_cpus_per_worker,
             scheduling_strategy=_STRATEGIES[self._config.placement],
             max_concurrency=1,

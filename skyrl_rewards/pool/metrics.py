@@ -56,6 +56,8 @@ COUNTERS = {
     "deferred": "computations whose math check passed the first-pass cap (scored again alone)",
     "deferred_again": "slow-lane computations that passed the second-pass cap (tried last, full limit)",
     "second_pass_idle": "second passes run by an idle ordinary lane (at full priority)",
+    "taken_over": "tasks an idle lane took from a call stuck on a slow task (scored twice at most)",
+    "math_waits": "times a quiet call past timeout_s was found in a math check and waited on",
     "worker_restarts": "workers replaced after a crash, a hang or a lost node",
     "workers_recycled": "workers replaced after max_items_per_worker computations",
     "masked_items": "items with should_mask (some component timed out or errored)",

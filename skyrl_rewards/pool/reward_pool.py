@@ -190,6 +190,11 @@ class RewardPool:
             if owner:
                 ray.kill(self._directory)
             raise PoolStartError(str(error)) from None
+        except BaseException:  # Ctrl-C while the workers start: stop the loop and them too
+            self._stop_loop()
+            if owner:
+                ray.kill(self._directory)
+            raise
         atexit.register(self.shutdown)  # a clean stop of the loop, also for connected clients
 
     def _start_failure(self) -> str:

@@ -10,8 +10,14 @@ so the state needs no locks. The life of a submitted item:
 2. One coroutine per worker slot takes a chunk of queued tasks (at most
    ``batch_size`` items' worth, fewer when the queue is short so every worker
    gets a share) and streams it through the worker (see
-   :mod:`skyrl_rewards.pool.worker`).
-3. Workers score a chunk in a *first pass*: every math check is capped at
+   :mod:`skyrl_rewards.pool.worker`). A coroutine with nothing queued takes
+   over the tasks waiting behind a slow one in another worker's call (quiet
+   for :data:`TAKE_OVER_AFTER_S`; that worker is told to stop before them),
+   so a batch ends when its slowest single task does (its makespan: what a
+   GRPO step waits for).
+3. By default (``first_pass_s`` 0) a math check runs with its full limit in
+   the ordinary stream. With ``first_pass_s`` > 0 (per-item latency first)
+   workers score a chunk in a *first pass*: every math check is capped at
    :func:`~skyrl_rewards.pool.worker.first_pass_cap` CPU seconds (at least
    ``first_pass_s``). A task whose check needs more comes back *deferred*
    for a second pass, capped at :data:`SECOND_PASS_S`: taken by an ordinary
@@ -58,6 +64,7 @@ import math
 import re
 import sys
 import time
+import uuid
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -65,41 +72,30 @@ from typing import Any
 
 import ray
 from ray.actor import ActorHandle
-from ray.exceptions import (
-    LocalRayletDiedError,
-    NodeDiedError,
-    ObjectLostError,
-    RayActorError,
-    RayTaskError,
-    WorkerCrashedError,
-)
+from ray.exceptions import NodeDiedError, RayTaskError
 
 from skyrl_rewards.pool.config import PoolConfig
 from skyrl_rewards.pool.lane_dispatch import LaneDispatcher, LaneLimits
 from skyrl_rewards.pool.metrics import ErrorRateAlarm, PoolMetrics
+from skyrl_rewards.pool.ray_errors import WORKER_LOST
 from skyrl_rewards.pool.replay_log import ReplayLog
-from skyrl_rewards.pool.worker import DEFERRED, SLOW_LANE, Progress
+from skyrl_rewards.pool.worker import CONTROL, DEFERRED, SLOW_LANE, Progress
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.rewards.models.lanes import JUDGE_LANE
 from skyrl_rewards.rewards.result import ComponentScore, RewardResult, Status
 
 logger = logging.getLogger(__name__)
 
-WORKER_LOST = (
-    RayActorError,
-    WorkerCrashedError,
-    ObjectLostError,
-    NodeDiedError,
-    LocalRayletDiedError,
-)
-"""What Ray raises when a worker's process or node is gone."""
-
 _RESTART_BACKOFF_S = 1.0
+TAKE_OVER_AFTER_S = 0.5
+"""Wall seconds a call's worker may stay quiet before an idle lane takes the tasks behind it."""
 SECOND_PASS_S = 1.0
 """CPU seconds a slow-lane task gets on its first try; past it, it is tried last with its full limit."""
 START_ATTEMPTS = 3
 """Workers started for a slot in a row, each given ``start_timeout_s``, before the slot is given up."""
 _CLOSE_WAIT_S = 2.0
+_ASK_WORKER_S = 5.0
+"""Longest to wait for a worker's control group to answer (``math_checks_running``)."""
 
 
 class PoolLostError(RuntimeError):
@@ -131,6 +127,32 @@ class _Task:
     attempts: int = 0
     slow_pass: int = 0
     """0: not deferred; 1: in the slow lane's second pass; 2: in its last pass (full limit)."""
+    finished: bool = False
+    """Scored: a second score (a task an idle lane took over, scored twice) is dropped."""
+
+
+@dataclass(eq=False)
+class _Call:
+    """An ordinary call in flight: how far its worker got, so an idle lane can take its rest."""
+
+    tasks: list[_Task]
+    actor: ActorHandle
+    progress_s: float
+    """When the worker last reported (``time.perf_counter``)."""
+    call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """The worker's name for this call (:meth:`RewardWorker.stop_at`); unique across clients."""
+    done: int = 0
+    """Tasks reported so far."""
+    fenced: tuple[bool, ...] | None = None
+    """The worker's fences (its first message); None before it."""
+    kept: int = 0
+    """``tasks[:kept]`` are this call's; the rest was taken over by an idle lane."""
+
+    def unstarted(self) -> int:
+        """Where the tasks the worker surely has not started begin (see ``Scheduler._suspects``)."""
+        if self.fenced is None:
+            return 1
+        return next((i for i in range(self.done + 1, self.kept) if self.fenced[i]), self.kept)
 
 
 @dataclass(eq=False)
@@ -277,6 +299,7 @@ class Scheduler:
         self._cache = _LRU(config.cache_size)
         self._timed_out = _LRU(config.cache_size)
         self._running: dict[tuple[str, Hashable], _Task] = {}
+        self._calls: set[_Call] = set()
         self._open: set[Item] = set()
         self._closing = False
         self.lost = ""
@@ -413,6 +436,9 @@ class Scheduler:
     # -- results ---------------------------------------------------------
 
     def _finish(self, task: _Task, score: ComponentScore, *, cacheable: bool) -> None:
+        if task.finished:  # taken over and scored by the other call first
+            return
+        task.finished = True
         if task.key is not None:
             self._running.pop((task.name, task.key), None)
             if cacheable:
@@ -496,18 +522,24 @@ class Scheduler:
         """The next ordinary chunk and whether to fence every task; empty when closing.
 
         Isolated tasks come first, then the queue in chunks. A lane with
-        neither takes a task waiting for its second pass (alone, fenced): idle
-        capacity scores deferred checks at full priority, bounded by
-        :data:`SECOND_PASS_S` of CPU, instead of leaving them to the nice slow lane.
+        neither takes over the tasks queued behind a slow one in another
+        worker's call (see :meth:`_take_over`), else a task waiting for its
+        second pass (alone, fenced): idle capacity scores deferred checks at
+        full priority, bounded by :data:`SECOND_PASS_S` of CPU, instead of
+        leaving them to the nice slow lane.
         """
-        while not (self._queue or self._isolated or self._second_pass or self._closing):
+        while not (self._queue or self._isolated or self._closing):
+            taken, wait_s = self._take_over()
+            if taken:
+                return taken, False
+            if self._second_pass:
+                self._metrics.count("second_pass_idle")
+                return [self._second_pass.popleft()], True
             self._wakeup.clear()
-            await self._wakeup.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout=wait_s)
         if self._closing:
             return [], False
-        if not (self._queue or self._isolated):
-            self._metrics.count("second_pass_idle")
-            return [self._second_pass.popleft()], True
         if self._isolated:
             source, fence_all = self._isolated, True
         else:
@@ -515,6 +547,42 @@ class Scheduler:
         share = math.ceil(len(source) / max(1, self._serving_slots()))
         size = max(1, min(self._max_chunk_tasks, share))
         return [source.popleft() for _ in range(min(size, len(source)))], fence_all
+
+    def _take_over(self) -> tuple[list[_Task], float | None]:
+        """Take the unstarted tasks of the call stuck longest on one task, or say when to look again.
+
+        A call whose worker has been quiet for :data:`TAKE_OVER_AFTER_S` (on a
+        hang, a slow check) gives the tasks it surely has not started (those
+        from the next fenced one on: never one it could be on) to an idle lane:
+        at the end of a batch they need not wait for it. Its worker is told
+        to stop before them; should it score one first all the same (the
+        message came late), the first score counts (``_finish`` drops the
+        second). Returns (tasks, None), or ([], seconds
+        until a call in flight could be taken over; None: none could).
+        """
+        now = time.perf_counter()
+        wait_s: float | None = None
+        stuck: tuple[float, _Call, list[_Task]] | None = None
+        for call in self._calls:
+            start = call.unstarted()
+            rest = [t for t in call.tasks[start : call.kept] if not t.finished]
+            if not rest:
+                continue
+            quiet_s = now - call.progress_s
+            if quiet_s < TAKE_OVER_AFTER_S:
+                left_s = TAKE_OVER_AFTER_S - quiet_s
+                wait_s = left_s if wait_s is None else min(wait_s, left_s)
+            elif stuck is None or quiet_s > stuck[0]:
+                stuck = (quiet_s, call, rest)
+        if stuck is None:
+            return [], wait_s
+        _, call, rest = stuck
+        call.kept = call.unstarted()
+        # its worker stops before them; a worker lost meanwhile is the call's own concern
+        call.actor.stop_at.options(concurrency_group=CONTROL).remote(call.call_id, call.kept)
+        self._metrics.count("taken_over", len(rest))
+        logger.debug("an idle lane takes over %d tasks behind a slow one", len(rest))
+        return rest, None
 
     async def _next_slow(self) -> tuple[list[_Task], bool]:
         """The next slow-lane task (alone, fenced): second passes first; empty when closing."""
@@ -577,6 +645,7 @@ class Scheduler:
             slow,
         )
         generation = slot.generation
+        call = _Call(tasks, slot.actor, time.perf_counter(), kept=len(tasks))
         options: dict[str, Any] = {"num_returns": "streaming"}
         if slow:
             options["concurrency_group"] = SLOW_LANE
@@ -588,24 +657,33 @@ class Scheduler:
             fence_all,
             self._pass_cap(tasks[0]) if deferred else self._config.first_pass_s,
             self._config.slow_lane_niceness if slow else 0,
+            call.call_id,
         )
         deadline_s = self._config.slow_lane_timeout_s if deferred else self._config.timeout_s
+        if not deferred:
+            self._calls.add(call)
         slot.in_flight += len(tasks)
         try:
-            await self._read_stream(slot, generation, stream, tasks, deadline_s, deferred)
+            await self._read_stream(slot, generation, stream, call, deadline_s, deferred)
         finally:
             slot.in_flight -= len(tasks)
+            self._calls.discard(call)
 
     async def _read_stream(
         self,
         slot: _Slot,
         generation: int,
         stream: Any,
-        tasks: list[_Task],
+        call: _Call,
         deadline_s: float,
         slow: bool,
     ) -> None:
-        """Hand out the scores of a worker's stream as they come; on a stall or loss, recover."""
+        """Hand out the scores of a worker's stream as they come; on a stall or loss, recover.
+
+        A task already scored (taken over by an idle lane, which was faster) is
+        skipped; a recovery leaves out the tasks taken over (their new call has them).
+        """
+        tasks = call.tasks
         done = 0
         fenced: tuple[bool, ...] | None = None
         while True:
@@ -616,6 +694,9 @@ class Scheduler:
             except StopAsyncIteration:
                 break
             except (TimeoutError, *WORKER_LOST) as exc:
+                if isinstance(exc, TimeoutError) and await self._in_math(slot, call, fenced, slow):
+                    continue  # a math check bounded on CPU time: it ends by itself
+                tasks = tasks[: call.kept]
                 with _off_the_worker(slot, len(tasks)):
                     if slot.killed == generation:  # killed on purpose (the other lane, recycling)
                         self._requeue(tasks[done:], isolated=False, slow=slow)
@@ -631,7 +712,7 @@ class Scheduler:
                 return
             except RayTaskError as exc:  # our worker code raised: a bug, not the item's fault
                 logger.error("worker %d raised while scoring: %s", slot.index, exc)
-                for task in tasks[done:]:
+                for task in tasks[done : call.kept]:
                     self._finish(
                         task,
                         ComponentScore(
@@ -641,16 +722,42 @@ class Scheduler:
                     )
                 return
             if fenced is None:
-                fenced = progress.fenced
+                fenced = call.fenced = progress.fenced
             for value, status, error in progress.scores:
-                if status == DEFERRED:
-                    self._defer(tasks[done])
-                else:
-                    self._finish(
-                        tasks[done], ComponentScore(value, Status(status), error), cacheable=True
-                    )
+                task = tasks[done]
+                if status != DEFERRED:
+                    self._finish(task, ComponentScore(value, Status(status), error), cacheable=True)
+                elif not task.finished and (slow or task.slow_pass == 0):  # not deferred twice
+                    self._defer(task)
                 done += 1
+            call.done, call.progress_s = done, time.perf_counter()
         slot.computations += len(tasks)
+
+    async def _in_math(
+        self, slot: _Slot, call: _Call, fenced: tuple[bool, ...] | None, slow: bool
+    ) -> bool:
+        """Whether a quiet ordinary call's worker is in a math check (bounded on CPU time).
+
+        ``timeout_s`` is wall time; a math check's limit is CPU time, which a
+        loaded machine stretches in wall time. So a quiet ordinary call whose
+        worker runs a math child waits on, up to ``slow_lane_timeout_s`` of
+        quiet in all (the net of a slow-lane task), instead of being killed as
+        hung. Slow-lane calls already have that net.
+        """
+        if slow or fenced is None:
+            return False
+        if time.perf_counter() - call.progress_s >= self._config.slow_lane_timeout_s:
+            return False
+        try:
+            running = await asyncio.wait_for(
+                slot.actor.math_checks_running.options(concurrency_group=CONTROL).remote(),
+                timeout=_ASK_WORKER_S,
+            )
+        except (TimeoutError, *WORKER_LOST, RayTaskError):
+            return False
+        if running:
+            self._metrics.count("math_waits")
+        return running > 0
 
     def _suspects(
         self, tasks: list[_Task], done: int, fenced: tuple[bool, ...] | None

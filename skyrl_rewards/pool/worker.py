@@ -3,7 +3,9 @@
 A worker is a synchronous actor with two lanes, each one call at a time: the
 default concurrency group (``max_concurrency=1``) for ordinary calls, and
 :data:`SLOW_LANE` for tasks deferred from a first pass, so that a slow math
-check never holds up the ordinary stream. The two lanes run in two threads and
+check never holds up the ordinary stream. A third group, :data:`CONTROL`,
+answers :meth:`RewardWorker.stop_at` and :meth:`RewardWorker.math_checks_running`
+while both lanes are busy. The two lanes run in two threads and
 share the worker's :class:`~skyrl_rewards.rewards.mix.RewardMix` (and any heavy
 state, such as a tokenizer), built once, when the worker starts; the reward
 components are thread-safe (math runs in child processes; tokenizers encode with
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +55,13 @@ WARMUP_SAMPLE = {
 
 SLOW_LANE = "slow_lane"
 """The concurrency group of slow-lane calls (one at a time, beside the ordinary lane)."""
+
+CONTROL = "control"
+"""The concurrency group of :meth:`RewardWorker.stop_at` and
+:meth:`RewardWorker.math_checks_running`: answered while both lanes score."""
+
+CONCURRENCY_GROUPS = {SLOW_LANE: 1, CONTROL: 1}
+"""``ray.remote(concurrency_groups=...)`` of the worker actor."""
 
 DEFERRED = "deferred"
 """Status of a task whose math check needed more than the call's first-pass cap."""
@@ -79,7 +89,7 @@ class Progress:
 
 
 class RewardWorker:
-    """Ray actor body. Build it with ``ray.remote(concurrency_groups={SLOW_LANE: 1})(RewardWorker)``."""
+    """Ray actor body. Build it with ``ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(RewardWorker)``."""
 
     def __init__(
         self, rewards: Mapping[str, Mapping[str, Any]], niceness: int | None = None
@@ -96,6 +106,9 @@ class RewardWorker:
                 )
         self._mix = RewardMix.from_config(rewards)
         self._mean_s: dict[str, float] = {}
+        self._stops = threading.Lock()
+        self._stop_at: dict[str, int] = {}
+        """Call id -> the task index where that call stops; one entry per call streaming."""
 
     def ready(self) -> tuple[int, str]:
         """Warm every component up once; return ``(pid, node_id)`` of this worker."""
@@ -115,6 +128,7 @@ class RewardWorker:
         fence_all: bool,
         first_pass_s: float = 0.0,
         niceness: int = 0,
+        call_id: str = "",
     ) -> Iterator[Progress]:
         """Score each ``(sample_index, component_name)`` task, streaming :class:`Progress`.
 
@@ -123,8 +137,71 @@ class RewardWorker:
         ``first_pass_s > 0`` a task whose math check needs more CPU seconds
         than :func:`first_pass_cap` (at least ``first_pass_s``) has status
         :data:`DEFERRED`. Math checks run in children ``niceness`` steps nicer
-        than usual.
+        than usual. ``stop_at(call_id, index)`` ends the stream before task
+        ``index`` (the tasks from there were handed to another worker); a call
+        without an id (``""``) runs to its end.
         """
+        if call_id:
+            with self._stops:
+                self._stop_at[call_id] = len(tasks)
+        try:
+            yield from self._stream(
+                samples,
+                tasks,
+                progress_interval_s,
+                fence_min_s,
+                fence_all,
+                first_pass_s,
+                niceness,
+                call_id,
+            )
+        finally:
+            if call_id:
+                with self._stops:
+                    del self._stop_at[call_id]
+
+    def math_checks_running(self) -> int:
+        """Math children of this worker running now: checks bounded on CPU time, not hangs.
+
+        They are the children of its math fork servers (its child processes
+        running ``math_child``); read from Linux ``/proc`` (0 where it is missing).
+        """
+        parents: dict[int, int] = {}
+        for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat", "rb") as handle:
+                        parents[int(entry)] = int(handle.read().rsplit(b")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):  # gone meanwhile
+                    continue
+        servers = set()
+        for pid, parent in parents.items():
+            if parent == os.getpid():
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                        if b"math_child" in handle.read():
+                            servers.add(pid)
+                except OSError:
+                    continue
+        return sum(parent in servers for parent in parents.values())
+
+    def stop_at(self, call_id: str, index: int) -> None:
+        """End the call ``call_id`` (if it still streams) before its task ``index``."""
+        with self._stops:
+            if call_id in self._stop_at:
+                self._stop_at[call_id] = min(self._stop_at[call_id], index)
+
+    def _stream(
+        self,
+        samples: Sequence[Mapping[str, Any]],
+        tasks: Sequence[tuple[int, str]],
+        progress_interval_s: float,
+        fence_min_s: float,
+        fence_all: bool,
+        first_pass_s: float,
+        niceness: int,
+        call_id: str,
+    ) -> Iterator[Progress]:
         fenced = tuple(
             fence_all or self._mean_s.get(name, fence_min_s) >= fence_min_s for _, name in tasks
         )
@@ -133,6 +210,8 @@ class RewardWorker:
         last_yield = time.perf_counter()
         pending: list[tuple[float, str, str]] = []
         for index, (sample_index, name) in enumerate(tasks):
+            if index >= self._stop_at.get(call_id, len(tasks)):
+                break
             if pending and (
                 fenced[index] or time.perf_counter() - last_yield >= progress_interval_s
             ):
