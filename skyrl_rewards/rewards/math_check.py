@@ -15,11 +15,13 @@ bounded another way, chosen by ``guard``:
   CPU on a busy machine, does not count, so the same input gives the same
   outcome on an idle and on a loaded machine. Past it the child is killed and
   the call returns :attr:`MathStatus.TIMEOUT`; the next check forks a new
-  child in milliseconds. Two wall-clock bounds are only safety nets, and a
-  timeout they give is not remembered: a child whose CPU time has not moved
-  for :data:`STARVED_S` (stopped, or starved; also one that reads none of a
-  request for that long), and :func:`wall_bound_s` in all
-  (at least five minutes). Inside :func:`low_priority` the children run
+  child in milliseconds. CPU time itself grows on an oversubscribed machine,
+  so a check that reaches its limit having waited for a CPU much of the time
+  is given a margin before it counts (:func:`check_equal`). Two wall-clock
+  bounds are only safety nets, and a timeout they give is not remembered: a
+  child whose CPU time has not moved for :data:`STARVED_S` (stopped, or
+  starved; also one that reads none of a request for that long), and
+  :func:`wall_bound_s` in all (at least five minutes). Inside :func:`low_priority` the children run
   nicer, so that slow checks take only CPU time that nothing else wants; their
   outcome does not change, since the limit is on their own CPU time.
 - ``"inline"``: the check runs in this thread with no bound. Only for callers
@@ -57,6 +59,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterator
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Literal
@@ -90,6 +93,23 @@ CHILD_WAIT_S = 600.0
 
 RECENT_CHECKS = 1000
 """Checks whose CPU time :func:`recent_check_cpu_s` remembers."""
+
+CONTENDED_RATIO = 0.8
+"""Below this CPU/wall ratio, a check that ran out of CPU time is taken to have waited for a CPU.
+
+A check computes and nothing else (no reads, no writes until it answers), so
+its CPU/wall ratio is about 1.0 when a CPU is free for it and drops as the
+machine is oversubscribed: about 0.33 with two busy processes on its core.
+"""
+CONTENDED_MARGIN = 2.0
+"""A check that reaches its limit under contention may use this many times the limit in all.
+
+CPU time itself grows when a check shares its CPU with busy processes
+(caches refilled after every switch): by up to 1.68x against the same
+check on a quiet machine in the measurements of
+``scripts/benchmarks/measure_math_timeout_load.py`` (docs/rewards.md,
+"Time limits under load").
+"""
 
 _POLL_S = 0.02
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -137,10 +157,17 @@ def check_equal(
 
     Never raises for what ``student`` holds. ``guard`` defaults to
     :func:`default_guard`; ``timeout_s`` is CPU seconds of the check itself.
+    A guarded check that reaches its limit having waited for a CPU much of
+    the time (its CPU/wall ratio so far under :data:`CONTENDED_RATIO`) is not
+    stopped there but given :data:`CONTENDED_MARGIN` times the limit in all,
+    once: CPU time grows on an oversubscribed machine, and an answer inside
+    the limit must not time out for it. A :func:`first_pass` cap is not
+    extended (the check is deferred instead).
 
     >>> check_equal("$\\\\frac{1}{2}$", "0.5")
     <MathStatus.EQUAL: 'equal'>
     """
+    _THREAD.usage = None
     if too_complex(gold) or too_complex(student):
         return MathStatus.TOO_COMPLEX
     if (guard or default_guard()) == "inline":
@@ -148,15 +175,45 @@ def check_equal(
     cap = getattr(_THREAD, "first_pass", None)
     limit = timeout_s if cap is None else min(cap.limit_s, timeout_s)
     key = _pair_key(gold, student)
-    outcome = MathStatus.TIMEOUT
-    if not _TIMED_OUT.timed_out(key, limit):
+    if _TIMED_OUT.timed_out(key, limit):
+        outcome = MathStatus.TIMEOUT
+    else:
         niceness = getattr(_THREAD, "niceness", 0)
-        outcome, remember = _CHILDREN.check(gold, student, limit, niceness)
-        if outcome is MathStatus.TIMEOUT and remember:
+        # a first pass's cap is not extended: a check past it is deferred instead
+        contended_limit = limit * CONTENDED_MARGIN if limit >= timeout_s else limit
+        attempt = _CHILDREN.check(gold, student, limit, contended_limit, niceness)
+        _THREAD.usage = CheckUsage(attempt.cpu_s, attempt.wall_s, attempt.extended)
+        outcome = attempt.outcome
+        if outcome is MathStatus.TIMEOUT and attempt.on_limit:
             _TIMED_OUT.add(key, limit)
     if outcome is MathStatus.TIMEOUT and limit < timeout_s:
         cap.deferred = True  # type: ignore[union-attr]
     return outcome
+
+
+@dataclass(frozen=True)
+class CheckUsage:
+    """What one guarded check cost: the child's CPU seconds and the wall seconds it took."""
+
+    cpu_s: float | None
+    """``None`` without ``/proc`` (the limit is then on wall time)."""
+    wall_s: float
+    extended: bool
+    """True when the check ran past its limit while it waited for a CPU, and was given the margin."""
+
+
+def last_check_usage() -> CheckUsage | None:
+    """The cost of this thread's last :func:`check_equal` that ran in a child; else ``None``.
+
+    ``None`` after an inline check, a refused answer, or a timeout answered
+    from the record of pairs that timed out.
+
+    >>> check_equal("$1$", "1")
+    <MathStatus.EQUAL: 'equal'>
+    >>> last_check_usage().extended
+    False
+    """
+    return getattr(_THREAD, "usage", None)
 
 
 class FirstPass:
@@ -521,6 +578,20 @@ class _ChildFailed(Exception):
     """The fork server or a child could not start, died, or stopped answering."""
 
 
+@dataclass(frozen=True)
+class _Attempt:
+    """How one check in a child ended, and what it cost."""
+
+    outcome: MathStatus
+    on_limit: bool
+    """For a TIMEOUT: decided on the limit (remembered), not by a safety net or a wait."""
+    cpu_s: float | None
+    """The child's CPU seconds for this check; ``None`` without ``/proc`` (or no child)."""
+    wall_s: float
+    extended: bool
+    """The check reached its limit while it waited for a CPU, and went on with the margin."""
+
+
 def server_command(socket_fd: int) -> list[str]:
     """The command that starts the math fork server on socket ``socket_fd``: isolated, with this ``sys.path``.
 
@@ -585,22 +656,32 @@ class _Child:
             return False
         return True
 
-    def check(self, gold: str, student: str, timeout_s: float) -> tuple[MathStatus, bool]:
-        """The child's answer, and whether a TIMEOUT was decided on CPU time (not the safety net).
+    def check(
+        self, gold: str, student: str, timeout_s: float, contended_timeout_s: float
+    ) -> _Attempt:
+        """The child's answer and what it cost; the child is killed on a timeout.
 
-        The child is killed on a timeout. Raises :class:`_ChildFailed` when the
-        child died without answering.
+        A check that reaches ``timeout_s`` of CPU time with a CPU/wall ratio
+        under :data:`CONTENDED_RATIO` goes on up to ``contended_timeout_s``.
+        Raises :class:`_ChildFailed` when the child died without answering.
         """
         start_cpu = _cpu_seconds(self.pid)
         start_wall = last_move = time.monotonic()
         last_cpu = start_cpu
-        wall_limit = timeout_s if start_cpu is None else wall_bound_s(timeout_s)
+        wall_limit = timeout_s if start_cpu is None else wall_bound_s(contended_timeout_s)
+        extended = False
+
+        def ended(outcome: MathStatus, on_limit: bool = False) -> _Attempt:
+            used = None if start_cpu is None else _cpu_seconds(self.pid)
+            cpu_s = None if start_cpu is None or used is None else used - start_cpu
+            return _Attempt(outcome, on_limit, cpu_s, time.monotonic() - start_wall, extended)
+
         try:
             if not self._send(
                 (json.dumps([gold, student]) + "\n").encode("utf-8", "surrogatepass")
             ):
                 self.kill()
-                return MathStatus.TIMEOUT, False
+                return ended(MathStatus.TIMEOUT)
             while True:
                 ready, _, _ = select.select([self._answers], [], [], _POLL_S)
                 if ready:
@@ -609,16 +690,20 @@ class _Child:
                 used = None if start_cpu is None else _cpu_seconds(self.pid)
                 if start_cpu is not None and used is not None:
                     if used - start_cpu > timeout_s:
-                        self.kill()
-                        return MathStatus.TIMEOUT, True
+                        waited = used - start_cpu < CONTENDED_RATIO * (now - start_wall)
+                        if not (waited and timeout_s < contended_timeout_s):
+                            attempt = ended(MathStatus.TIMEOUT, on_limit=True)
+                            self.kill()
+                            return attempt
+                        timeout_s, extended = contended_timeout_s, True
                     if used != last_cpu:
                         last_cpu, last_move = used, now
                     elif now - last_move > STARVED_S:
                         self.kill()
-                        return MathStatus.TIMEOUT, False
+                        return ended(MathStatus.TIMEOUT)
                 if now - start_wall > wall_limit:
                     self.kill()
-                    return MathStatus.TIMEOUT, start_cpu is None
+                    return ended(MathStatus.TIMEOUT, on_limit=start_cpu is None)
             line = self._answers.readline()
         except (OSError, ValueError) as error:
             self.kill()
@@ -626,11 +711,10 @@ class _Child:
         if not line:
             self.kill()
             raise _ChildFailed("died mid-check")
-        if start_cpu is not None:
-            used = _cpu_seconds(self.pid)
-            if used is not None:
-                _CHECK_CPU.add(used - start_cpu)
-        return (MathStatus.EQUAL if line.strip() == "1" else MathStatus.NOT_EQUAL), False
+        attempt = ended(MathStatus.EQUAL if line.strip() == "1" else MathStatus.NOT_EQUAL)
+        if attempt.cpu_s is not None:
+            _CHECK_CPU.add(attempt.cpu_s)
+        return attempt
 
     def _send(self, request: bytes) -> bool:
         """Write ``request`` to the child; ``False`` when it took none of it for :data:`STARVED_S`.
@@ -768,27 +852,26 @@ class _ChildPool:
         self._server = _ForkServer()
 
     def check(
-        self, gold: str, student: str, timeout_s: float, niceness: int
-    ) -> tuple[MathStatus, bool]:
+        self, gold: str, student: str, timeout_s: float, contended_timeout_s: float, niceness: int
+    ) -> _Attempt:
         """Check on an idle (or new) child; a child that dies is replaced once, then CRASHED.
 
-        The second value says whether a TIMEOUT may be remembered (it was
-        decided on CPU time). The wait for a free child does not count against
-        ``timeout_s``; past :data:`CHILD_WAIT_S` it gives up (TIMEOUT, not remembered).
+        The wait for a free child does not count against ``timeout_s``; past
+        :data:`CHILD_WAIT_S` it gives up (TIMEOUT, not decided on CPU time).
         """
         if not self._slots.acquire(timeout=CHILD_WAIT_S):
-            return MathStatus.TIMEOUT, False
+            return _Attempt(MathStatus.TIMEOUT, False, None, CHILD_WAIT_S, False)
         try:
             for _ in range(2):
                 try:
                     child = self._take(niceness)
-                    outcome, by_cpu = child.check(gold, student, timeout_s)
+                    attempt = child.check(gold, student, timeout_s, contended_timeout_s)
                 except _ChildFailed:
                     continue
-                if outcome is not MathStatus.TIMEOUT:  # a timed-out child is dead
+                if attempt.outcome is not MathStatus.TIMEOUT:  # a timed-out child is dead
                     self._put(child, niceness)
-                return outcome, by_cpu
-            return MathStatus.CRASHED, False
+                return attempt
+            return _Attempt(MathStatus.CRASHED, False, None, 0.0, False)
         finally:
             self._slots.release()
 
