@@ -20,6 +20,16 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 
+RAY_SETTINGS = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_ADDRESS")
+"""The user's Ray settings a nested run must not inherit."""
+
+
+def _without_ray_settings(**values: str) -> dict[str, str]:
+    """This process's environment without :data:`RAY_SETTINGS`, then ``values`` set."""
+    env = {name: value for name, value in os.environ.items() if name not in RAY_SETTINGS}
+    return {**env, **values}
+
+
 A_TEST_CLUSTER = """
 import os
 
@@ -55,14 +65,9 @@ def test_a_session_leaves_the_users_ray_files_as_they_were(
                 path.parent.mkdir(parents=True)
                 path.write_bytes(content)
         (tmp_path / "test_nested.py").write_text(A_TEST_CLUSTER)
-        env = dict(
-            os.environ,
-            RAY_TMPDIR=ray_tmp,
-            HOME=str(home),
-            PYTHONPATH=f"{TESTS}{os.pathsep}{TESTS.parent}",
+        env = _without_ray_settings(
+            RAY_TMPDIR=ray_tmp, HOME=str(home), PYTHONPATH=f"{TESTS}{os.pathsep}{TESTS.parent}"
         )
-        for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_ADDRESS"):
-            env.pop(name, None)
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider"]
             + [str(tmp_path / "test_nested.py")],
@@ -94,11 +99,8 @@ def test_a_local_pool_leaves_the_users_ray_token_alone(
 ) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    env = dict(os.environ, HOME=str(home), PYTHONPATH=str(TESTS.parent))
-    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_ADDRESS"):
-        env.pop(name, None)
-    if mode is not None:
-        env["RAY_AUTH_MODE"] = mode
+    mode_setting = {"RAY_AUTH_MODE": mode} if mode is not None else {}
+    env = _without_ray_settings(HOME=str(home), PYTHONPATH=str(TESTS.parent), **mode_setting)
     sample = TESTS.parent / "skyrl_rewards" / "sample_data" / "math.jsonl"
     done = subprocess.run(
         [sys.executable, "-m", "skyrl_rewards.cli", "score", "--config", "math.yaml"]

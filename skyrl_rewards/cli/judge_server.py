@@ -161,6 +161,22 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 1024  # a pool's judge lane opens many connections at once
 
 
+def send_json(
+    handler: BaseHTTPRequestHandler,
+    status: int,
+    payload: Any,
+    headers: Mapping[str, str] | None = None,
+) -> None:
+    """Answer ``handler``'s request with ``payload`` as JSON, ``status`` and any extra ``headers``."""
+    data = json.dumps(payload).encode()
+    handler.send_response(status)
+    for name, value in {"Content-Type": "application/json", **(headers or {})}.items():
+        handler.send_header(name, value)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 def _handler(model: str) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as the judge client expects
@@ -169,12 +185,7 @@ def _handler(model: str) -> type[BaseHTTPRequestHandler]:
             """Quiet: a scoring run sends a request per judged row."""
 
         def _send(self, status: int, payload: Mapping[str, Any]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, status, payload)
 
         def _error(self, status: int, message: str) -> None:
             self._send(status, {"error": {"message": message, "type": "invalid_request_error"}})

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from skyrl_rewards.cli.judge_server import send_json
 from skyrl_rewards.rewards.models.judge_client import EndpointConfig, JudgeClient
 from skyrl_rewards.rewards.models.lanes import ModelOutcome, ModelRequest
 
@@ -300,15 +301,8 @@ class JudgeServer:
                 )
 
             def _send(self, status: int, payload: Any, headers: dict[str, str]) -> None:
-                data = json.dumps(payload).encode()
                 try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    for key, value in headers.items():
-                        self.send_header(key, value)
-                    self.end_headers()
-                    self.wfile.write(data)
+                    send_json(self, status, payload, headers)
                 except (BrokenPipeError, ConnectionResetError):
                     self.close_connection = True  # the client gave up (its timeout)
 

@@ -160,7 +160,22 @@ def test_the_readme_command_checks_without_wandb(tmp_path: Path) -> None:
         timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "trainer.logger: console\nconfig OK" in out.stdout
+    assert out.stdout.endswith("trainer.logger: console\nconfig OK\n")
+    # no notices about the missing GPU (issue 34: five to seven lines before ``config OK``)
+    notices = ("Triton", "CUDA", "vllm._C", "DeepSelect", "libcuda", "patch")
+    assert [line for line in out.stderr.splitlines() if any(n in line for n in notices)] == []
+    # and a config SkyRL refuses is still said
+    refused = subprocess.run(
+        [sys.executable, "-m", "skyrl_rewards.train", "--check"]
+        + ["environment.skyrl_gym.on_env_error=ignore"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert refused.returncode == 2
+    assert "python -m skyrl_rewards.train: config error:" in refused.stderr
+    assert "on_env_error" in refused.stderr
     assert TrainConfig.from_cli_overrides([]).trainer.logger == "console"
     assert TrainConfig.from_cli_overrides(["trainer.logger=wandb"]).trainer.logger == "wandb"
 

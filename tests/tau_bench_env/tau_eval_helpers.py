@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from skyrl_rewards.cli.judge_server import send_json
 from tau_bench_env.backends.protocol import Domain
 from tau_bench_env.data_model.tasks import RESPOND, Action, Task
 from tau_bench_env.users.simulators import STOP
@@ -99,12 +100,7 @@ class ChatServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 owner._peer.port = self.client_address[1]
                 status, payload = owner.answer(body)
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, payload)
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from skyrl_rewards.cli.judge_server import send_json
 from tau_bench_env.episode.env import TauBenchEnv
 from tau_bench_env.evaluation.policy import ChatPolicy, PolicyConfig, PolicyEndpointError
 
@@ -41,13 +42,7 @@ class PlannedServer:
                 status, headers = plan(number)
                 message = {"role": "assistant", "content": reply}
                 payload = {"choices": [{"message": message}]} if status == 200 else {"error": "x"}
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                for name, value in {**headers, "Content-Type": "application/json"}.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, payload, headers)
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from tau_helpers import tool_text
 
+from skyrl_rewards.cli.judge_server import send_json
 from tau_bench_env.episode.env import EpisodeEndedError, TauBenchEnv
 from tau_bench_env.users.simulators import STOP, OpenAIUser, ReplayUser, UserSimulatorError
 
@@ -59,12 +60,7 @@ class _Server:
                     if status == 200
                     else {"error": "x"}
                 )
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, payload)
 
             def log_message(self, *args: Any) -> None:
                 pass
