@@ -145,16 +145,32 @@ class RewardWorker:
             with self._stops:
                 self._stop_at[call_id] = len(tasks)
         try:
-            yield from self._stream(
-                samples,
-                tasks,
-                progress_interval_s,
-                fence_min_s,
-                fence_all,
-                first_pass_s,
-                niceness,
-                call_id,
+            fenced = tuple(
+                fence_all or self._mean_s.get(name, fence_min_s) >= fence_min_s for _, name in tasks
             )
+            yield Progress(fenced=fenced)
+            cap_s = first_pass_cap(first_pass_s)
+            last_yield = time.perf_counter()
+            pending: list[tuple[float, str, str]] = []
+            for index, (sample_index, name) in enumerate(tasks):
+                if index >= self._stop_at.get(call_id, len(tasks)):
+                    break
+                if pending and (
+                    fenced[index] or time.perf_counter() - last_yield >= progress_interval_s
+                ):
+                    yield Progress(scores=tuple(pending))
+                    pending = []
+                    last_yield = time.perf_counter()
+                with low_priority(niceness):
+                    if first_pass_s > 0:
+                        with first_pass(cap_s) as state:
+                            score = self._timed_score(name, samples[sample_index])
+                        status = DEFERRED if state.deferred else score.status.value
+                    else:
+                        score = self._timed_score(name, samples[sample_index])
+                        status = score.status.value
+                pending.append((float(score.value), status, score.error))
+            yield Progress(scores=tuple(pending))
         finally:
             if call_id:
                 with self._stops:
@@ -190,44 +206,6 @@ class RewardWorker:
         with self._stops:
             if call_id in self._stop_at:
                 self._stop_at[call_id] = min(self._stop_at[call_id], index)
-
-    def _stream(
-        self,
-        samples: Sequence[Mapping[str, Any]],
-        tasks: Sequence[tuple[int, str]],
-        progress_interval_s: float,
-        fence_min_s: float,
-        fence_all: bool,
-        first_pass_s: float,
-        niceness: int,
-        call_id: str,
-    ) -> Iterator[Progress]:
-        fenced = tuple(
-            fence_all or self._mean_s.get(name, fence_min_s) >= fence_min_s for _, name in tasks
-        )
-        yield Progress(fenced=fenced)
-        cap_s = first_pass_cap(first_pass_s)
-        last_yield = time.perf_counter()
-        pending: list[tuple[float, str, str]] = []
-        for index, (sample_index, name) in enumerate(tasks):
-            if index >= self._stop_at.get(call_id, len(tasks)):
-                break
-            if pending and (
-                fenced[index] or time.perf_counter() - last_yield >= progress_interval_s
-            ):
-                yield Progress(scores=tuple(pending))
-                pending = []
-                last_yield = time.perf_counter()
-            with low_priority(niceness):
-                if first_pass_s > 0:
-                    with first_pass(cap_s) as state:
-                        score = self._timed_score(name, samples[sample_index])
-                    status = DEFERRED if state.deferred else score.status.value
-                else:
-                    score = self._timed_score(name, samples[sample_index])
-                    status = score.status.value
-            pending.append((float(score.value), status, score.error))
-        yield Progress(scores=tuple(pending))
 
     def _timed_score(self, name: str, sample: Mapping[str, Any]) -> ComponentScore:
         start = time.perf_counter()
