@@ -122,6 +122,12 @@ def wait_for_busy_worker(pool: RewardPool, timeout_s: float = 60) -> int:
     return pid
 
 
+def assert_math_limit_hit(result: RewardResult) -> None:
+    """``result`` ended at accuracy's math limit: a timeout that names the CPU time."""
+    assert result.status == {"accuracy": "timeout"}, result.status
+    assert "CPU time" in result.errors["accuracy"], result.errors
+
+
 @needs_hang
 def test_hung_worker_is_killed_and_the_rest_of_its_batch_is_not_held(
     ray_local: None, tmp_path: Path
@@ -262,7 +268,7 @@ def test_the_slow_lane_runs_beside_ordinary_work_on_a_single_worker(ray_local: N
         # burners); past the pool's slow_lane_timeout_s (300 s) it ends with another error
         hang_thread.join(timeout=400)
         (hung,) = hang_out[0]
-        assert hung.status == {"accuracy": "timeout"} and "CPU time" in hung.errors["accuracy"]
+        assert_math_limit_hit(hung)
         assert hung.latency_s > ordinary_s
         metrics = pool.metrics()
         assert (metrics["timeouts"], metrics["worker_restarts"]) == (0, 0)
@@ -282,7 +288,7 @@ def test_a_slowish_real_answer_is_not_queued_behind_a_hang_in_the_slow_lane(
     with RewardPool.from_config(cfg) as pool:
         hung, slow = pool.score([HANG, slowish])
         assert slow.status == {"accuracy": "ok"} and slow.components["accuracy"] == 1.0
-        assert hung.status == {"accuracy": "timeout"} and "CPU time" in hung.errors["accuracy"]
+        assert_math_limit_hit(hung)
         assert slow.latency_s < hung.latency_s - 3  # not behind the hang's 6 s last pass
         metrics = pool.metrics()
         assert (metrics["deferred"], metrics["deferred_again"]) == (2, 1)
@@ -297,7 +303,7 @@ def test_by_default_a_slow_check_runs_in_the_ordinary_stream(ray_local: None) ->
     cfg = {"name": "test_pool_no_first_pass", "rewards": rewards}
     with RewardPool.from_config(cfg) as pool:
         (hung,) = pool.score([HANG])
-        assert hung.status == {"accuracy": "timeout"} and "CPU time" in hung.errors["accuracy"]
+        assert_math_limit_hit(hung)
         metrics = pool.metrics()
         assert (metrics["deferred"], metrics["timeouts"], metrics["worker_restarts"]) == (0, 0, 0)
 
@@ -314,7 +320,7 @@ def test_an_idle_worker_takes_over_the_answers_queued_behind_a_hang(ray_local: N
         batch = [HANG, *fractions(41)]  # the first call: the hang and 20 answers behind it
         results = pool.score(batch)
         hung, others = results[0], results[1:]
-        assert hung.status == {"accuracy": "timeout"} and "CPU time" in hung.errors["accuracy"]
+        assert_math_limit_hit(hung)
         assert [{"components": r.components, "status": r.status} for r in others] == in_process(
             {"accuracy": {**rewards["accuracy"], **INLINE}}, batch[1:]
         )
@@ -334,7 +340,7 @@ def test_a_math_check_past_the_wall_deadline_is_waited_on_not_killed(ray_local: 
     with RewardPool.from_config(cfg) as pool:
         pid = pool.metrics()["workers"][0]["pid"]
         (hung,) = pool.score([HANG])
-        assert hung.status == {"accuracy": "timeout"} and "CPU time" in hung.errors["accuracy"]
+        assert_math_limit_hit(hung)
         metrics = pool.metrics()
         assert metrics["math_waits"] >= 2  # asked at 1 s and 2 s at least: 3 s of CPU take longer
         assert (metrics["timeouts"], metrics["worker_restarts"]) == (0, 0)
