@@ -48,7 +48,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -347,54 +347,47 @@ def recovery(args: argparse.Namespace) -> dict[str, Any]:
         return asyncio.run(go(server))
 
 
+MODES: dict[str, tuple[Callable[[argparse.Namespace], dict[str, Any]], dict[str, float]]] = {
+    "throughput": (throughput, {"--concurrency": 32, "--latency-s": 0.1, "--requests": 3000}),
+    "pool": (through_pool, {"--concurrency": 64, "--latency-s": 1.0, "--requests": 2000}),
+    "outage": (
+        outage,
+        {
+            "--outage-s": 60.0,
+            "--warm-s": 3.0,
+            "--after-s": 12.0,
+            "--latency-s": 0.05,
+            "--breaker-reset-s": 10.0,
+        },
+    ),
+    "tokens": (tokens, {"--tokens-per-minute": 24000.0, "--seconds": 20.0, "--latency-s": 0.05}),
+    "throttle": (throttle, {"--items": 400, "--latency-s": 0.05}),
+    "recovery": (recovery, {"--outage-s": 12.0, "--breaker-reset-s": 10.0, "--latency-s": 0.2}),
+}
+"""Each mode's function and its options' defaults (an option's type is its default's)."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     sub = parser.add_subparsers(dest="bench", required=True)
-    tp = sub.add_parser("throughput")
-    tp.add_argument("--concurrency", type=int, default=32)
-    tp.add_argument("--latency-s", type=float, default=0.1)
-    tp.add_argument("--requests", type=int, default=3000)
-    in_pool = sub.add_parser("pool")
-    in_pool.add_argument("--concurrency", type=int, default=64)
-    in_pool.add_argument("--latency-s", type=float, default=1.0)
-    in_pool.add_argument("--requests", type=int, default=2000)
-    out = sub.add_parser("outage")
-    out.add_argument("--outage-s", type=float, default=60.0)
-    out.add_argument("--warm-s", type=float, default=3.0)
-    out.add_argument("--after-s", type=float, default=12.0)
-    out.add_argument("--rate", type=float, default=20.0, help="requests sent per second")
-    out.add_argument("--latency-s", type=float, default=0.05)
-    out.add_argument("--breaker-reset-s", type=float, default=10.0)
-    tok = sub.add_parser("tokens")
-    tok.add_argument("--tokens-per-minute", type=float, default=24000.0)
-    tok.add_argument("--seconds", type=float, default=20.0, help="length of each case")
-    tok.add_argument("--latency-s", type=float, default=0.05)
-    tok.add_argument(
+    for mode, (_, defaults) in MODES.items():
+        mode_parser = sub.add_parser(mode)
+        for flag, default in defaults.items():
+            mode_parser.add_argument(flag, type=type(default), default=default)
+    sub.choices["outage"].add_argument(
+        "--rate", type=float, default=20.0, help="requests sent per second"
+    )
+    sub.choices["tokens"].add_argument(
         "--counting",
         nargs="+",
         choices=("tokenizer", "endpoint", "bytes"),
         default=["tokenizer", "endpoint", "bytes"],
         help="how the client counts prompts: the model's tokenizer, /tokenize, bytes",
     )
-    thr = sub.add_parser("throttle")
-    thr.add_argument("--items", type=int, default=400)
-    thr.add_argument("--latency-s", type=float, default=0.05)
-    rec = sub.add_parser("recovery")
-    rec.add_argument("--outage-s", type=float, default=12.0)
-    rec.add_argument("--breaker-reset-s", type=float, default=10.0)
-    rec.add_argument("--latency-s", type=float, default=0.2)
     args = parser.parse_args()
-    benches = {
-        "throughput": throughput,
-        "pool": through_pool,
-        "outage": outage,
-        "tokens": tokens,
-        "throttle": throttle,
-        "recovery": recovery,
-    }
-    result = benches[args.bench](args)
+    result = MODES[args.bench][0](args)
     json.dump(result, sys.stdout, indent=1)
     sys.stdout.write("\n")
 

@@ -162,12 +162,17 @@ def _vlm_r1_pick(method: str, form: str) -> str | None:
     return vlm_r1_match(text, first=method in ("mcq", "yes_no"))
 
 
+def _case(method: str) -> tuple[str, list[str]]:
+    """``method``'s ground truth (tagged) and its generated completions."""
+    gold, right, wrong = _CASES[method]
+    return f"<answer>{gold}</answer>", _forms(right, wrong)
+
+
 @pytest.mark.parametrize("method", sorted(_CASES))
 def test_every_method_reads_the_answer_vlm_r1_reads(method: str) -> None:
-    gold, right, wrong = _CASES[method]
-    sol = f"<answer>{gold}</answer>"
+    sol, forms = _case(method)
     explained = 0
-    for form in _forms(right, wrong):
+    for form in forms:
         got = accuracy_score(form, sol, method).value
         assert got == accuracy_score(_reference_text(method, form), sol, method).value, form
         text = form.lower() if method == "yes_no" else form
@@ -234,10 +239,9 @@ _VLM_R1_RULES: dict[str, Callable[[str, str], float]] = {
 
 @pytest.mark.parametrize("method", sorted(_VLM_R1_RULES))
 def test_string_methods_equal_vlm_r1s_own_rules(method: str) -> None:
-    gold, right, wrong = _CASES[method]
-    sol = f"<answer>{gold}</answer>"
+    sol, forms = _case(method)
     compared = 0
-    for form in _forms(right, wrong):
+    for form in forms:
         text = form.lower() if method == "yes_no" else form
         if has_nested_opener(text) or len(set(_VLM_R1_ANSWER.findall(text))) > 1:
             continue  # the documented differences, covered above
