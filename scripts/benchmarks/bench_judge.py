@@ -56,7 +56,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "models"))
 
 from judge_server import JudgeServer, complete_all  # noqa: E402
-from judge_texts import SCRIPTS, load_tokenizer, messages, save_tokenizer  # noqa: E402
+from judge_texts import (  # noqa: E402
+    SCRIPTS,
+    load_tokenizer,
+    messages,
+    save_tokenizer,
+    tokens_endpoint,
+)
 
 from skyrl_rewards.rewards.models import limits  # noqa: E402
 from skyrl_rewards.rewards.models.judge_client import EndpointConfig, JudgeClient  # noqa: E402
@@ -255,22 +261,11 @@ def tokens(args: argparse.Namespace) -> dict[str, Any]:
         cases = []
         for script in SCRIPTS:
             for counting in args.counting:
-                setting = {"tokenizer": str(tokenizer_dir), "bytes": "bytes"}.get(counting)
                 with JudgeServer(tokenizer=tokenizer, latency_s=args.latency_s) as server:
                     per_call = server.prompt_tokens(messages(script, 300, 0)) + 3
                     count = max(10, int(rate / 60 * args.seconds / per_call))
                     config = EndpointConfig.from_mapping(
-                        {
-                            "base_url": server.url,
-                            "model": "bench",
-                            "sampling": {"temperature": 0.0, "max_tokens": 8},
-                            "limits": {
-                                "tokens_per_minute": rate,
-                                # the endpoint's /tokenize is the default: no key (so that
-                                # --counting endpoint also runs on revisions before the key)
-                                **({"tokenizer": setting} if setting else {}),
-                            },
-                        }
+                        tokens_endpoint(server.url, "bench", rate, counting, tokenizer_dir)
                     )
                     chats = [messages(script, 300, seed) for seed in range(count)]
                     requests = [ModelRequest(JUDGE_LANE, "bench", {"messages": c}) for c in chats]

@@ -87,3 +87,24 @@ def save_tokenizer(folder: Path) -> Path:
 def load_tokenizer(folder: Path) -> Any:
     """The saved tokenizer, loaded the way a model's is."""
     return AutoTokenizer.from_pretrained(folder)
+
+
+def tokens_endpoint(
+    url: str, model: str, tokens_per_minute: float, counting: str, tokenizer_dir: Path
+) -> dict[str, Any]:
+    """An endpoint mapping limited to ``tokens_per_minute``, counting prompts as ``counting`` says.
+
+    ``counting``: ``tokenizer`` (the model's, from ``tokenizer_dir``), ``endpoint``
+    (the server's ``/tokenize``: the default, so no ``tokenizer`` key is written and
+    revisions from before the key read the mapping too) or ``bytes``.
+    """
+    setting = {"tokenizer": str(tokenizer_dir), "bytes": "bytes"}.get(counting)
+    return {
+        "base_url": url,
+        "model": model,
+        "sampling": {"temperature": 0.0, "max_tokens": 8},
+        "limits": {
+            "tokens_per_minute": tokens_per_minute,
+            **({"tokenizer": setting} if setting else {}),
+        },
+    }

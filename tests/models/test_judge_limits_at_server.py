@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from judge_server import JudgeServer, complete_all
-from judge_texts import SCRIPTS, load_tokenizer, messages, save_tokenizer, text
+from judge_texts import SCRIPTS, load_tokenizer, messages, save_tokenizer, text, tokens_endpoint
 
 from skyrl_rewards.rewards.models.judge_client import EndpointConfig
 from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelRequest
@@ -50,17 +50,7 @@ def test_tokens_per_minute_held_within_5_percent_at_the_server(
         count = max(20, TOKENS_PER_CASE // server.prompt_tokens(messages(script, 300, 0)))
         chats = [messages(script, 300, seed) for seed in range(count)]
         cfg = EndpointConfig.from_mapping(
-            {
-                "base_url": server.url,
-                "model": "judge",
-                "sampling": {"temperature": 0.0, "max_tokens": 8},
-                "limits": {
-                    "tokens_per_minute": TOKENS_PER_MINUTE,
-                    "tokenizer": {"tokenizer": str(tokenizer_dir), "endpoint": None}.get(
-                        counting, "bytes"
-                    ),
-                },
-            }
+            tokens_endpoint(server.url, "judge", TOKENS_PER_MINUTE, counting, tokenizer_dir)
         )
         outcomes, metrics = complete_all(cfg, [request(chat) for chat in chats])
         rate = server.tokens_per_minute(skip=2)  # past the first call (the allowed burst)
