@@ -327,6 +327,11 @@ def test_policy_client_errors() -> None:
         policy.act([{"role": "user", "content": "hi"}], [], 1)
 
 
+def _sigint_default() -> None:
+    """In a child before it runs: SIGINT's default action, whatever the parent inherited."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_keeps_the_finished_episodes_and_says_so_in_one_line(tmp_path: Path) -> None:
     """A real `tau-bench-env eval` process group gets SIGINT after its first episode."""
     domain = load_domain(BACKEND, "airline")
@@ -348,6 +353,7 @@ def test_ctrl_c_keeps_the_finished_episodes_and_says_so_in_one_line(tmp_path: Pa
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,  # a terminal's Ctrl-C reaches the whole group
+            preexec_fn=_sigint_default,  # as a terminal's: not ignored (a background job's is)
         )
         try:
             deadline = time.monotonic() + 120
@@ -401,14 +407,18 @@ def _judged_keys(records: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
     "line", ADD_LINES, ids=[_SOURCE[line - 1].strip()[:40] for line in ADD_LINES]
 )
 def test_ctrl_c_at_any_line_of_add_keeps_results_and_journal_equal(
-    line: int, recorded: tuple[EvalSpec, list[dict[str, Any]]], tmp_path: Path
+    line: int,
+    recorded: tuple[EvalSpec, list[dict[str, Any]]],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     """A real SIGINT lands just before ``line`` of ``ResultsStore.add`` runs for the first
     record (a trace function sends it to this process; Python's own handler raises
     KeyboardInterrupt in ``add``'s frame). Among them: after the journal line is flushed and
     before the record is kept, the window a clean-clone CI run once lost an episode in."""
     spec, records = recorded
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own handler
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     by_key = {(r["task_id"], r["trial"]): r for r in records}
     fired: list[tuple[int, int]] = []  # (journal lines on disk, runs kept) at the signal
     calls = 0
