@@ -341,16 +341,27 @@ class ChatClient:
         self._errors: collections.Counter[str] = collections.Counter()
         self._latency_sum_s = 0.0
 
-    async def post(self, body: Mapping[str, Any], check: ReplyCheck | None = None) -> ChatReply:
-        """POST ``body`` (sent as given) and return the reply or the failure; never raises for the endpoint.
+    async def post(
+        self,
+        body: Mapping[str, Any],
+        check: ReplyCheck | None = None,
+        *,
+        path: str = "/chat/completions",
+    ) -> ChatReply:
+        """POST ``body`` (sent as given) to ``base_url + path`` and return the reply or the
+        failure; never raises for the endpoint.
 
         ``check`` may refuse a reply object that the caller cannot use: it
-        becomes a ``bad_response`` (not retried).
+        becomes a ``bad_response`` (not retried). ``path`` is the API route
+        (``"/embeddings"`` for an embeddings request); limits, retries and the
+        breaker are this client's whatever the route.
         """
         self._counts["requests"] += 1
         start = time.monotonic()
         try:
-            reply = await asyncio.wait_for(self._with_retries(body, check), self.config.deadline_s)
+            reply = await asyncio.wait_for(
+                self._with_retries(body, check, path), self.config.deadline_s
+            )
         except asyncio.TimeoutError:
             reply = ChatReply(
                 failure="timeout",
@@ -417,7 +428,9 @@ class ChatClient:
             await shard.aclose()
         self._shards, self._shard_load = [], []
 
-    async def _with_retries(self, body: Mapping[str, Any], check: ReplyCheck | None) -> ChatReply:
+    async def _with_retries(
+        self, body: Mapping[str, Any], check: ReplyCheck | None, path: str
+    ) -> ChatReply:
         config = self.config
         breaker = self._breaker
         estimate: int | None = None
@@ -437,7 +450,7 @@ class ChatClient:
                 continue  # wait for that probe at the top
             calls += 1
             try:
-                attempt = await self._call(body, check)
+                attempt = await self._call(body, check, path)
                 if attempt.throttled:
                     self._in_flight.throttled()
                 elif not attempt.failure:
@@ -549,10 +562,10 @@ class ChatClient:
             self._shard_load = [0] * count
         return min(range(len(self._shards)), key=self._shard_load.__getitem__)
 
-    async def _call(self, body: Mapping[str, Any], check: ReplyCheck | None) -> _Attempt:
+    async def _call(self, body: Mapping[str, Any], check: ReplyCheck | None, path: str) -> _Attempt:
         import httpx
 
-        url = self.config.base_url.rstrip("/") + "/chat/completions"
+        url = self.config.base_url.rstrip("/") + path
         self._counts["calls"] += 1
         start = time.monotonic()
         shard = self._shard()
