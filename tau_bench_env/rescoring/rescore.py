@@ -44,6 +44,7 @@ user`` records results as user messages) is not compared.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from math import comb
@@ -83,6 +84,10 @@ EXCERPT_CHARS = 60
 """Characters of each side a :class:`Divergence` shows, around the first difference."""
 
 
+TIMING_FOOTER = re.compile(r"\s*\[Timing: retrieval=\d+ms(?:, reranking=\d+ms)?, total=\d+ms\]$")
+"""The footer tau2's knowledge-base search adds to its results (milliseconds it took)."""
+
+
 def normalize_tool_result(text: str) -> str:
     """The form in which a recorded and a replayed tool result are compared.
 
@@ -94,8 +99,14 @@ def normalize_tool_result(text: str) -> str:
     '{"a": [1.5, null, true], "b": 1.0}'
     >>> normalize_tool_result("Error: User not found\\n")
     'Error: User not found'
+
+    tau2's knowledge-base search results (banking_knowledge) end with the
+    search's wall-clock time, which no replay reproduces: that footer is dropped.
+
+    >>> normalize_tool_result("1. Fees\\n\\n[Timing: retrieval=12ms, total=12ms]")
+    '1. Fees'
     """
-    stripped = text.strip()
+    stripped = TIMING_FOOTER.sub("", text.strip())
     try:
         parsed = json.loads(stripped, parse_int=float)
         return json.dumps(parsed, sort_keys=True, ensure_ascii=False)
