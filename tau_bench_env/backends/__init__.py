@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import threading
+from collections.abc import Mapping
 from importlib import metadata
+from typing import Any
 
 from tau_bench_env.backends.protocol import Domain, UnknownSplitError
 
@@ -58,7 +61,7 @@ _INSTALL_HINTS = {
 }
 
 _lock = threading.Lock()
-_domains: dict[tuple[str, str], Domain] = {}
+_domains: dict[tuple[str, str, str], Domain] = {}
 
 
 class BackendUnavailableError(ValueError):
@@ -107,16 +110,25 @@ def backend_domains(backend: str) -> tuple[str, ...]:
     return tuple(importlib.import_module(BACKENDS[backend][0]).DOMAINS)
 
 
-def load_domain(backend: str, domain: str) -> Domain:
+def load_domain(
+    backend: str, domain: str, *, embeddings: Mapping[str, Any] | None = None
+) -> Domain:
     """Return the shared :class:`Domain` ``domain`` of ``backend``, loading it once.
 
+    ``embeddings`` is the env config's embeddings endpoint (banking_knowledge's embedding
+    retrieval setups on ``tau2_bench`` use it; one domain per endpoint configuration).
     Raises ``ValueError`` naming the field for an unknown backend or domain,
     and :class:`BackendUnavailableError` (a ``ValueError``) with an install
     hint when the backend's package is missing.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {backend!r}")
-    key = (backend, domain)
+    if embeddings is not None and backend != "tau2_bench":
+        raise ValueError(
+            f"embeddings: only backend 'tau2_bench' (banking_knowledge's embedding retrieval "
+            f"setups) uses an embeddings endpoint; remove it for backend {backend!r}"
+        )
+    key = (backend, domain, "" if embeddings is None else json.dumps(embeddings, sort_keys=True))
     with _lock:
         if key not in _domains:
             if backend not in installed_backends():
@@ -133,5 +145,8 @@ def load_domain(backend: str, domain: str) -> Domain:
                     f"{_INSTALL_HINTS[backend]} to use backend {backend!r}"
                 )
             module = importlib.import_module(BACKENDS[backend][0])
-            _domains[key] = module.load_domain(domain)
+            if embeddings is None:
+                _domains[key] = module.load_domain(domain)
+            else:
+                _domains[key] = module.load_domain(domain, embeddings=embeddings)
         return _domains[key]

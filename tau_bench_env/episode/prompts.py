@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from tau_bench_env.backends.protocol import Domain
+from tau_bench_env.data_model.tasks import Task
 
 TOOL_FORMAT = (
     "# Tools\n\n"
@@ -18,12 +19,14 @@ TOOL_FORMAT = (
 )
 
 
-def system_prompt(domain: Domain) -> str:
-    """Policy text followed by the tool schemas and the Hermes tool-call format.
+def system_prompt(domain: Domain, task: Task | None = None) -> str:
+    """Policy text (``task``'s, :meth:`Domain.policy_for`, when given) followed by the tool
+    schemas and the Hermes tool-call format.
 
     >>> from tau_bench_env.backends import load_domain
     >>> "<tool_call>" in system_prompt(load_domain("tau2", "retail"))
     True
     """
     tools = "\n".join(json.dumps(schema, ensure_ascii=False) for schema in domain.tool_schemas)
-    return domain.policy.strip() + "\n\n" + TOOL_FORMAT.format(tools=tools)
+    policy = domain.policy if task is None else domain.policy_for(task)
+    return policy.strip() + "\n\n" + TOOL_FORMAT.format(tools=tools)

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from tau_bench_env.backends.protocol import Domain
+from tau_bench_env.backends.protocol import Domain, ServiceUnavailableError
 from tau_bench_env.config import DEFAULT_TOOL_TIMEOUT_S
 from tau_bench_env.data_model.tasks import RESPOND, Action, Task
 
@@ -46,7 +46,9 @@ def run_action(
     ``"Error: <message>"`` (tau-bench catches every exception from domain
     code and shows it to the agent; so do we, and only here). So does a call
     refused or stopped by a bound (:mod:`tau_bench_env.backends.tool_limits`; the CPU
-    budget is ``tool_timeout_s``), and then the episode goes on.
+    budget is ``tool_timeout_s``), and then the episode goes on. A service the tool
+    needs failing (:class:`~tau_bench_env.backends.protocol.ServiceUnavailableError`) is
+    raised: the caller voids the episode.
     ``requestor`` ``"user"`` runs a tool of the user's side (``domain.user_tools``).
     """
     tools = domain.user_tools if requestor == "user" else domain.tools
@@ -56,6 +58,8 @@ def run_action(
         return domain.run_tool(
             data, action.name, action.kwargs, cpu_limit_s=tool_timeout_s, requestor=requestor
         )
+    except ServiceUnavailableError:
+        raise
     except Exception as error:  # noqa: BLE001 - domain code errors are observations
         return f"Error: {error}"
 
