@@ -100,6 +100,15 @@ class TauBenchEnvConfig:
     reward basis): an OpenAI-compatible chat endpoint, ``{base_url, model, api_key_env,
     sampling, limits, retries, ...}`` as ``skyrl_rewards.rewards.models.judge_client.EndpointConfig.from_mapping``
     reads it. None (default): such a task is refused when the env is built."""
+    review_user: bool = False
+    """Mask the failed episodes whose user simulator broke the task: at done, an episode paid
+    less than 1.0 is reviewed by ``judge`` (``tau_bench_env.episode.user_review``); one the
+    judge finds the simulator at fault for, or gives no verdict on, is masked. Needs ``judge``."""
+    embeddings: Mapping[str, Any] | None = None
+    """The OpenAI-compatible ``/embeddings`` endpoint of banking_knowledge's embedding retrieval
+    setups (backend ``tau2_bench``, ``domain: banking_knowledge@openai_embeddings``, ...), in the
+    judge's form (``{base_url, model, api_key_env, limits, retries, breaker, ...}``). None
+    (default): those setups are refused."""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKEND_NAMES:
@@ -139,6 +148,17 @@ class TauBenchEnvConfig:
                 EndpointConfig.from_mapping(self.judge)
             except ValueError as error:
                 raise ValueError(f"judge: {error}") from error
+        if not isinstance(self.review_user, bool):
+            raise ValueError(f"review_user must be true or false, got {self.review_user!r}")
+        if self.review_user and self.judge is None:
+            raise ValueError(
+                "review_user asks the judge: set judge (an OpenAI-compatible chat endpoint)"
+            )
+        if self.embeddings is not None:
+            try:
+                EndpointConfig.from_mapping(self.embeddings)
+            except ValueError as error:
+                raise ValueError(f"embeddings: {error}") from error
         if self.user.kind not in USER_KINDS:
             raise ValueError(f"user.kind must be one of {list(USER_KINDS)}, got {self.user.kind!r}")
         if self.user.timeout_s <= 0:
@@ -176,8 +196,9 @@ def env_config_from(config: Any) -> TauBenchEnvConfig:
     if not isinstance(config, Mapping):
         raise ValueError(f"env_config must be a mapping, got {type(config).__name__}")
     values = _checked(TauBenchEnvConfig, config, "")
-    if isinstance(values.get("judge"), Mapping):
-        values["judge"] = dict(values["judge"])
+    for endpoint in ("judge", "embeddings"):
+        if isinstance(values.get(endpoint), Mapping):
+            values[endpoint] = dict(values[endpoint])
     user = values.pop("user", None) or {}
     if isinstance(user, UserConfig):
         user_config = user

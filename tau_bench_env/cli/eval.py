@@ -7,7 +7,9 @@
 Without ``--workers``/``--address`` the episodes run in this process
 (``--concurrency`` threads); with them, on Ray actors (``--workers`` of them,
 each ``--concurrency`` episodes at once). ``--resume`` continues a run in
-``--out``. Prints the summary (``--json``: one JSON object); exit status 0
+``--out``. ``--review-user`` then asks the judge, for each failed run, whether
+the user simulator broke the task: each run's verdict in its
+``info.user_review``, the figures in the summary's ``user_review``. Prints the summary (``--json``: one JSON object); exit status 0
 when every episode was judged, 1 when some ended in endpoint errors (rerun
 with ``--resume``), 2 on bad input, 130 after Ctrl-C (finished episodes kept).
 """
@@ -27,6 +29,7 @@ from omegaconf import OmegaConf
 
 from tau_bench_env.backends import BACKENDS, backend_domains, load_domain
 from tau_bench_env.config import REWARD_KINDS, USER_KINDS, UserConfig, env_config_from
+from tau_bench_env.episode.user_review import review_lines
 from tau_bench_env.evaluation.evaluate import (
     JOURNAL_FILE,
     RESULTS_FILE,
@@ -37,6 +40,7 @@ from tau_bench_env.evaluation.evaluate import (
     run_threads,
 )
 from tau_bench_env.evaluation.policy import TOOL_MODES, PolicyConfig
+from tau_bench_env.rescoring.user_review_runs import REVIEW_KEY
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C (128 + SIGINT)."""
@@ -81,10 +85,18 @@ def add_eval_parser(commands: Any) -> None:
         choices=list(REWARD_KINDS),
         help="default: data hash plus outputs; tau2: tau2's own rules (official tau2 backends)",
     )
-    judge = cmd.add_argument_group("NL-assertion judge (--reward tau2; defaults from --config)")
+    judge = cmd.add_argument_group(
+        "judge (NL assertions with --reward tau2, --review-user; defaults from --config)"
+    )
     judge.add_argument("--judge-base-url", help="an OpenAI-compatible chat endpoint")
     judge.add_argument("--judge-model")
     judge.add_argument("--judge-api-key-env", help="environment variable holding the API key")
+    judge.add_argument(
+        "--review-user",
+        action="store_true",
+        help="after the episodes, ask the judge, for each failed run, whether the user "
+        "simulator broke the task",
+    )
     agent = cmd.add_argument_group("agent (OpenAI-compatible endpoint)")
     agent.add_argument("--agent-base-url", required=True, help="e.g. http://127.0.0.1:8000/v1")
     agent.add_argument("--agent-model", required=True)
@@ -145,6 +157,11 @@ def _spec(args: argparse.Namespace) -> EvalSpec:
             user[key] = given
     values["user"] = user
     env = env_config_from(values)
+    if env.review_user:
+        raise ValueError(
+            f"{args.config}: review_user masks the episodes a user simulator broke, for "
+            "training; eval reports them instead: drop it and pass --review-user"
+        )
     policy = PolicyConfig(
         base_url=args.agent_base_url,
         model=args.agent_model,
@@ -165,10 +182,12 @@ def _spec(args: argparse.Namespace) -> EvalSpec:
 
 
 def check_served(backend: str, domain: str) -> None:
-    """Raise ``ValueError`` naming the backends that serve ``domain`` when ``backend`` does not."""
-    if backend not in BACKENDS or domain in backend_domains(backend):
+    """Raise ``ValueError`` naming the backends that serve ``domain`` when ``backend`` does not
+    (``banking_knowledge@<retrieval setup>`` is served where ``banking_knowledge`` is)."""
+    served = domain.partition("@")[0]
+    if backend not in BACKENDS or served in backend_domains(backend):
         return
-    serving = [name for name in sorted(BACKENDS) if domain in backend_domains(name)]
+    serving = [name for name in sorted(BACKENDS) if served in backend_domains(name)]
     flags = " or ".join(f"--backend {name}" for name in serving)
     fix = f"pass {flags}" if serving else "choose another --domain"
     raise ValueError(
@@ -250,6 +269,8 @@ def report(summary: dict[str, Any], spec: EvalSpec, out: Path) -> str:
     ]
     more = f" ... ({len(outcomes)} tasks in summary.json)" if len(outcomes) > 40 else ""
     lines.append("per task (task:successes/judged): " + " ".join(outcomes[:40]) + more)
+    if REVIEW_KEY in summary:
+        lines.extend(review_lines(summary[REVIEW_KEY]))
     lines.extend(error_lines(summary["error_list"], spec))
     if summary["errors"]:
         lines.append("rerun with --resume to retry the episodes that ended in errors")
@@ -264,8 +285,13 @@ def run_eval(args: argparse.Namespace) -> int:
         if args.trials < 1:
             raise ValueError(f"--trials must be >= 1, got {args.trials}")
         check_served(spec.env.backend, spec.domain)
-        domain = load_domain(spec.env.backend, spec.domain)
+        domain = load_domain(spec.env.backend, spec.domain, embeddings=spec.env.embeddings)
         tasks = parse_selection(args.tasks, len(domain.tasks(spec.split)))
+        if args.review_user and spec.env.judge is None:
+            raise ValueError(
+                "--review-user asks a judge: pass --judge-base-url and --judge-model "
+                "(or judge in --config)"
+            )
         summary = evaluate(
             spec,
             args.out,
@@ -274,6 +300,7 @@ def run_eval(args: argparse.Namespace) -> int:
             runner=_runner(args),
             resume=args.resume,
             progress=not args.no_progress,
+            review_judge=spec.env.judge if args.review_user else None,
         )
     except KeyboardInterrupt:
         journal = args.out / JOURNAL_FILE

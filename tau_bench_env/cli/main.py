@@ -22,6 +22,10 @@ with the keys ``runs``, ``success_rate``, ``agreement``, ``pass_hat_k``,
 ``divergences``, ``left_out``, ``left_out_runs``, ``foreign``,
 ``foreign_runs`` and ``task_set`` (see
 :func:`tau_bench_env.rescoring.rescore.summarize` and :func:`task_set_summary`).
+``--review-user`` asks the judge, for each failed scored run, whether the
+user simulator broke the task (:mod:`tau_bench_env.episode.user_review`):
+the share of failures it caused, overall and per task, with the judge's
+reasons, under ``user_review`` (a run the review could not judge is masked).
 ``--domain`` is required for tau-bench files; a tau2 file names its own
 (``info.environment_info.domain_name``). A file whose runs are
 not tasks of the domain (tools or users the domain does not have, or a tau2
@@ -46,6 +50,7 @@ from typing import Any
 from tau_bench_env.backends import BACKENDS, Domain, installed_official_backend, load_domain
 from tau_bench_env.cli.eval import add_eval_parser, check_served, run_eval
 from tau_bench_env.config import OFFICIAL_TAU2_BACKENDS
+from tau_bench_env.episode.user_review import review_lines
 from tau_bench_env.rescoring.rescore import (
     FORMATS,
     REWARDS,
@@ -55,6 +60,7 @@ from tau_bench_env.rescoring.rescore import (
 )
 from tau_bench_env.rescoring.results_file import DEFAULT_MAX_MIB, ResultsFileError, load_results
 from tau_bench_env.rescoring.tau2_results import recorded_domain, recorded_trials
+from tau_bench_env.rescoring.user_review_runs import REVIEW_KEY, review_rescored
 
 DEFAULT_BACKEND = "tau2"
 
@@ -100,12 +106,17 @@ def _parser() -> argparse.ArgumentParser:
         help="tau2 files: score against the backend's task set, not the tasks the file holds",
     )
     judge = rescore_cmd.add_argument_group(
-        "NL-assertion judge (--reward tau2; an OpenAI-compatible chat endpoint)"
+        "judge (NL assertions with --reward tau2, --review-user; an OpenAI-compatible chat endpoint)"
     )
     judge.add_argument("--judge-base-url", help="e.g. http://127.0.0.1:8000/v1")
     judge.add_argument("--judge-model", help="tau2-bench 1.x's own judge: gpt-4.1-2025-04-14")
     judge.add_argument(
         "--judge-api-key-env", help="environment variable holding the API key (default: none)"
+    )
+    judge.add_argument(
+        "--review-user",
+        action="store_true",
+        help="ask the judge, for each failed run, whether the user simulator broke the task",
     )
     rescore_cmd.add_argument(
         "--keep-diverged",
@@ -208,6 +219,8 @@ def _report(
             f"recorded={item['recorded_reward']} rescored={item['reward']} "
             f"failed={','.join(item['failed']) or '-'}"
         )
+    if REVIEW_KEY in summary:
+        lines.extend(review_lines(summary[REVIEW_KEY]))
     return "\n".join(lines)
 
 
@@ -269,6 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         setting = _setting(args, runs)
         check_served(setting["backend"], setting["domain"])
         domain = load_domain(setting["backend"], setting["domain"])
+        judge = _judge(args)
+        if args.review_user and judge is None:
+            raise ValueError("--review-user asks a judge: pass --judge-base-url and --judge-model")
         scores = rescore(
             domain,
             runs,
@@ -277,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             score_truncated=args.score_truncated,
             strict_outputs=args.strict_outputs,
             use_fresh_tasks=args.fresh_tasks,
-            judge=_judge(args),
+            judge=judge,
         )
         trials = recorded_trials(runs) if setting["format"] == "tau2" else None
         summary = summarize(scores, keep_diverged=args.keep_diverged, max_k=trials)
@@ -287,6 +303,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             fresh=args.fresh_tasks,
             tasks=len({s.task_id for s in scores}),
         )
+        if args.review_user:
+            summary[REVIEW_KEY] = review_rescored(
+                runs,
+                scores,
+                judge,
+                results_format=setting["format"],
+                keep_diverged=args.keep_diverged,
+            )
     except (OSError, ResultsFileError) as error:
         return _error(str(error))
     except ValueError as error:

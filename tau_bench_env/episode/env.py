@@ -38,8 +38,9 @@ of :mod:`tau_bench_env.episode.nvidia_tau2_reward`) with its
 checks in ``metadata["reward_info"]``.
 
 A failure that is nobody's judgement of the agent (the user simulator
-unreachable or erroring, a backend error, the ``NL_ASSERTION`` judge giving no
-verdict) never escapes ``init`` or ``step``:
+unreachable or erroring, a backend error, a service a tool needs giving no
+answer (banking_knowledge's embeddings endpoint), the ``NL_ASSERTION`` judge
+giving no verdict) never escapes ``init`` or ``step``:
 SkyRL runs many episodes in one ``generate()`` call, and one exception would
 end them all. The episode ends at once with reward 0.0, ``done=True``,
 ``metadata["should_mask"] = True`` and the cause in ``metadata["failure"]``
@@ -50,6 +51,16 @@ constructor (so does a ``reward: tau2`` task with ``NL_ASSERTION`` in its basis
 when the config has no ``judge``): they are the user's to fix, not an
 episode's outcome. A judge failure keeps the ``reward_info`` of the checks
 (``judge_failure`` names the cause) next to ``should_mask`` and ``failure``.
+
+``review_user: true`` (with a ``judge``): at done, an episode paid less than
+1.0 is reviewed by the judge for the user simulator's mistakes
+(:mod:`tau_bench_env.episode.user_review`; the review is in
+``metadata["user_review"]``). An episode whose simulator the judge finds at
+fault is masked (``should_mask``, ``failure`` naming the category and the
+judge's reason), so training is not fed the simulator's mistakes; one the
+judge gives no verdict on (no answer, an unreadable reply) is masked too, as
+a fallback, never a guess either way. :meth:`TauBenchEnv.get_metrics` counts
+them apart: ``user_reviewed``, ``user_at_fault``, ``user_review_failed``.
 """
 
 from __future__ import annotations
@@ -74,6 +85,7 @@ from tau_bench_env.episode.nvidia_tau2_reward import (
 )
 from tau_bench_env.episode.prompts import system_prompt
 from tau_bench_env.episode.reward import RewardResult
+from tau_bench_env.episode.user_review import ReviewCase, UserReview, review_many
 from tau_bench_env.users.simulators import STOP, OpenAIUser, ReplayUser, TauBenchUser, UserSimulator
 
 
@@ -184,7 +196,9 @@ class TauBenchEnv(BaseTextEnv):
         self.config = env_config_from(env_config)
         extras = dict(extras or {})
         domain_name = str(extras.get("domain") or self.config.domain)
-        self.domain = load_domain(self.config.backend, domain_name)
+        self.domain = load_domain(
+            self.config.backend, domain_name, embeddings=self.config.embeddings
+        )
         self.task = resolve_task(self.domain, extras, self.config.split)
         if self.config.reward == "tau2" and self.config.judge is None and needs_judge(self.task):
             raise no_judge_error(self.task)
@@ -207,6 +221,7 @@ class TauBenchEnv(BaseTextEnv):
         self.unknown_tool_calls = 0
         self.ignored_tool_calls = 0
         self.truncated = False
+        self.user_review: UserReview | None = None
 
     def init(
         self, prompt: ConversationType | None = None
@@ -217,14 +232,16 @@ class TauBenchEnv(BaseTextEnv):
         self._reset_counters()
         try:
             if self.domain.user_tools:
-                self.user.bind_tools(self.domain.user_tool_schemas, self.episode.call_user_tool)
+                self.user.bind_tools(
+                    self.domain.user_tool_schemas_for(self.task), self.episode.call_user_tool
+                )
             first = self.user.reset(self.task.instruction)
             self.episode.user_says(first)
         except Exception as error:  # the episode's boundary: see the module docstring
             self.failure = _cause(error)
             first = "(The user could not be reached; this episode is void.)"
         messages = [
-            {"role": "system", "content": system_prompt(self.domain)},
+            {"role": "system", "content": system_prompt(self.domain, self.task)},
             *history_messages(self.task, self.config.tool_observation_role),
             {"role": "user", "content": first},
         ]
@@ -310,6 +327,8 @@ class TauBenchEnv(BaseTextEnv):
                 )
             reward = self.result.reward
             metadata["reward_info"] = self.result.to_dict()
+            if self.config.review_user and self.failure is None and reward < 1.0:
+                metadata["user_review"] = self._review_user(episode).to_dict()
             metadata["should_mask"] = self.failure is not None
             if self.failure is not None:
                 metadata["failure"] = self.failure
@@ -318,6 +337,18 @@ class TauBenchEnv(BaseTextEnv):
         return BaseTextEnvStepOutput(
             observations=observations, reward=reward, done=done or self.truncated, metadata=metadata
         )
+
+    def _review_user(self, episode: Episode) -> UserReview:
+        """The judge's review of this failed episode; sets ``failure`` (the episode is masked)
+        when the simulator was at fault or the review gave no verdict."""
+        case = ReviewCase(self.task.task_id, 0, self.task.instruction, episode.transcript)
+        (review,) = review_many([case], self.config.judge or {})
+        self.user_review = review
+        if review.failure:
+            self.failure = f"user review failed: {review.failure}"
+        elif review.at_fault:
+            self.failure = f"user simulator at fault ({review.category}): {review.reason}"[:500]
+        return review
 
     def get_metrics(self) -> dict[str, Any]:
         """Per-episode counters and, once done, the reward's checks."""
@@ -330,6 +361,11 @@ class TauBenchEnv(BaseTextEnv):
             "truncated": self.truncated,
             "should_mask": float(self.failure is not None),
         }
+        if self.config.review_user:
+            review = self.user_review
+            metrics["user_reviewed"] = float(review is not None and not review.failure)
+            metrics["user_at_fault"] = float(review is not None and review.at_fault)
+            metrics["user_review_failed"] = float(review is not None and bool(review.failure))
         if self.episode is not None:
             metrics["own_records"] = self.episode.data.own_records()
             if self.domain.user_tools:

@@ -50,6 +50,7 @@ from tau_bench_env.episode.actions import parse_turn
 from tau_bench_env.episode.episode import UserCall
 from tau_bench_env.evaluation.policy import ChatPolicy, PolicyConfig, PolicyEndpointError
 from tau_bench_env.rescoring.rescore import SUCCESS_TOLERANCE, RunScore, pass_hat_k
+from tau_bench_env.rescoring.user_review_runs import REVIEW_KEY, review_eval_runs
 from tau_bench_env.users.simulators import STOP, UserSimulatorError
 
 RESULTS_FILE = "results.json"
@@ -214,7 +215,7 @@ def run_episode(
     endpoint failure.
     """
     policy = policy or ChatPolicy(spec.policy)
-    domain = load_domain(spec.env.backend, spec.domain)
+    domain = load_domain(spec.env.backend, spec.domain, embeddings=spec.env.embeddings)
     task = domain.tasks(spec.split)[task_index]
     started = time.perf_counter()
     info: dict[str, Any] = {
@@ -377,7 +378,9 @@ class ResultsStore:
     def _load(self, journal: Path, spec: EvalSpec) -> int:
         """Keep the journal's records; return the length of its whole lines in bytes."""
         wanted = (spec.env.backend, spec.domain, spec.split)
-        task_set = str(load_domain(spec.env.backend, spec.domain).task_set)
+        task_set = str(
+            load_domain(spec.env.backend, spec.domain, embeddings=spec.env.embeddings).task_set
+        )
         whole = 0
         with journal.open("rb") as lines:
             for number, line in enumerate(lines, 1):
@@ -586,6 +589,7 @@ def evaluate(
     runner: Runner,
     resume: bool = False,
     progress: bool = True,
+    review_judge: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run every (task, trial) not yet judged in ``out_dir``; write results, summary and plot.
 
@@ -595,6 +599,12 @@ def evaluate(
     set). Each record is stored as
     it arrives, so an interrupted run keeps every finished episode; the
     results file is written even when interrupted (the summary is not).
+
+    With ``review_judge`` (an endpoint configuration), the judge then reviews each
+    failed run for the user simulator's mistakes
+    (:func:`~tau_bench_env.rescoring.user_review_runs.review_eval_runs`): each
+    run's review is in its ``info.user_review`` in the results file, their
+    figures under the summary's ``user_review``.
     """
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials!r}")
@@ -624,13 +634,23 @@ def evaluate(
             close()
         bar.close()
         store.close()
+    reviewed = None
+    if review_judge is not None:
+        reviewed = review_eval_runs(
+            [store.runs[k] for k in wanted if k in store.runs], review_judge
+        )
+        store.write_results()
     summary = summarize_eval(
         [store.runs[key] for key in wanted if key in store.runs],
         [store.errors[key] for key in wanted if key in store.errors],
         tasks=tasks,
         trials=trials,
     )
-    summary["task_set"] = load_domain(spec.env.backend, spec.domain).task_set.to_dict()
+    summary["task_set"] = load_domain(
+        spec.env.backend, spec.domain, embeddings=spec.env.embeddings
+    ).task_set.to_dict()
+    if reviewed is not None:
+        summary[REVIEW_KEY] = reviewed
     (store.out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1), encoding="utf-8")
     title = f"{spec.env.backend}:{spec.domain} {spec.split}"
     plot_pass_hat_k(summary, store.out_dir / PLOT_FILE, title=title)
