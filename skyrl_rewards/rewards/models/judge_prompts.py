@@ -279,15 +279,24 @@ def encode_image(image: Image.Image, max_side: int, max_bytes: int) -> bytes | N
     image = image.convert("RGB")
     side = min(max_side, max(image.size))
     for _ in range(12):
-        scale = side / max(image.size)
-        size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-        resized = image.resize(size, Image.Resampling.BICUBIC) if size != image.size else image
+        resized = downscale(image, side)
         buffer = io.BytesIO()
         resized.save(buffer, format="JPEG", quality=85)
         if buffer.tell() <= max_bytes:
             return buffer.getvalue()
         side = max(1, int(side * 0.7))
     return None
+
+
+def downscale(image: Image.Image, max_side: int) -> Image.Image:
+    """``image`` with its longest side at most ``max_side`` (bicubic; unchanged when it fits).
+
+    >>> downscale(Image.new("RGB", (4000, 100)), 512).size
+    (512, 13)
+    """
+    scale = min(1.0, max_side / max(image.size))
+    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    return image.resize(size, Image.Resampling.BICUBIC) if size != image.size else image
 
 
 def question_text(sample: Mapping[str, Any]) -> str:

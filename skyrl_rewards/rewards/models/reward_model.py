@@ -16,6 +16,12 @@ Inputs (the request's payload):
   special tokens;
 - ``{"text": str}``: tokenized as is, with the tokenizer's special tokens.
 
+A payload's ``images`` (:func:`row_images`) are ignored by a text model. A
+checkpoint whose ``config.json`` names ``Qwen2_5_VLForSequenceClassification``
+is run by :class:`VisionRewardModelRunner` instead (images and text through
+its processor; the model is :mod:`~skyrl_rewards.rewards.models.vl_reward_model`'s;
+:func:`build_runner` picks the runner).
+
 Scoring: inputs are sorted by length (longest first) and packed into batches
 whose padded size (items x longest) stays within ``max_tokens_per_batch``;
 each batch is padded on the right with the model's pad token (the model reads
@@ -36,10 +42,11 @@ retried item by item, so only the bad item fails) become outcomes with
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from skyrl_rewards.rewards.models.lanes import ModelOutcome, ModelRequest
@@ -49,6 +56,9 @@ DTYPES = ("bfloat16", "float16", "float32")
 
 TRUNCATIONS = ("error", "left", "right")
 """Values of :attr:`RewardModelConfig.truncation`."""
+
+VL_ARCHITECTURE = "Qwen2_5_VLForSequenceClassification"
+"""The ``architectures`` entry of a vision-language reward model's ``config.json`` (vLLM's name)."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +111,8 @@ class _InputError(Exception):
 
 @dataclass
 class _Item:
+    """One input ready for a forward pass: its request's position, token ids, and a note (a cut)."""
+
     index: int
     ids: list[int]
     note: str = ""
@@ -217,6 +229,16 @@ class RewardModelRunner:
             self.metrics.failures += len(requests)
             return [_failure(self.load_error) for _ in requests]
         outcomes: list[ModelOutcome | None] = [None] * len(requests)
+        for batch in self._batches(self._items(requests, outcomes)):
+            self._run(batch, outcomes)
+        self.metrics.failures += sum(1 for o in outcomes if o is not None and not o.ok)
+        assert all(outcome is not None for outcome in outcomes)
+        return outcomes  # type: ignore[return-value]
+
+    def _items(
+        self, requests: Sequence[ModelRequest], outcomes: list[ModelOutcome | None]
+    ) -> list[_Item]:
+        """The requests' inputs, tokenized and fitted; a bad input's failure goes to ``outcomes``."""
         texts: dict[bool, list[tuple[int, str]]] = {True: [], False: []}
         for index, request in enumerate(requests):
             try:
@@ -237,11 +259,7 @@ class RewardModelRunner:
                     items.append(self._fit(index, list(ids)))
                 except _InputError as error:
                     outcomes[index] = _failure(str(error))
-        for batch in self._batches(items):
-            self._run(batch, outcomes)
-        self.metrics.failures += sum(1 for o in outcomes if o is not None and not o.ok)
-        assert all(outcome is not None for outcome in outcomes)
-        return outcomes  # type: ignore[return-value]
+        return items
 
     def _fit(self, index: int, ids: list[int]) -> _Item:
         """An input's ids within ``max_length``: cut or refused per ``truncation``."""
@@ -334,6 +352,160 @@ class RewardModelRunner:
         return [float(v) for v in logits[:, 0].float().cpu().tolist()]
 
 
+@dataclass
+class _VisionItem(_Item):
+    """An input with its processor outputs (one row: ids, mask, pixel patches, grids)."""
+
+    features: dict[str, Any] = field(default_factory=dict)
+
+
+class VisionRewardModelRunner(RewardModelRunner):
+    """:class:`RewardModelRunner` for a vision-language classifier (Qwen2.5-VL).
+
+    The checkpoint, its processor and the value are described in
+    :mod:`~skyrl_rewards.rewards.models.vl_reward_model`. A payload's
+    ``images`` (paths, or in-memory images as they are) are read, converted to
+    RGB and downscaled to the judge's cap
+    (:data:`~skyrl_rewards.rewards.models.judge_prompts.MAX_IMAGE_SIDE`; no
+    re-encoding), then put as ``{"type": "image"}`` parts before the text of
+    the last user message; the checkpoint's processor renders the chat and
+    expands each image into its vision tokens. Items are processed one by one
+    and batched as the text runner's (token budget over the expanded ids, OOM
+    halving), padded on the right, their images' patches concatenated
+    (:func:`~skyrl_rewards.rewards.models.vl_reward_model.collate`).
+
+    An input past ``max_length`` is a failure: inputs are never cut (a cut
+    could split an image's tokens), so a ``truncation`` other than ``"error"``
+    is a load error naming the fix.
+    """
+
+    def _load(self) -> None:
+        path = self.config.model
+        if self.config.truncation != "error":
+            self.load_error = (
+                f"reward model {path!r} is a vision-language model, whose inputs are not cut: "
+                f"set truncation: error (got {self.config.truncation!r}) and raise max_length "
+                "if inputs are long"
+            )
+            return
+        try:
+            import torch
+            from transformers import AutoProcessor
+
+            from skyrl_rewards.rewards.models.vl_reward_model import (
+                Qwen2_5_VLForSequenceClassification,
+            )
+
+            device = self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            dtype_name = self.config.dtype or (
+                "bfloat16" if device.startswith("cuda") else "float32"
+            )
+            processor = AutoProcessor.from_pretrained(path, local_files_only=True)
+            model = Qwen2_5_VLForSequenceClassification.from_pretrained(
+                path, local_files_only=True, dtype=getattr(torch, dtype_name)
+            )
+            model.to(device).eval()
+        except ImportError as error:
+            self.load_error = (
+                f"reward model {path!r}: {error}; a vision-language reward model needs torch, "
+                "transformers >= 4.52 and torchvision (its processor) where it runs"
+            )
+            return
+        except (OSError, ValueError, RuntimeError, KeyError, TypeError) as error:
+            self.load_error = (
+                f"reward model {path!r} failed to load: {type(error).__name__}: {error}. Give a "
+                f"local folder written by save_pretrained ({VL_ARCHITECTURE}, with its processor)"
+            )
+            return
+        except AssertionError as error:  # torch's CPU-only build asked for CUDA
+            self.load_error = (
+                f"reward model {path!r}: device {self.config.device!r} is not usable here: {error}"
+            )
+            return
+        if model.config.num_labels != 1:
+            self.load_error = (
+                f"reward model {path!r} has {model.config.num_labels} labels; a reward model "
+                "has one (num_labels=1, a scalar score)"
+            )
+            return
+        tokenizer = processor.tokenizer
+        pad_id = tokenizer.pad_token_id
+        if pad_id is None:
+            pad_id = tokenizer.eos_token_id
+        self._model, self._tokenizer, self._pad_id = model, processor, pad_id
+        self._device = device
+
+    def _items(
+        self, requests: Sequence[ModelRequest], outcomes: list[ModelOutcome | None]
+    ) -> list[_Item]:
+        items: list[_Item] = []
+        for index, request in enumerate(requests):
+            try:
+                features = self._process(request.payload)
+                ids = features["input_ids"][0].tolist()
+                if len(ids) > self.config.max_length:
+                    raise _InputError(
+                        f"input of {len(ids)} tokens (images included) is longer than "
+                        f"max_length={self.config.max_length}; raise max_length"
+                    )
+            except _InputError as error:
+                outcomes[index] = _failure(str(error))
+            else:
+                items.append(_VisionItem(index, ids, features=features))
+        return items
+
+    def _process(self, payload: Any) -> dict[str, Any]:
+        """One payload through the processor: a batch of one, as tensors; ``_InputError`` when unreadable."""
+        from jinja2 import TemplateError
+
+        if not isinstance(payload, Mapping):
+            raise _InputError(f"payload: expected a mapping, got {type(payload).__name__}")
+        images = [
+            self._image(position, ref) for position, ref in enumerate(payload.get("images") or [])
+        ]
+        processor = self._tokenizer
+        try:
+            if "text" in payload and isinstance(payload["text"], str) and not images:
+                text = payload["text"]
+            else:
+                messages: list[dict[str, Any]] = _payload_messages(payload)
+                users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+                if images and not users:
+                    raise _InputError("payload: images but no user message to put them in")
+                if images:
+                    last = messages[users[-1]]
+                    last["content"] = [
+                        *({"type": "image"} for _ in images),
+                        {"type": "text", "text": last["content"]},
+                    ]
+                text = processor.apply_chat_template(messages, tokenize=False)
+            features = processor(text=[text], images=images or None, return_tensors="pt")
+        except (TemplateError, ValueError, TypeError, KeyError, IndexError) as error:
+            raise _InputError(f"processor: {type(error).__name__}: {error}") from error
+        return dict(features)
+
+    def _image(self, position: int, ref: Any) -> Any:
+        from skyrl_rewards.rewards.models.judge_prompts import (
+            MAX_IMAGE_SIDE,
+            downscale,
+            load_image,
+        )
+
+        field_name = f"payload.images[{position}]"
+        try:
+            image = load_image(ref, field_name)
+        except (ValueError, OSError) as error:
+            raise _InputError(str(error)) from error
+        return downscale(image.convert("RGB"), MAX_IMAGE_SIDE)
+
+    def _forward(self, batch: list[_Item]) -> list[float]:
+        from skyrl_rewards.rewards.models.vl_reward_model import collate, last_token_values
+
+        rows = [item.features for item in batch if isinstance(item, _VisionItem)]
+        pad = self._pad_id if self._pad_id is not None else 0
+        return last_token_values(self._model, collate(rows, pad))
+
+
 def _render(tokenizer: Any, payload: Any) -> tuple[str, bool]:
     """A payload's text and whether the tokenizer adds its special tokens (see the module doc).
 
@@ -346,6 +518,57 @@ def _render(tokenizer: Any, payload: Any) -> tuple[str, bool]:
         if not isinstance(text, str):
             raise _InputError(f"payload.text: expected a string, got {type(text).__name__}")
         return text, True
+    messages = _payload_messages(payload)
+    if not getattr(tokenizer, "chat_template", None):
+        return "\n".join(message["content"] for message in messages), True
+    from jinja2 import TemplateError
+
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False)
+    except (TemplateError, ValueError, TypeError, KeyError) as error:
+        raise _InputError(f"chat template: {type(error).__name__}: {error}") from error
+    if not isinstance(text, str):
+        raise _InputError(f"chat template: rendered {type(text).__name__}, not text")
+    return text, False
+
+
+def row_images(sample: Mapping[str, Any]) -> list[Any]:
+    """The row's images for a reward model's payload: paths as strings, in-memory images as they are.
+
+    Read from the first of ``image_path``, ``image``, ``images`` the row fills
+    (one item or a list). A path (``str`` or ``os.PathLike``) becomes a string:
+    cheap to send between processes, read where the model runs. An in-memory
+    image (a PIL image, bytes, a ``{"bytes"|"path"}`` dict: TRL's rows) is
+    kept as the object it is, pickled with the request when it crosses
+    processes; such a row has no work key (no cache entry). Empty when the row
+    has no image.
+
+    >>> row_images({"image_path": ["a.png", "b.png"]})
+    ['a.png', 'b.png']
+    """
+    from skyrl_rewards.rewards.box_formats import image_column
+
+    column = image_column(sample)
+    if column is None:
+        return []
+    value = sample[column]
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    return [os.fspath(item) if isinstance(item, os.PathLike) else item for item in items]
+
+
+def render_payload(tokenizer: Any, payload: Any) -> str:
+    """A payload's text as this runner renders it (what a served reward model's text input sends).
+
+    ``tokenizer`` may be ``None`` (the contents joined by newlines); ``ValueError`` when unreadable.
+    """
+    try:
+        return _render(tokenizer, payload)[0]
+    except _InputError as error:
+        raise ValueError(str(error)) from error
+
+
+def _payload_messages(payload: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The payload's ``messages``, each ``{"role": str, "content": str}``; ``_InputError`` otherwise."""
     messages = payload.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _InputError("payload: expected 'messages' (a non-empty list) or 'text'")
@@ -358,19 +581,7 @@ def _render(tokenizer: Any, payload: Any) -> tuple[str, bool]:
             raise _InputError(
                 f"payload.messages[{position}]: expected {{'role': str, 'content': str}}"
             )
-    if not getattr(tokenizer, "chat_template", None):
-        return "\n".join(message["content"] for message in messages), True
-    from jinja2 import TemplateError
-
-    try:
-        text = tokenizer.apply_chat_template(
-            [dict(message) for message in messages], tokenize=False
-        )
-    except (TemplateError, ValueError, TypeError, KeyError) as error:
-        raise _InputError(f"chat template: {type(error).__name__}: {error}") from error
-    if not isinstance(text, str):
-        raise _InputError(f"chat template: rendered {type(text).__name__}, not text")
-    return text, False
+    return [dict(message) for message in messages]
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
@@ -382,6 +593,7 @@ def _is_out_of_memory(error: BaseException) -> bool:
 
 
 def _failure(message: str, *, tokens_in: int = 0) -> ModelOutcome:
+    """A ``model_error`` outcome with its cause."""
     return ModelOutcome(failure="model_error", message=message, tokens_in=tokens_in)
 
 
@@ -398,8 +610,34 @@ def runner_for(key: str, config: Mapping[str, Any]) -> RewardModelRunner:
     with _RUNNERS_LOCK:
         runner = _RUNNERS.get(key)
         if runner is None:
-            runner = _RUNNERS[key] = RewardModelRunner(RewardModelConfig.from_mapping(config))
+            runner = _RUNNERS[key] = build_runner(RewardModelConfig.from_mapping(config))
         return runner
+
+
+def build_runner(config: RewardModelConfig) -> RewardModelRunner:
+    """The runner for the checkpoint at ``config.model``.
+
+    A checkpoint whose ``config.json`` names the vision-language classifier
+    (:data:`VL_ARCHITECTURE`) gets a
+    :class:`VisionRewardModelRunner`;
+    any other (or one whose config cannot be read: the runner then says why) a
+    text :class:`RewardModelRunner`.
+    """
+    if _architectures(config.model) == [VL_ARCHITECTURE]:
+        return VisionRewardModelRunner(config)
+    return RewardModelRunner(config)
+
+
+def _architectures(path: str) -> list[str]:
+    """The ``architectures`` of the checkpoint's ``config.json`` (empty when it cannot be read)."""
+    try:
+        from transformers import PretrainedConfig
+
+        config, _ = PretrainedConfig.get_config_dict(path, local_files_only=True)
+    except (ImportError, OSError, ValueError):
+        return []
+    architectures = config.get("architectures")
+    return list(architectures) if isinstance(architectures, list) else []
 
 
 def run_reward_model_requests(
