@@ -6,8 +6,9 @@ answer one ``(value, status, error)`` per task, in order, never raising for a
 sample: the component builds the request, the lane runs it, the component
 settles the outcome (a failure settles masked, with its cause).
 
-- :class:`JudgeLane`: one asynchronous actor per pool. It holds one judge
-  client per endpoint, so the endpoint's limits (in flight, requests and
+- :class:`JudgeLane`: one asynchronous actor per pool. It holds one client per
+  endpoint (a judge's, or a served reward model's:
+  :mod:`~skyrl_rewards.rewards.models.served_reward_model`), so the endpoint's limits (in flight, requests and
   tokens per minute), its retries and its circuit breaker see every judge
   request of the pool, from every client process and node. Requests are I/O:
   thousands wait on one event loop, and the lane reserves no CPU by default.
@@ -81,11 +82,11 @@ class JudgeLane:
     """Ray actor body (asynchronous). Build it with ``ray.remote(JudgeLane)``."""
 
     def __init__(self, rewards: Mapping[str, Mapping[str, Any]]) -> None:
-        from skyrl_rewards.rewards.models.judge_client import EndpointConfig, JudgeClient
+        from skyrl_rewards.rewards.models.judge_client import lane_client
 
         self._mix = RewardMix.from_config(rewards)
         self._clients = {
-            key: JudgeClient(EndpointConfig.from_mapping(config))
+            key: lane_client(config)
             for key, config in _lane_endpoints(self._mix, JUDGE_LANE).items()
         }
 

@@ -1,6 +1,7 @@
 """An asynchronous client for one OpenAI-compatible chat endpoint: limits, retries, a breaker.
 
-:class:`ChatClient` sends ``POST {base_url}/chat/completions`` on long-lived
+:class:`ChatClient` sends ``POST {base_url}/chat/completions`` (or another
+``path``: a served reward model's ``/classify``) on long-lived
 ``httpx.AsyncClient`` connections and turns each request body into exactly one
 :class:`ChatReply`: the whole reply JSON, or a failure whose ``failure`` is one
 of :data:`~skyrl_rewards.rewards.models.lanes.FAILURE_KINDS`. It never raises

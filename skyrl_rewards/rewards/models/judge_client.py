@@ -35,8 +35,13 @@ from skyrl_rewards.rewards.models.chat_client import (
     loop_thread,
 )
 from skyrl_rewards.rewards.models.lanes import ModelOutcome, ModelRequest
+from skyrl_rewards.rewards.models.served_reward_model import (
+    SERVED_KIND,
+    ServedConfig,
+    ServedRewardModelClient,
+)
 
-__all__ = ["EndpointConfig", "JudgeClient", "judge_metrics", "run_judge_requests"]
+__all__ = ["EndpointConfig", "JudgeClient", "judge_metrics", "lane_client", "run_judge_requests"]
 
 
 class JudgeClient(ChatClient):
@@ -138,10 +143,27 @@ def _from_cache(outcome: ModelOutcome) -> ModelOutcome:
     return dataclasses.replace(outcome, cached=True, tokens_in=0, tokens_out=0, latency_s=0.0)
 
 
+def lane_client(config: Mapping[str, Any]) -> JudgeClient | ServedRewardModelClient:
+    """The judge lane's client for one endpoint: a served reward model's (``kind``) or a judge's.
+
+    Raises ``ValueError`` for a bad configuration.
+    """
+    if config.get("kind") == SERVED_KIND:
+        return ServedRewardModelClient(ServedConfig.from_mapping(config))
+    return JudgeClient(EndpointConfig.from_mapping(config))
+
+
+def _endpoint_config(config: Mapping[str, Any]) -> EndpointConfig:
+    """The chat endpoint part of a lane endpoint's configuration (``ValueError`` when bad)."""
+    if config.get("kind") == SERVED_KIND:
+        return ServedConfig.from_mapping(config).endpoint
+    return EndpointConfig.from_mapping(config)
+
+
 def run_judge_requests(
     requests: Sequence[ModelRequest], endpoints: Mapping[str, Mapping[str, Any]]
 ) -> list[ModelOutcome]:
-    """Run judge requests concurrently in this process: one outcome per request, in order.
+    """Run judge and served reward model requests concurrently here: one outcome per request, in order.
 
     One :class:`JudgeClient` per endpoint key lives as long as the process, on
     the private event loop thread of :mod:`~skyrl_rewards.rewards.models.chat_client`
@@ -154,17 +176,17 @@ def run_judge_requests(
     if not requests:
         return []
     keys = {request.endpoint for request in requests}
-    configs = {key: EndpointConfig.from_mapping(endpoints[key]) for key in keys}
+    configs = {key: _endpoint_config(endpoints[key]) for key in keys}
     for config in configs.values():
         config.api_key()
     loop = loop_thread()
 
     async def run() -> list[ModelOutcome]:
         clients = {}
-        for key, config in configs.items():
+        for key in keys:  # made on the loop thread only: one client per endpoint per process
             client = loop.clients.get("judge:" + key)
-            if not isinstance(client, JudgeClient):
-                client = loop.clients["judge:" + key] = JudgeClient(config)
+            if not isinstance(client, (JudgeClient, ServedRewardModelClient)):
+                client = loop.clients["judge:" + key] = lane_client(endpoints[key])
             clients[key] = client
         return list(await asyncio.gather(*(clients[r.endpoint].complete(r) for r in requests)))
 
@@ -182,7 +204,7 @@ def judge_metrics() -> dict[str, dict[str, Any]]:
         return {
             key.removeprefix("judge:"): client.metrics()
             for key, client in loop.clients.items()
-            if isinstance(client, JudgeClient)
+            if isinstance(client, (JudgeClient, ServedRewardModelClient))
         }
 
     return loop.submit(collect()).result(timeout=30.0)

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 JUDGE_LANE = "judge"
-"""Requests to an OpenAI-compatible chat endpoint (I/O: never holds a CPU worker slot)."""
+"""Requests to an HTTP model endpoint: a chat judge, or a served reward model
+(:mod:`~skyrl_rewards.rewards.models.served_reward_model`); I/O, never a CPU worker slot."""
 
 REWARD_MODEL_LANE = "reward_model"
 """Requests to a sequence-classification reward model (a worker group, GPUs where asked)."""
@@ -65,7 +66,8 @@ class ModelRequest:
     """One call to a model: which lane and endpoint, and the JSON-able payload.
 
     Judge payload: ``{"messages": [...chat messages, image parts as data URLs...]}``
-    (sampling parameters live in the endpoint configuration). Reward-model
+    (sampling parameters live in the endpoint configuration; a served reward
+    model's requests are on this lane too, with the reward-model payload). Reward-model
     payload: ``{"messages": [...]}`` (prompt and completion as a chat, the
     model's chat template applied by the runner) or ``{"text": str}``.
     """

@@ -11,13 +11,24 @@ The prompt is read from the row: ``prompt_field`` names the column; by default
 the first of ``prompt`` (a string or a chat message list; TRL's ``prompts``
 arrive here too) and ``problem`` (VLM-R1's rows) that the row has. A row with
 neither is a dataset error. Message contents given as parts keep their text
-parts (a text reward model reads no image). The completion is the sample's
-final answer text (:func:`~skyrl_rewards.rewards.text.completion_text`), sent
-as the assistant's turn.
+parts. The completion is the sample's final answer text
+(:func:`~skyrl_rewards.rewards.text.completion_text`), sent as the assistant's
+turn. The row's images (``image_path``, ``image`` or ``images``) go in the
+payload's ``images`` (:func:`~skyrl_rewards.rewards.models.reward_model.row_images`):
+a vision-language reward model reads them, a text one ignores them.
+
+A served reward model (``endpoint``, or flat ``base_url`` with ``model`` the
+served name: :mod:`~skyrl_rewards.rewards.models.served_reward_model`) gets
+the same chat through the pool's judge lane (I/O, one client per pool, the
+judge's limits, retries and breaker), never the reward-model workers. With
+``images: true`` (it needs ``input: messages``) the row's images go in the
+last user message as ``image_url`` parts, the original files encoded and
+size-capped as the judge's are (``max_image_side``, ``max_image_bytes``).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from collections.abc import Hashable, Mapping, Sequence
@@ -25,13 +36,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from skyrl_rewards.rewards.component_base import Component, work_digest
+from skyrl_rewards.rewards.models.judge_prompts import (
+    MAX_IMAGE_BYTES,
+    MAX_IMAGE_SIDE,
+    encode_image,
+    in_memory_images,
+    load_image,
+)
 from skyrl_rewards.rewards.models.lanes import (
+    JUDGE_LANE,
     REWARD_MODEL_LANE,
     ModelOutcome,
     ModelRequest,
     endpoint_key,
 )
-from skyrl_rewards.rewards.models.reward_model import RewardModelConfig
+from skyrl_rewards.rewards.models.reward_model import RewardModelConfig, row_images
+from skyrl_rewards.rewards.models.served_reward_model import ServedConfig
 from skyrl_rewards.rewards.result import ComponentScore, Status
 from skyrl_rewards.rewards.text import completion_text
 
@@ -115,13 +135,20 @@ class RewardModel(Component):
     ``normalize`` and ``clip`` the score; ``prompt_field`` the prompt column.
     Nothing is loaded here: the model loads where requests run, so a bad path
     shows as a masked ``model_error`` per sample naming the path.
+
+    Served instead (exactly one of a local ``model`` and an endpoint):
+    ``endpoint`` (a mapping, see
+    :class:`~skyrl_rewards.rewards.models.served_reward_model.ServedConfig`),
+    or its fields flat (``base_url``, ``model`` as the served name, ``api``,
+    ...); ``images`` sends the row's images. ``ValueError`` for a bad or
+    ambiguous configuration.
     """
 
     name = "reward_model"
 
     def __init__(
         self,
-        model: str,
+        model: str | None = None,
         device: str | None = None,
         dtype: str | None = None,
         max_length: int = 4096,
@@ -130,9 +157,37 @@ class RewardModel(Component):
         normalize: Any = "none",
         clip: Any = None,
         prompt_field: str | None = None,
+        endpoint: Mapping[str, Any] | None = None,
+        images: bool = False,
+        max_image_side: int = MAX_IMAGE_SIDE,
+        max_image_bytes: int = MAX_IMAGE_BYTES,
+        **endpoint_fields: Any,
     ) -> None:
         if hasattr(model, "__fspath__"):
             model = str(model)
+        self.normalization = Normalization.parse(normalize, clip)
+        if prompt_field is not None and (not isinstance(prompt_field, str) or not prompt_field):
+            raise ValueError(f"prompt_field: expected a column name, got {prompt_field!r}")
+        self.prompt_field = prompt_field
+        self.images = images
+        self.max_image_side, self.max_image_bytes = max_image_side, max_image_bytes
+        self.served: ServedConfig | None = None
+        if endpoint is not None or "base_url" in endpoint_fields:
+            self._serve(model, endpoint, endpoint_fields, device, dtype)
+            return
+        if endpoint_fields:
+            raise ValueError(
+                f"unknown parameters {sorted(endpoint_fields)}; a local reward model takes model, "
+                "device, dtype, max_length, max_tokens_per_batch, truncation, normalize, clip, "
+                "prompt_field (a served one: endpoint, or base_url, model, api, ...)"
+            )
+        if images:
+            raise ValueError("images: true is for a served reward model (endpoint)")
+        if not isinstance(model, str) or not model:
+            raise ValueError(
+                "reward_model: give model (a local folder) or endpoint "
+                "({base_url, model, api}: a served reward model)"
+            )
         self.config = RewardModelConfig(
             model=model,
             device=device,
@@ -141,24 +196,85 @@ class RewardModel(Component):
             max_tokens_per_batch=max_tokens_per_batch,
             truncation=truncation,
         )
-        self.normalization = Normalization.parse(normalize, clip)
-        if prompt_field is not None and (not isinstance(prompt_field, str) or not prompt_field):
-            raise ValueError(f"prompt_field: expected a column name, got {prompt_field!r}")
-        self.prompt_field = prompt_field
         self._endpoint_config = self.config.to_mapping()
         self._endpoint = endpoint_key(self._endpoint_config)
 
+    def _serve(
+        self,
+        model: str | None,
+        endpoint: Mapping[str, Any] | None,
+        fields: Mapping[str, Any],
+        device: str | None,
+        dtype: str | None,
+    ) -> None:
+        if endpoint is not None and not isinstance(endpoint, Mapping):
+            raise ValueError(f"endpoint: expected a mapping, got {endpoint!r:.80}")
+        if endpoint is not None and model is not None:
+            raise ValueError(
+                "reward_model: give either model (a local folder) or endpoint (a served model, "
+                "whose model name goes inside it), not both"
+            )
+        if device is not None or dtype is not None:
+            raise ValueError(
+                "device and dtype are for a local model; a served one has its server's"
+            )
+        config = {**dict(endpoint or {}), **fields}
+        if model is not None:
+            config["model"] = model
+        self.served = ServedConfig.from_mapping(config)
+        self.served.endpoint.api_key()  # an unset key variable is a configuration error, told now
+        if self.images and self.served.input != "messages":
+            raise ValueError(
+                "images: true needs endpoint.input: messages (images go as chat image parts, "
+                "one conversation per request)"
+            )
+        self._endpoint_config = self.served.to_mapping()
+        self._endpoint = endpoint_key(self._endpoint_config)
+
+    @property
+    def _lane(self) -> str:
+        return JUDGE_LANE if self.served is not None else REWARD_MODEL_LANE
+
     def lanes(self) -> frozenset[str]:
-        return frozenset({REWARD_MODEL_LANE})
+        return frozenset({self._lane})
 
     def lane(self, sample: Mapping[str, Any]) -> str | None:
-        return REWARD_MODEL_LANE
+        return self._lane
 
     def lane_request(self, sample: Mapping[str, Any]) -> ModelRequest:
-        """The chat ``prompt messages + [assistant: completion]``; ``ValueError`` without a prompt."""
+        """The chat ``prompt messages + [assistant: completion]`` and the row's images; ``ValueError`` without a prompt."""
         messages = self._prompt_messages(sample)
         messages.append({"role": "assistant", "content": completion_text(sample.get("completion"))})
-        return ModelRequest(REWARD_MODEL_LANE, self._endpoint, {"messages": messages})
+        if self.served is not None:
+            if self.images:
+                self._add_image_parts(messages, row_images(sample))
+            return ModelRequest(JUDGE_LANE, self._endpoint, {"messages": messages})
+        payload: dict[str, Any] = {"messages": messages}
+        images = row_images(sample)
+        if images:
+            payload["images"] = images
+        return ModelRequest(REWARD_MODEL_LANE, self._endpoint, payload)
+
+    def _add_image_parts(self, messages: list[dict[str, Any]], images: list[Any]) -> None:
+        """Put ``images`` as ``image_url`` parts before the text of the last user message."""
+        if not images:
+            raise ValueError(
+                "image_path: images: true but the row has none (image_path, image or images)"
+            )
+        parts = []
+        for item in images:
+            data = encode_image(
+                load_image(item, "image"), self.max_image_side, self.max_image_bytes
+            )
+            if data is None:
+                raise ValueError(
+                    f"image: does not fit max_image_bytes={self.max_image_bytes} even downscaled"
+                )
+            url = "data:image/jpeg;base64," + base64.b64encode(data).decode("ascii")
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        user = [m for m in messages if m["role"] == "user"]
+        target = user[-1] if user else messages[0]
+        target["content"] = [*parts, {"type": "text", "text": target["content"]}]
 
     def settle(self, request: ModelRequest, outcome: ModelOutcome) -> ComponentScore:
         if not outcome.ok:
@@ -176,6 +292,8 @@ class RewardModel(Component):
         return {self._endpoint: dict(self._endpoint_config)}
 
     def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        if in_memory_images(sample):
+            return None
         try:
             request = self.lane_request(sample)
         except ValueError:
