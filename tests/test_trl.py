@@ -38,6 +38,7 @@ from skyrl_rewards.rewards.text import completion_text  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent / "models"))
 from judge_server import JudgeServer, Response  # noqa: E402
+from reward_model_server import RewardModelServer, conversation_text, expected_score  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -487,6 +488,59 @@ def test_a_reward_model_scores_inside_the_trainer(tokenizer_dir: Path, tmp_path:
     assert logged(trainer, "rewards/reward_model_reward/mean") == pytest.approx(
         [sum(expected) / 4] * 2, abs=1e-5
     )
+
+
+def test_a_served_reward_model_scores_and_masks_inside_the_trainer(
+    tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    # vLLM's /classify on loopback: each chat scored P(LABEL_1) of a hash of its text; every
+    # request of the second prompt gets HTTP 500 (one input's failure), masked and left out
+    bad_prompt = [{"role": "user", "content": "A row the reward model fails on"}]
+
+    def plan(number: int, body: dict[str, Any]) -> Response | None:
+        return Response(500) if bad_prompt[0]["content"] in json.dumps(body) else None
+
+    tokenizer = load_tokenizer(tokenizer_dir)
+    dataset = Dataset.from_list(
+        [
+            {"prompt": PROMPT, "solution": "<answer>42</answer>"},
+            {"prompt": bad_prompt, "solution": ""},
+        ]
+    )
+    with RewardModelServer(plan=plan) as server:
+        reward = make_reward(
+            "reward_model",
+            base_url=server.base_url,
+            model="rm",
+            input="messages",
+            retries={"max_retries": 0},
+            normalize={"affine": {"scale": 2.0, "shift": -1.0}},
+        )
+        trainer = GRPOTrainer(
+            model=tiny_model(tokenizer),
+            reward_funcs=[reward],
+            args=grpo_args(tmp_path, per_device_train_batch_size=8),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            rollout_func=fixed_rollout(tokenizer),
+        )
+        trainer.train()
+    assert server.errors >= 1  # the failure happened at the server
+    expected = [
+        2.0 * expected_score(conversation_text([*PROMPT, {"role": "assistant", "content": a}]))
+        - 1.0
+        for a in FIXED
+    ]
+    assert len(set(expected)) == 4
+    # the last step's rewards (float32 in TRL): the good group's in order, the bad one's NaN
+    logged_values = list(trainer._logs["rewards"]["reward_model_reward"])
+    values = [v for v in logged_values if not math.isnan(v)]
+    assert values == pytest.approx(expected, abs=1e-6) and len(logged_values) == 8
+    # the masked group is left out: the mean is the good group's, not pulled towards 0.0
+    assert logged(trainer, "rewards/reward_model_reward/mean") == pytest.approx(
+        [sum(expected) / 4] * 2, abs=1e-6
+    )
+    assert logged(trainer, "rewards/reward_model_reward/masked_ratio") == [0.5, 0.5]
 
 
 def _boxes(*items: tuple[list[int], str]) -> str:
