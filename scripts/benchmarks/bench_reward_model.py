@@ -15,6 +15,18 @@ copies). Runs are interleaved (bare, bare_sorted, forward_only, runner, ...)
 and medians reported, by the wall clock and by this process's CPU time
 (steadier on a shared machine: with ``--threads 1`` it counts the work done,
 not the waiting); the output is one JSON line.
+
+Served mode (``--served``, issue 29): the served reward model's client (the
+pool's judge-lane machinery, in this process) against the loopback vLLM
+``/v1/classify`` server of ``tests/models/reward_model_server.py`` at a fixed
+latency (``--latency-s``) serving ``--server-concurrency`` requests at once.
+The client's ``max_in_flight`` is twice the server's concurrency (requests
+queue at the server, as at a vLLM server with its own scheduler), so the bound
+is ``concurrency x inputs per request / latency`` items a second; the target is
+at least 90% of it, batching off (one input a request) and on
+(``--served-batch-size``), and the local runner's figure (the tiny model on
+this CPU) beside them. Run:
+python scripts/benchmarks/bench_reward_model.py --served [--items 512]
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,8 +51,13 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from skyrl_rewards.rewards.models.lanes import REWARD_MODEL_LANE, ModelRequest
+from skyrl_rewards.rewards.models.judge_client import judge_metrics, run_judge_requests
+from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, REWARD_MODEL_LANE, ModelRequest
 from skyrl_rewards.rewards.models.reward_model import RewardModelRunner
+from skyrl_rewards.rewards.models.served_reward_model import ServedConfig
+
+sys.path.insert(0, str(benchlib.REPO / "tests" / "models"))
+from reward_model_server import RewardModelServer  # noqa: E402
 
 CHAT_TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
 WORDS = (
@@ -156,6 +174,49 @@ def forward_only(folder: Path, device: str, budget: int, conversations: list) ->
     return run
 
 
+def served(args: argparse.Namespace, conversations: list) -> dict[str, Any]:
+    """Items a second through the served client, batching off and on, against the server's bound."""
+    report: dict[str, Any] = {
+        "latency_s": args.latency_s,
+        "server_concurrency": args.server_concurrency,
+    }
+    with RewardModelServer(
+        latency_s=args.latency_s, max_concurrent=args.server_concurrency
+    ) as server:
+        for name, batch_size in (("unbatched", 1), ("batched", args.served_batch_size)):
+            config = ServedConfig.from_mapping(
+                {
+                    "base_url": server.base_url,
+                    "model": "bench-rm",
+                    "api": "classify",
+                    "batch_size": batch_size,
+                    "batch_wait_s": 0.002,
+                    "limits": {"max_in_flight": 2 * args.server_concurrency},
+                }
+            ).to_mapping()
+            requests = [ModelRequest(JUDGE_LANE, name, {"messages": c}) for c in conversations]
+            run_judge_requests(requests[: args.server_concurrency], {name: config})  # connect
+            times, failures = [], 0
+            for _ in range(args.rounds):
+                outcomes, seconds = benchlib.timed(run_judge_requests, requests, {name: config})
+                times.append(seconds)
+                failures += sum(not o.ok for o in outcomes)
+            metrics = judge_metrics()[name]
+            per_request = metrics["items"] / metrics["batches"]
+            bound = args.server_concurrency * per_request / args.latency_s
+            achieved = args.items / benchlib.median(times, 6)
+            report[name] = {
+                "items_per_s": round(achieved, 1),
+                "bound_items_per_s": round(bound, 1),
+                "fraction_of_bound": round(achieved / bound, 3),
+                "items_per_request": round(per_request, 2),
+                "failures": failures,
+                "wall_s": [round(t, 3) for t in times],
+            }
+        report["server_peak_arrived"] = server.peak  # counted on arrival, before the queue
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=512)
@@ -168,6 +229,10 @@ def main() -> None:
     parser.add_argument(
         "--max-tokens-per-batch", type=int, default=8192, help="the runner's token budget"
     )
+    parser.add_argument("--served", action="store_true", help="the served mode (see the doc)")
+    parser.add_argument("--latency-s", type=float, default=0.05, help="served: server latency")
+    parser.add_argument("--server-concurrency", type=int, default=4, help="served: at once")
+    parser.add_argument("--served-batch-size", type=int, default=16, help="served: per request")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     conversations = chats(args.items)
@@ -222,6 +287,9 @@ def main() -> None:
             report[f"{clock}_runner_time_over_{name}"] = round(medians["runner"] / medians[name], 3)
     report["wall_s"] = {name: [round(t, 2) for t in values] for name, values in wall.items()}
     report["max_abs_difference"] = worst
+    if args.served:
+        report["served"] = served(args, conversations)
+    report["load_1min"] = benchlib.load()
     print(json.dumps(report))
 
 
