@@ -40,6 +40,8 @@ from tau_bench_env.evaluation.evaluate import (
     run_threads,
 )
 from tau_bench_env.evaluation.policy import TOOL_MODES, PolicyConfig
+from tau_bench_env.rescoring.gold_check import affected_line
+from tau_bench_env.rescoring.intervals import interval_text, method_line
 from tau_bench_env.rescoring.user_review_runs import REVIEW_KEY
 
 INTERRUPTED = 130
@@ -252,15 +254,21 @@ def report(summary: dict[str, Any], spec: EvalSpec, out: Path) -> str:
         f"missing: {summary['missing']}",
         "success rate: n/a (no episode judged)"
         if summary["success_rate"] is None
-        else f"success rate: {summary['success_rate']:.4f}",
+        else f"success rate: {summary['success_rate']:.4f}"
+        + interval_text(summary["intervals"]["success_rate"]),
         f"pass^k ({summary['complete_tasks']} tasks with every trial judged):",
-        *(f"  k={k}: {value:.4f}" for k, value in summary["pass_hat_k"].items()),
+        *(
+            f"  k={k}: {value:.4f}" + interval_text(summary["intervals"]["pass_hat_k"].get(k))
+            for k, value in summary["pass_hat_k"].items()
+        ),
+        method_line(summary["intervals"]),
         "failed checks: "
         + ", ".join(f"{name}={count}" for name, count in summary["failed_checks"].items()),
         f"tokens per episode: prompt {summary['tokens']['prompt_per_episode']:.0f}, "
         f"completion {summary['tokens']['completion_per_episode']:.0f}",
         f"wall time per episode: mean {summary['wall_s']['mean_per_episode']:.3f} s, "
         f"max {summary['wall_s']['max_per_episode']:.3f} s",
+        affected_line(summary["gold_checks"]),
     ]
     outcomes = [
         f"{task}:{sum(r == 1.0 for r in entry['rewards'])}/"

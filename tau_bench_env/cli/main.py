@@ -1,6 +1,11 @@
 """Command line: ``tau-bench-env rescore RESULTS.json [--domain D] [--backend B] [--reward R] [--json]``.
 
 ``tau-bench-env eval ...`` evaluates a policy endpoint (see :mod:`tau_bench_env.cli.eval`).
+``tau-bench-env compare A B [--json]`` says whether two results files differ beyond
+noise (see :mod:`tau_bench_env.rescoring.compare`).
+``tau-bench-env check-tasks --domain D [--backend B] [--split S] [--json]`` replays every
+task's gold actions and lists the tasks whose gold actions fail or whose gold run is not
+paid 1.0 (see :mod:`tau_bench_env.rescoring.gold_check`).
 
 Re-scores recorded runs, tau-bench's results format or tau2-bench's
 (``Results`` JSON; detected, or forced with ``--format``), with this
@@ -19,8 +24,11 @@ and agreement with the recorded rewards; ``--json`` prints one JSON object
 with the keys ``runs``, ``success_rate``, ``agreement``, ``pass_hat_k``,
 ``pass_hat_k_tasks`` (the tasks pass^k is over), ``tasks``,
 ``disagreements``, ``scored``, ``diverged``, ``tool_results``,
-``divergences``, ``left_out``, ``left_out_runs``, ``foreign``,
-``foreign_runs`` and ``task_set`` (see
+``divergences``, ``left_out``, ``left_out_runs``, ``foreign``, ``foreign_runs``,
+``intervals`` (95 % per-task bootstrap intervals of the success rate and pass^k,
+printed in brackets after each figure), ``gold_checks`` (how many of the scored tasks have a gold run
+that does not replay or is not paid 1.0: ``tau-bench-env check-tasks``) and
+``task_set`` (see
 :func:`tau_bench_env.rescoring.rescore.summarize` and :func:`task_set_summary`).
 ``--review-user`` asks the judge, for each failed scored run, whether the
 user simulator broke the task (:mod:`tau_bench_env.episode.user_review`):
@@ -51,6 +59,15 @@ from tau_bench_env.backends import BACKENDS, Domain, installed_official_backend,
 from tau_bench_env.cli.eval import add_eval_parser, check_served, run_eval
 from tau_bench_env.config import OFFICIAL_TAU2_BACKENDS
 from tau_bench_env.episode.user_review import review_lines
+from tau_bench_env.rescoring.compare import compare, compare_lines, task_rewards
+from tau_bench_env.rescoring.gold_check import (
+    affected_line,
+    affected_summary,
+    check_lines,
+    check_tasks,
+    scored_tasks,
+)
+from tau_bench_env.rescoring.intervals import interval_text, method_line
 from tau_bench_env.rescoring.rescore import (
     FORMATS,
     REWARDS,
@@ -130,8 +147,76 @@ def _parser() -> argparse.ArgumentParser:
         help=f"largest results file read, checked before parsing (default {DEFAULT_MAX_MIB})",
     )
     rescore_cmd.add_argument("--json", action="store_true", help="print one JSON object")
+    compare_cmd = commands.add_parser(
+        "compare", help="whether two results files differ beyond noise (paired bootstrap)"
+    )
+    compare_cmd.add_argument(
+        "a", type=Path, help="results file A (tau-bench's, tau2's, eval's summary.json)"
+    )
+    compare_cmd.add_argument("b", type=Path, help="results file B, of the same domain")
+    compare_cmd.add_argument(
+        "--max-file-mib", type=float, default=DEFAULT_MAX_MIB, help="largest file read"
+    )
+    compare_cmd.add_argument("--json", action="store_true", help="print one JSON object")
+    check_cmd = commands.add_parser(
+        "check-tasks", help="replay every task's gold actions; list those that fail or do not pay"
+    )
+    check_cmd.add_argument(
+        "--backend", default=DEFAULT_BACKEND, choices=sorted(BACKENDS), help="default %(default)s"
+    )
+    check_cmd.add_argument("--domain", required=True, help="e.g. retail")
+    check_cmd.add_argument(
+        "--split", help="the tasks of one split (default: every task of every split, each once)"
+    )
+    check_cmd.add_argument("--no-progress", action="store_true", help="no progress bar")
+    check_cmd.add_argument("--json", action="store_true", help="print one JSON object")
     add_eval_parser(commands)
     return parser
+
+
+def run_check_tasks(args: argparse.Namespace) -> int:
+    """Run the ``check-tasks`` subcommand (:mod:`tau_bench_env.rescoring.gold_check`)."""
+    from tqdm import tqdm
+
+    try:
+        check_served(args.backend, args.domain)
+        domain = load_domain(args.backend, args.domain)
+        splits = [args.split] if args.split else sorted(domain.splits)
+        tasks = {str(t.task_id): t for split in splits for t in domain.tasks(split)}
+    except (OSError, ValueError) as error:
+        return _error(str(error))
+    with tqdm(total=len(tasks), disable=args.no_progress, desc="gold runs", unit="task") as bar:
+        found = check_tasks(domain, tasks.values(), step=lambda: bar.update(1))
+    summary = {
+        "backend": args.backend,
+        "domain": args.domain,
+        "task_set": domain.task_set.to_dict(),
+        **affected_summary(found),
+        "checks": [c.to_dict() for c in found if c.affected or c.unchecked],
+    }
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))  # noqa: T201 - CLI output
+    else:
+        print("\n".join(check_lines(summary)))  # noqa: T201 - CLI output
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Run the ``compare`` subcommand (:mod:`tau_bench_env.rescoring.compare`)."""
+    try:
+        a = task_rewards(load_results(args.a, max_mib=args.max_file_mib), str(args.a))
+        b = task_rewards(load_results(args.b, max_mib=args.max_file_mib), str(args.b))
+    except (OSError, ValueError) as error:
+        return _error(f"compare: {error}")
+    try:
+        found = compare(a, b)
+    except ValueError as error:
+        return _error(f"compare: {args.a} and {args.b}: {error}")
+    if args.json:
+        print(json.dumps(found, sort_keys=True))  # noqa: T201 - CLI output
+    else:
+        print("\n".join(compare_lines(found, str(args.a), str(args.b))))  # noqa: T201
+    return 0
 
 
 def _divergence_lines(summary: dict, messages: str, kept: bool) -> list[str]:
@@ -208,10 +293,16 @@ def _report(
         *_foreign_lines(summary, setting["domain"], user_tools),
         *_left_out_lines(summary),
         f"scored: {summary['scored']}",
-        f"success rate: {_share(summary['success_rate'])}",
+        f"success rate: {_share(summary['success_rate'])}"
+        + interval_text(summary["intervals"]["success_rate"]),
         _pass_hat_k_line(summary),
-        *(f"  k={k}: {value:.4f}" for k, value in summary["pass_hat_k"].items()),
+        *(
+            f"  k={k}: {value:.4f}" + interval_text(summary["intervals"]["pass_hat_k"].get(k))
+            for k, value in summary["pass_hat_k"].items()
+        ),
+        method_line(summary["intervals"]),
         f"agreement with recorded rewards: {_share(summary['agreement'])}",
+        affected_line(summary["gold_checks"]),
     ]
     for item in summary["disagreements"]:
         lines.append(
@@ -277,6 +368,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "eval":
         return run_eval(args)
+    if args.command == "compare":
+        return run_compare(args)
+    if args.command == "check-tasks":
+        return run_check_tasks(args)
     try:
         runs = load_results(args.results, max_mib=args.max_file_mib)
         setting = _setting(args, runs)
@@ -303,6 +398,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             fresh=args.fresh_tasks,
             tasks=len({s.task_id for s in scores}),
         )
+        tasks = scored_tasks(
+            domain,
+            runs,
+            scores,
+            results_format=setting["format"],
+            fresh=args.fresh_tasks,
+            keep_diverged=args.keep_diverged,
+        )
+        summary["gold_checks"] = affected_summary(check_tasks(domain, tasks))
         if args.review_user:
             summary[REVIEW_KEY] = review_rescored(
                 runs,

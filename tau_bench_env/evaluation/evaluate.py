@@ -49,7 +49,13 @@ from tau_bench_env.data_model.tasks import RESPOND, Task
 from tau_bench_env.episode.actions import parse_turn
 from tau_bench_env.episode.episode import UserCall
 from tau_bench_env.evaluation.policy import ChatPolicy, PolicyConfig, PolicyEndpointError
-from tau_bench_env.rescoring.rescore import SUCCESS_TOLERANCE, RunScore, pass_hat_k
+from tau_bench_env.rescoring.gold_check import affected_summary, check_tasks
+from tau_bench_env.rescoring.rescore import (
+    SUCCESS_TOLERANCE,
+    RunScore,
+    figure_intervals,
+    pass_hat_k,
+)
 from tau_bench_env.rescoring.user_review_runs import REVIEW_KEY, review_eval_runs
 from tau_bench_env.users.simulators import STOP, UserSimulatorError
 
@@ -470,7 +476,8 @@ def summarize_eval(
     neither judged nor failed), ``success_rate`` (over judged episodes; None
     when none was judged, not a 0.0 that would read as a judgement),
     ``pass_hat_k`` (tau-bench's unbiased estimator, over the tasks whose
-    ``trials`` trials were all judged: ``complete_tasks``), ``per_task``,
+    ``trials`` trials were all judged: ``complete_tasks``), ``intervals`` (95 %
+    per-task bootstrap intervals of both, :func:`figure_intervals`), ``per_task``,
     ``failed_checks`` (how many judged episodes failed each check:
     ``data_hash`` = actions, ``outputs``, ``truncated``), ``tokens`` and
     ``wall_s`` (per episode), ``error_list`` and ``episode_list``.
@@ -502,6 +509,10 @@ def summarize_eval(
         for task in complete
         for trial, reward in enumerate(per_task[task]["rewards"])
     ]
+    judged = [
+        RunScore(int(r["task_id"]), int(r["trial"]), 0.0, float(r["reward"]), None) for r in runs
+    ]
+    pass_k = pass_hat_k(scores)
     failed_checks = {"data_hash": 0, "outputs": 0, "truncated": 0}
     episode_list = []
     for run in runs:
@@ -535,7 +546,8 @@ def summarize_eval(
         "missing": len(tasks) * trials - len(judged_pairs) - len(error_pairs),
         "success_rate": mean([1.0 if s else 0.0 for s in success]) if runs else None,
         "complete_tasks": len(complete),
-        "pass_hat_k": {str(k): v for k, v in pass_hat_k(scores).items()},
+        "pass_hat_k": {str(k): v for k, v in pass_k.items()},
+        "intervals": figure_intervals(judged, scores, list(pass_k)),
         "failed_checks": failed_checks,
         "tokens": {
             "prompt_per_episode": mean(prompt),
@@ -593,7 +605,9 @@ def evaluate(
 ) -> dict[str, Any]:
     """Run every (task, trial) not yet judged in ``out_dir``; write results, summary and plot.
 
-    Returns the summary (see :func:`summarize_eval`), with ``task_set``: the
+    Returns the summary (see :func:`summarize_eval`), with ``gold_checks`` (how many
+    of the judged tasks have a gold run that does not replay or is not paid 1.0:
+    :func:`~tau_bench_env.rescoring.gold_check.affected_summary`) and ``task_set``: the
     domain's :class:`~tau_bench_env.backends.task_sets.TaskSet` as a dict
     (records name it too, and ``resume`` refuses a journal of another task
     set). Each record is stored as
@@ -646,9 +660,13 @@ def evaluate(
         tasks=tasks,
         trials=trials,
     )
-    summary["task_set"] = load_domain(
-        spec.env.backend, spec.domain, embeddings=spec.env.embeddings
-    ).task_set.to_dict()
+    domain = load_domain(spec.env.backend, spec.domain, embeddings=spec.env.embeddings)
+    summary["task_set"] = domain.task_set.to_dict()
+    judged_tasks = sorted({int(r["task_id"]) for r in store.runs.values()} & set(tasks))
+    split_tasks = domain.tasks(spec.split)
+    summary["gold_checks"] = affected_summary(
+        check_tasks(domain, [split_tasks[index] for index in judged_tasks])
+    )
     if reviewed is not None:
         summary[REVIEW_KEY] = reviewed
     (store.out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1), encoding="utf-8")

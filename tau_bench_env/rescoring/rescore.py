@@ -63,6 +63,7 @@ from tau_bench_env.episode.nvidia_tau2_reward import (
     score_tau2,
 )
 from tau_bench_env.episode.reward import RewardResult
+from tau_bench_env.rescoring.intervals import intervals
 from tau_bench_env.rescoring.tau2_results import (
     INFRASTRUCTURE_REASONS,
     RecordedResult,
@@ -775,6 +776,19 @@ def pass_hat_k(scores: Sequence[RunScore], *, max_k: int | None = None) -> dict[
     }
 
 
+def figure_intervals(
+    scored: Sequence[RunScore], pass_scores: Sequence[RunScore], ks: Sequence[int]
+) -> dict[str, Any]:
+    """Intervals of the success rate over ``scored`` and of pass^k (each of ``ks``) over
+    ``pass_scores``' tasks (:func:`tau_bench_env.rescoring.intervals.intervals`)."""
+    outcomes: dict[Any, tuple[int, int]] = {}
+    for score in scored:
+        runs, successes = outcomes.get(score.task_id, (0, 0))
+        success = abs(score.reward - 1.0) <= SUCCESS_TOLERANCE
+        outcomes[score.task_id] = (runs + 1, successes + int(success))
+    return intervals(outcomes, ks, pass_tasks={s.task_id for s in pass_scores})
+
+
 def summarize(
     scores: Sequence[RunScore], *, keep_diverged: bool = False, max_k: int | None = None
 ) -> dict[str, Any]:
@@ -796,12 +810,15 @@ def summarize(
     the user's, the reward). ``left_out``: the runs that are no judgement
     (:attr:`RunScore.left_out`), out of every figure and listed in
     ``left_out_runs`` with the cause (pass^k counts a task's other runs).
+    ``intervals``: 95 % per-task bootstrap intervals of the success rate and
+    of each pass^k (:func:`figure_intervals`; method and level named).
     """
     diverged_tasks = set() if keep_diverged else {s.task_id for s in scores if s.diverged}
     scored = [s for s in scores if not s.left_out and (keep_diverged or not s.diverged)]
     count = len(scored)
     successes = sum(1 for s in scored if abs(s.reward - 1.0) <= SUCCESS_TOLERANCE)
     whole_tasks = [s for s in scored if s.task_id not in diverged_tasks]
+    pass_k = pass_hat_k(whole_tasks, max_k=max_k)
     return {
         "runs": len(scores),
         "scored": count,
@@ -809,8 +826,9 @@ def summarize(
         "tool_results": sum(s.tool_results for s in scores),
         "success_rate": successes / count if count else None,
         "agreement": sum(1 for s in scored if s.agrees) / count if count else None,
-        "pass_hat_k": {str(k): value for k, value in pass_hat_k(whole_tasks, max_k=max_k).items()},
+        "pass_hat_k": {str(k): value for k, value in pass_k.items()},
         "pass_hat_k_tasks": len({s.task_id for s in whole_tasks}),
+        "intervals": figure_intervals(scored, whole_tasks, list(pass_k)),
         "tasks": len({s.task_id for s in scores}),
         "disagreements": [
             {

@@ -139,7 +139,8 @@ def test_cli_text_says_which_tasks_pass_hat_k_counts(capsys: pytest.CaptureFixtu
     # 3 runs diverged
     assert main(["rescore", str(RESULTS), "--domain", "airline", "--backend", "tau2"]) == 0
     out = capsys.readouterr().out
-    assert "success rate: 0.7500\n" in out and "  k=1: 1.0000\n" in out
+    assert "success rate: 0.7500 [0.0000, 1.0000]\n" in out
+    assert "  k=1: 1.0000 [1.0000, 1.0000]\n" in out
     assert (
         "pass^k (over 1 of 5 tasks: a task counts only when every run of it was scored, none "
         "diverged; the success rate counts each of the 4 scored runs):\n"

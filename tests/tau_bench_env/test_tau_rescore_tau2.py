@@ -501,8 +501,15 @@ def test_summary_keeps_the_tau_bench_shape() -> None:
     foreign_keys = {"foreign", "foreign_runs"}
     left_out_keys = {"left_out", "left_out_runs"}
     task_keys = {"pass_hat_k_tasks", "tasks"}  # how many tasks pass^k is over, of how many
+    interval_keys = {"intervals"}  # of the success rate and pass^k (issue 32)
     assert (
-        set(summary) == tau_bench_keys | divergence_keys | foreign_keys | left_out_keys | task_keys
+        set(summary)
+        == tau_bench_keys
+        | divergence_keys
+        | foreign_keys
+        | left_out_keys
+        | task_keys
+        | interval_keys
     )
     assert summary["pass_hat_k"] == pytest.approx({"1": 2 / 6, "2": 0.0, "3": 0.0})
 
