@@ -1,7 +1,7 @@
 """A real OpenAI-compatible chat endpoint on loopback, for judge tests and benchmarks.
 
-:class:`JudgeServer` is a stdlib ``ThreadingHTTPServer`` (HTTP/1.1, keep-alive)
-that answers ``POST /v1/chat/completions`` in the chat-completions shape. What
+:class:`JudgeServer` is a :class:`loopback_server.ScriptedServer` (a stdlib
+``ThreadingHTTPServer``, HTTP/1.1, keep-alive, with its scripted faults) that answers ``POST /v1/chat/completions`` in the chat-completions shape. What
 it does is set per test, and may change while it runs:
 
 - ``reply(body) -> str``: the verdict text (default ``"1.0"``);
@@ -25,8 +25,9 @@ it does is set per test, and may change while it runs:
 
 It counts what reached it: ``calls``, the concurrency ``peak`` (counted on
 arrival, before any wait), ``arrivals`` (monotonic times), ``bodies``,
-``served`` (one :class:`Served` per chat call: when, status, tokens),
-``throttled`` (429 answers) and ``tokenize_calls``.
+``served`` (one :class:`Served` per answered chat call: when, status,
+tokens), ``throttled`` (429 answers), ``errors`` (planned 5xx), ``dropped``
+and ``tokenize_calls``.
 
 :func:`complete_all` sends requests to it through one real ``JudgeClient``.
 """
@@ -35,15 +36,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.cli.judge_server import send_json
+from loopback_server import Response, ScriptedHandler, ScriptedServer, Turn
+
 from skyrl_rewards.rewards.models.judge_client import EndpointConfig, JudgeClient
 from skyrl_rewards.rewards.models.lanes import ModelOutcome, ModelRequest
 
@@ -74,23 +73,7 @@ class Served:
     completion_tokens: int = 0
 
 
-@dataclass
-class Response:
-    """A planned answer: ``status`` with ``headers`` and ``text``, after ``delay_s``; or ``drop``."""
-
-    status: int = 200
-    headers: dict[str, str] = field(default_factory=dict)
-    text: str | None = None
-    delay_s: float = 0.0
-    drop: bool = False
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 1024  # the default backlog of 5 refuses bursts of new connections
-
-
-class JudgeServer:
+class JudgeServer(ScriptedServer):
     """See the module docstring. Use as a context manager; ``url`` is the base URL (``.../v1``)."""
 
     def __init__(
@@ -104,39 +87,27 @@ class JudgeServer:
         retry_after: str = "1",
         tokenizer: Any = None,
     ) -> None:
+        super().__init__(
+            self._handler_class(),
+            latency_s=latency_s,
+            max_concurrent=max_concurrent,
+            plan=plan,
+            accept_at_once=accept_at_once,
+            retry_after=retry_after,
+        )
         self.reply = reply or (lambda body: "1.0")
-        self.latency_s = latency_s
-        self.plan = plan
-        self.accept_at_once = accept_at_once
-        self.retry_after = retry_after
         self.tokenizer = tokenizer
-        self.down = False
         self.calls = 0
-        self.concurrent = 0
-        self.peak = 0
-        self.throttled = 0
         self.tokenize_calls = 0
         self.arrivals: list[float] = []
         self.bodies: list[dict[str, Any]] = []
         self.served: list[Served] = []
-        self._accepted = 0
-        self._lock = threading.Lock()
-        self._serving = threading.BoundedSemaphore(max_concurrent) if max_concurrent else None
-        self._server = _Server(("127.0.0.1", 0), self._handler_class())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
-    def __enter__(self) -> JudgeServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
+    def answered(self, arrival: float, status: int) -> None:
+        """Count a fault's answer and record it in ``served``."""
+        super().answered(arrival, status)
+        with self._lock:
+            self.served.append(Served(arrival, status))
 
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` by the server's tokenizer (no special tokens added)."""
@@ -177,97 +148,41 @@ class JudgeServer:
         )
         return 60.0 * slope
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+    def _handler_class(self) -> type[ScriptedHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()
-                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
-                return
+        class Handler(ScriptedHandler):
+            owner = server
 
             def do_POST(self) -> None:  # noqa: N802 - stdlib name
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                body = self.read_json()
                 if self.path.rstrip("/").endswith("/tokenize"):
                     self._tokenize(body)
                     return
                 with server._lock:
                     server.calls += 1
                     number = server.calls
-                    server.concurrent += 1
-                    server.peak = max(server.peak, server.concurrent)
                     server.arrivals.append(time.monotonic())
                     server.bodies.append(body)
-                try:
-                    self._answer(number, body)
-                finally:
-                    with server._lock:
-                        server.concurrent -= 1
+                with server.in_flight():
+                    turn = self.take_turn(number, body)
+                    if turn is not None:
+                        self._serve(turn, number, body)
 
             def _tokenize(self, body: dict[str, Any]) -> None:
                 with server._lock:
                     server.tokenize_calls += 1
                 if server.tokenizer is None or server.down:
-                    self._send(404, {"detail": "Not Found"}, {})
+                    self.send(404, {"detail": "Not Found"})
                     return
                 if "messages" in body:
                     count = server.prompt_tokens(body["messages"])
                 else:
                     count = server.count_tokens(body.get("prompt", ""))
-                self._send(200, {"count": count, "max_model_len": 32768, "tokens": []}, {})
+                self.send(200, {"count": count, "max_model_len": 32768, "tokens": []})
 
-            def _answer(self, number: int, body: dict[str, Any]) -> None:
-                arrival = time.monotonic()
-                planned = server.plan(number, body) if server.plan else None
-                if server.down or (planned is not None and planned.drop):
-                    self.close_connection = True
-                    self.connection.shutdown(2)
-                    return
-                self.admitted = False
-                if server.accept_at_once is not None:
-                    with server._lock:
-                        refused = server._accepted >= server.accept_at_once
-                        server._accepted += not refused
-                        server.throttled += refused
-                        if refused:
-                            server.served.append(Served(arrival, 429))
-                    if refused:
-                        headers = {"Retry-After": server.retry_after}
-                        self._send(429, {"error": {"message": "too many requests"}}, headers)
-                        return
-                    self.admitted = True
-                try:
-                    self._serve(arrival, number, body, planned)
-                finally:
-                    self._leave()
-
-            def _leave(self) -> None:
-                """An admitted request stops counting against ``accept_at_once`` (once)."""
-                if self.admitted:
-                    self.admitted = False
-                    with server._lock:
-                        server._accepted -= 1
-
-            def _serve(
-                self, arrival: float, number: int, body: dict[str, Any], planned: Response | None
-            ) -> None:
-                if server._serving is not None:
-                    server._serving.acquire()
-                try:
-                    time.sleep(planned.delay_s if planned is not None else server.latency_s)
-                finally:
-                    if server._serving is not None:
-                        server._serving.release()
-                if planned is not None and planned.status != 200:
-                    with server._lock:
-                        server.served.append(Served(arrival, planned.status))
-                    self._leave()
-                    self._send(planned.status, {"error": {"message": "planned"}}, planned.headers)
-                    return
+            def _serve(self, turn: Turn, number: int, body: dict[str, Any]) -> None:
+                planned = turn.planned
                 text = planned.text if planned is not None and planned.text is not None else None
                 content = text if text is not None else server.reply(body)
                 prompt_tokens = server.prompt_tokens(body.get("messages"))
@@ -277,9 +192,10 @@ class JudgeServer:
                     else server.count_tokens(content or "")
                 )
                 with server._lock:
-                    server.served.append(Served(arrival, 200, prompt_tokens, completion_tokens))
-                self._leave()  # served: it no longer counts (see the module docstring)
-                self._send(
+                    server.served.append(
+                        Served(turn.arrival, 200, prompt_tokens, completion_tokens)
+                    )
+                self.send(
                     200,
                     {
                         "id": f"chatcmpl-{number}",
@@ -297,13 +213,6 @@ class JudgeServer:
                             "completion_tokens": completion_tokens,
                         },
                     },
-                    {},
                 )
-
-            def _send(self, status: int, payload: Any, headers: dict[str, str]) -> None:
-                try:
-                    send_json(self, status, payload, headers)
-                except (BrokenPipeError, ConnectionResetError):
-                    self.close_connection = True  # the client gave up (its timeout)
 
         return Handler

@@ -34,9 +34,9 @@ check them: :func:`expected_logits` (two logits, ``[-x, x]``),
 ``messages`` input is scored as :func:`conversation_text` of its messages
 (image parts count as ``"<image>"``).
 
-Behaviour is set per test and may change while the server runs:
-``latency_s`` (per HTTP request, whatever its item count: a batching server),
-``max_concurrent`` (requests served at once; more wait), ``plan(n, body) ->
+Behaviour is :class:`loopback_server.ScriptedServer`'s, set per test and
+changeable while the server runs: ``latency_s`` (per HTTP request, whatever
+its item count: a batching server), ``max_concurrent`` (requests served at once; more wait), ``plan(n, body) ->
 Response | None`` (an answer other than the values for the n-th call:
 a 429 with ``Retry-After``, a 500/503, a delay, ``drop``), ``down`` (every
 call is dropped: an outage), ``accept_at_once`` (one more request than this in
@@ -52,18 +52,12 @@ It counts what reached it: ``requests`` (HTTP calls to a scoring route),
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-import socket
-import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from judge_server import Response
-
-from skyrl_rewards.cli.judge_server import send_json
+from loopback_server import Response, ScriptedHandler, ScriptedServer
 
 __all__ = [
     "LABELS",
@@ -122,12 +116,7 @@ def conversation_text(messages: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 1024  # the default backlog of 5 refuses bursts of new connections
-
-
-class RewardModelServer:
+class RewardModelServer(ScriptedServer):
     """See the module docstring. Use as a context manager; ``base_url`` is ``http://127.0.0.1:PORT/v1``."""
 
     def __init__(
@@ -139,116 +128,51 @@ class RewardModelServer:
         accept_at_once: int | None = None,
         retry_after: str = "1",
     ) -> None:
-        self.latency_s = latency_s
-        self.plan = plan
-        self.accept_at_once = accept_at_once
-        self.retry_after = retry_after
-        self.down = False
+        super().__init__(
+            self._handler_class(),
+            latency_s=latency_s,
+            max_concurrent=max_concurrent,
+            plan=plan,
+            accept_at_once=accept_at_once,
+            retry_after=retry_after,
+        )
         self.requests = 0
         self.items = 0
-        self.concurrent = 0
-        self.peak = 0
-        self.throttled = 0
-        self.errors = 0
-        self.dropped = 0
         self.bodies: list[dict[str, Any]] = []
         self.paths: list[str] = []
-        self._accepted = 0
-        self._lock = threading.Lock()
-        self._serving = threading.BoundedSemaphore(max_concurrent) if max_concurrent else None
-        self._server = _Server(("127.0.0.1", 0), self._handler_class())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        """The base URL, ``http://127.0.0.1:PORT/v1`` (also ``url``)."""
+        return self.url
 
-    url = base_url
-
-    def __enter__(self) -> RewardModelServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
-
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+    def _handler_class(self) -> type[ScriptedHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()
-                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
-                return
+        class Handler(ScriptedHandler):
+            owner = server
 
             def do_POST(self) -> None:  # noqa: N802 - stdlib name
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                body = self.read_json()
                 route = self.path.rstrip("/").rsplit("/", 1)[-1]
                 if route not in ("classify", "pooling", "generative-scores", "generative_scoring"):
-                    self._send(404, {"detail": "Not Found"}, {})
+                    self.send(404, {"detail": "Not Found"})
                     return
                 texts = _texts(route, body)
                 with server._lock:
                     server.requests += 1
                     number = server.requests
                     server.items += len(texts)
-                    server.concurrent += 1
-                    server.peak = max(server.peak, server.concurrent)
                     server.bodies.append(body)
                     server.paths.append(self.path)
-                try:
-                    self._answer(number, route, body, texts)
-                finally:
-                    with server._lock:
-                        server.concurrent -= 1
-
-            def _answer(
-                self, number: int, route: str, body: dict[str, Any], texts: list[str]
-            ) -> None:
-                planned = server.plan(number, body) if server.plan else None
-                if server.down or (planned is not None and planned.drop):
-                    with server._lock:
-                        server.dropped += 1
-                    self.close_connection = True
-                    self.connection.shutdown(2)
-                    return
-                if server.accept_at_once is not None:
-                    with server._lock:
-                        refused = server._accepted >= server.accept_at_once
-                        server._accepted += not refused
-                        server.throttled += refused
-                    if refused:
-                        headers = {"Retry-After": server.retry_after}
-                        self._send(429, {"error": {"message": "too many requests"}}, headers)
+                with server.in_flight():
+                    turn = self.take_turn(number, body)
+                    if turn is None:
                         return
-                try:
-                    if server._serving is not None:
-                        server._serving.acquire()
-                    try:
-                        time.sleep(planned.delay_s if planned is not None else server.latency_s)
-                    finally:
-                        if server._serving is not None:
-                            server._serving.release()
-                finally:
-                    if server.accept_at_once is not None:
-                        with server._lock:
-                            server._accepted -= 1
-                if planned is not None and planned.status != 200:
-                    with server._lock:
-                        server.throttled += planned.status == 429
-                        server.errors += planned.status >= 500
-                    self._send(planned.status, {"error": {"message": "planned"}}, planned.headers)
-                    return
-                if planned is not None and planned.text is not None:
-                    self._send_raw(planned.text)
-                    return
-                self._send(200, _reply(route, body, texts), {})
+                    if turn.planned is not None and turn.planned.text is not None:
+                        self._send_raw(turn.planned.text)
+                    else:
+                        self.send(200, _reply(route, body, texts))
 
             def _send_raw(self, text: str) -> None:
                 data = text.encode()
@@ -257,12 +181,6 @@ class RewardModelServer:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
-
-            def _send(self, status: int, payload: Any, headers: dict[str, str]) -> None:
-                try:
-                    send_json(self, status, payload, headers)
-                except (BrokenPipeError, ConnectionResetError):
-                    self.close_connection = True  # the client gave up (its timeout)
 
         return Handler
 
