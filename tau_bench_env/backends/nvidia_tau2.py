@@ -351,6 +351,27 @@ class OfficialTool:
         return self._spec.render(result)
 
 
+def apply_initial_state(environment: Any, initial: Mapping[str, Any]) -> None:
+    """tau2's own ``set_state`` of a task file's ``initial_state`` on ``environment``.
+
+    Raises ``ValueError`` when tau2 cannot apply it (its ``InitialState`` model
+    rejects it or its actions fail), naming tau2's error.
+    """
+    model = importlib.import_module("tau2.data_model.tasks").InitialState
+    try:
+        state = model.model_validate(initial)
+        environment.set_state(
+            initialization_data=state.initialization_data,
+            initialization_actions=state.initialization_actions,
+            message_history=state.message_history or [],
+        )
+    except Exception as error:  # noqa: BLE001 - tau2's validation and domain code
+        raise ValueError(
+            f"its task's initial_state cannot be applied by tau2 "
+            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+        ) from error
+
+
 class _DomainSpec:
     """What the tools of one domain need: classes, base models, the result renderer."""
 
@@ -426,19 +447,7 @@ class _DomainSpec:
             user_tools=None if user is None else self.user_toolkit(user),
         )
         if initial is not None:
-            model = importlib.import_module("tau2.data_model.tasks").InitialState
-            try:
-                state = model.model_validate(initial)
-                environment.set_state(
-                    initialization_data=state.initialization_data,
-                    initialization_actions=state.initialization_actions,
-                    message_history=state.message_history or [],
-                )
-            except Exception as error:  # noqa: BLE001 - tau2's validation and domain code
-                raise ValueError(
-                    f"its task's initial_state cannot be applied by tau2 "
-                    f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
-                ) from error
+            apply_initial_state(environment, initial)
         user = environment.user_tools.db if environment.user_tools is not None else None
         agent = environment.tools.db
         return LiveState.of(agent, user, self.hash_memo)

