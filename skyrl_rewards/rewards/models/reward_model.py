@@ -161,36 +161,30 @@ class RewardModelRunner:
         """Where the model runs (empty when it did not load)."""
         return self._device
 
+    _needs = "install torch and transformers where it runs"
+    """What a load error from a missing import says to install."""
+    _layout = "model and tokenizer"
+    """What a load error from an unreadable checkpoint says the folder holds."""
+
     def _load(self) -> None:
+        """Load the model on the configured device and dtype, or say why not in ``load_error``."""
         path = self.config.model
         try:
             import torch
-            import transformers
-            from packaging.version import Version
-            from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
             device = self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
             dtype_name = self.config.dtype or (
                 "bfloat16" if device.startswith("cuda") else "float32"
             )
-            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-            # transformers 4.56 renamed torch_dtype to dtype
-            dtype_key = (
-                "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
-            )
-            model = AutoModelForSequenceClassification.from_pretrained(
-                path, local_files_only=True, **{dtype_key: getattr(torch, dtype_name)}
-            )
+            model, tokenizer = self._from_pretrained(path, getattr(torch, dtype_name))
             model.to(device).eval()
         except ImportError as error:
-            self.load_error = (
-                f"reward model {path!r}: {error}; install torch and transformers where it runs"
-            )
+            self.load_error = f"reward model {path!r}: {error}; {self._needs}"
             return
-        except (OSError, ValueError, RuntimeError, KeyError) as error:
+        except (OSError, ValueError, RuntimeError, KeyError, TypeError) as error:
             self.load_error = (
                 f"reward model {path!r} failed to load: {type(error).__name__}: {error}. "
-                "Give a local folder written by save_pretrained (model and tokenizer)"
+                f"Give a local folder written by save_pretrained ({self._layout})"
             )
             return
         except AssertionError as error:  # torch's CPU-only build asked for CUDA
@@ -204,6 +198,28 @@ class RewardModelRunner:
                 "has one (num_labels=1, a scalar score)"
             )
             return
+        self._model, self._tokenizer = model, tokenizer
+        self._pad_id = self._padding(model, tokenizer)
+        self._device = device
+
+    def _from_pretrained(self, path: str, dtype: Any) -> tuple[Any, Any]:
+        """The checkpoint at ``path``: its model in ``dtype`` (on the CPU) and its tokenizer."""
+        import transformers
+        from packaging.version import Version
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        # transformers 4.56 renamed torch_dtype to dtype
+        dtype_key = (
+            "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+        )
+        model = AutoModelForSequenceClassification.from_pretrained(
+            path, local_files_only=True, **{dtype_key: dtype}
+        )
+        return model, tokenizer
+
+    def _padding(self, model: Any, tokenizer: Any) -> int | None:
+        """The pad id (the model's, else the tokenizer's pad or end); the model is given it."""
         text_config = model.config.get_text_config()
         pad_id = text_config.pad_token_id
         if pad_id is None:
@@ -212,8 +228,7 @@ class RewardModelRunner:
             pad_id = tokenizer.eos_token_id
         if pad_id is not None:
             text_config.pad_token_id = pad_id  # the model finds each row's last token by it
-        self._model, self._tokenizer, self._pad_id = model, tokenizer, pad_id
-        self._device = device
+        return pad_id
 
     def score(self, requests: Sequence[ModelRequest]) -> list[ModelOutcome]:
         """One outcome per request, in order: ``value`` the raw scalar, or ``failure="model_error"``.
@@ -379,61 +394,40 @@ class VisionRewardModelRunner(RewardModelRunner):
     is a load error naming the fix.
     """
 
+    _needs = (
+        "a vision-language reward model needs torch, transformers >= 4.52 and torchvision "
+        "(its processor) where it runs"
+    )
+    _layout = f"{VL_ARCHITECTURE}, with its processor"
+
     def _load(self) -> None:
-        path = self.config.model
         if self.config.truncation != "error":
             self.load_error = (
-                f"reward model {path!r} is a vision-language model, whose inputs are not cut: "
-                f"set truncation: error (got {self.config.truncation!r}) and raise max_length "
-                "if inputs are long"
+                f"reward model {self.config.model!r} is a vision-language model, whose inputs "
+                f"are not cut: set truncation: error (got {self.config.truncation!r}) and raise "
+                "max_length if inputs are long"
             )
             return
-        try:
-            import torch
-            from transformers import AutoProcessor
+        super()._load()
 
-            from skyrl_rewards.rewards.models.vl_reward_model import (
-                Qwen2_5_VLForSequenceClassification,
-            )
+    def _from_pretrained(self, path: str, dtype: Any) -> tuple[Any, Any]:
+        """The checkpoint at ``path``: its model in ``dtype`` and its processor."""
+        from transformers import AutoProcessor
 
-            device = self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
-            dtype_name = self.config.dtype or (
-                "bfloat16" if device.startswith("cuda") else "float32"
-            )
-            processor = AutoProcessor.from_pretrained(path, local_files_only=True)
-            model = Qwen2_5_VLForSequenceClassification.from_pretrained(
-                path, local_files_only=True, dtype=getattr(torch, dtype_name)
-            )
-            model.to(device).eval()
-        except ImportError as error:
-            self.load_error = (
-                f"reward model {path!r}: {error}; a vision-language reward model needs torch, "
-                "transformers >= 4.52 and torchvision (its processor) where it runs"
-            )
-            return
-        except (OSError, ValueError, RuntimeError, KeyError, TypeError) as error:
-            self.load_error = (
-                f"reward model {path!r} failed to load: {type(error).__name__}: {error}. Give a "
-                f"local folder written by save_pretrained ({VL_ARCHITECTURE}, with its processor)"
-            )
-            return
-        except AssertionError as error:  # torch's CPU-only build asked for CUDA
-            self.load_error = (
-                f"reward model {path!r}: device {self.config.device!r} is not usable here: {error}"
-            )
-            return
-        if model.config.num_labels != 1:
-            self.load_error = (
-                f"reward model {path!r} has {model.config.num_labels} labels; a reward model "
-                "has one (num_labels=1, a scalar score)"
-            )
-            return
-        tokenizer = processor.tokenizer
-        pad_id = tokenizer.pad_token_id
-        if pad_id is None:
-            pad_id = tokenizer.eos_token_id
-        self._model, self._tokenizer, self._pad_id = model, processor, pad_id
-        self._device = device
+        from skyrl_rewards.rewards.models.vl_reward_model import (
+            Qwen2_5_VLForSequenceClassification,
+        )
+
+        processor = AutoProcessor.from_pretrained(path, local_files_only=True)
+        model = Qwen2_5_VLForSequenceClassification.from_pretrained(
+            path, local_files_only=True, dtype=dtype
+        )
+        return model, processor
+
+    def _padding(self, model: Any, tokenizer: Any) -> int | None:
+        """The processor's tokenizer's pad id, else its end (rows are found by their mask)."""
+        pad_id = tokenizer.tokenizer.pad_token_id
+        return tokenizer.tokenizer.eos_token_id if pad_id is None else pad_id
 
     def _items(
         self, requests: Sequence[ModelRequest], outcomes: list[ModelOutcome | None]
