@@ -26,8 +26,8 @@ pytest.importorskip("trl")
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
-from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+from transformers import PreTrainedTokenizerFast  # noqa: E402
+from trl import GRPOTrainer  # noqa: E402
 from trl.chat_template_utils import add_response_schema, qwen3_chat_template  # noqa: E402
 
 from skyrl_rewards.rewards.accuracy import accuracy_score  # noqa: E402
@@ -39,6 +39,7 @@ from skyrl_rewards.rewards.text import completion_text  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent / "models"))
 from judge_server import JudgeServer, Response  # noqa: E402
 from reward_model_server import RewardModelServer, conversation_text, expected_score  # noqa: E402
+from trl_helpers import fixed_rollout, grpo_args, tiny_config, tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -87,63 +88,6 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def load_tokenizer(folder: Path) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast.from_pretrained(folder)
-
-
-def tiny_config(tokenizer: PreTrainedTokenizerFast, **fields: Any) -> Qwen2Config:
-    """A one-layer Qwen2 of hidden size 16 over ``tokenizer``'s vocabulary (``fields`` added)."""
-    return Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=256,
-        pad_token_id=tokenizer.pad_token_id,
-        **fields,
-    )
-
-
-def tiny_model(tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
-    torch.manual_seed(0)
-    return Qwen2ForCausalLM(tiny_config(tokenizer, eos_token_id=tokenizer.eos_token_id))
-
-
-def grpo_args(output_dir: Path, **overrides: Any) -> GRPOConfig:
-    settings: dict[str, Any] = {
-        "output_dir": str(output_dir),
-        "per_device_train_batch_size": 4,
-        "num_generations": 4,
-        "max_completion_length": 12,
-        "max_steps": 2,
-        "logging_steps": 1,
-        "learning_rate": 1e-3,
-        "beta": 0.0,
-        "report_to": "none",
-        "use_cpu": True,
-        "save_strategy": "no",
-        "disable_tqdm": True,
-        "seed": 0,
-    }
-    settings.update(overrides)
-    return GRPOConfig(**settings)
-
-
-def fixed_rollout(tokenizer: PreTrainedTokenizerFast, answers: list[str] = FIXED):
-    """A TRL ``rollout_func`` that answers the i-th copy of each prompt with ``answers[i % 4]``."""
-
-    def rollout(prompts: list[Any], trainer: GRPOTrainer) -> dict[str, list]:
-        prompt_ids, completion_ids = [], []
-        for index, prompt in enumerate(prompts):
-            text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
-            prompt_ids.append(tokenizer.encode(text, add_special_tokens=False))
-            answer = answers[index % len(answers)]
-            ids = tokenizer.encode(answer, add_special_tokens=False) + [tokenizer.eos_token_id]
-            completion_ids.append(ids)
-        logprobs = [[0.0] * len(ids) for ids in completion_ids]
-        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
-
-    return rollout
 
 
 def task_rollout(
@@ -248,7 +192,7 @@ def test_fixed_completions_give_the_expected_rewards(
         args=grpo_args(tmp_path),
         train_dataset=dataset,
         processing_class=tokenizer,
-        rollout_func=fixed_rollout(tokenizer),
+        rollout_func=fixed_rollout(tokenizer, FIXED),
     )
     trainer.train()
     seen = list(trainer._logs["completion"])
@@ -291,7 +235,7 @@ def test_a_bad_row_is_masked_and_training_goes_on(
         args=grpo_args(tmp_path, per_device_train_batch_size=8),
         train_dataset=dataset,
         processing_class=tokenizer,
-        rollout_func=fixed_rollout(tokenizer),
+        rollout_func=fixed_rollout(tokenizer, FIXED),
     )
     with caplog.at_level(logging.WARNING, logger="skyrl_rewards.rewards.masking"):
         trainer.train()
@@ -333,7 +277,7 @@ def test_a_row_no_reward_can_score_gets_no_advantage(tokenizer_dir: Path, tmp_pa
         args=grpo_args(tmp_path, per_device_train_batch_size=8, max_steps=1),
         train_dataset=dataset,
         processing_class=tokenizer,
-        rollout_func=fixed_rollout(tokenizer),
+        rollout_func=fixed_rollout(tokenizer, FIXED),
     )
     trainer.train()
     prompts = [p[0]["content"] for p in trainer._logs["prompt"]]
@@ -354,7 +298,7 @@ def test_raise_setting_stops_training_at_a_bad_row(tokenizer_dir: Path, tmp_path
         args=grpo_args(tmp_path, max_steps=1),
         train_dataset=dataset,
         processing_class=tokenizer,
-        rollout_func=fixed_rollout(tokenizer),
+        rollout_func=fixed_rollout(tokenizer, FIXED),
     )
     with pytest.raises(ValueError, match="accuracy_reward: sample 0: solution"):
         trainer.train()
@@ -435,7 +379,7 @@ def test_judge_rewards_score_and_mask_inside_the_trainer(
             args=grpo_args(tmp_path, per_device_train_batch_size=8),
             train_dataset=dataset,
             processing_class=tokenizer,
-            rollout_func=fixed_rollout(tokenizer),
+            rollout_func=fixed_rollout(tokenizer, FIXED),
         )
         trainer.train()
     assert trainer.state.global_step == 2
@@ -467,7 +411,7 @@ def test_a_reward_model_scores_inside_the_trainer(tokenizer_dir: Path, tmp_path:
         args=grpo_args(tmp_path / "out"),
         train_dataset=dataset,
         processing_class=tokenizer,
-        rollout_func=fixed_rollout(tokenizer),
+        rollout_func=fixed_rollout(tokenizer, FIXED),
     )
     trainer.train()
     # the reference loads the reward model's folder the usual way: AutoTokenizer picks the
@@ -522,7 +466,7 @@ def test_a_served_reward_model_scores_and_masks_inside_the_trainer(
             args=grpo_args(tmp_path, per_device_train_batch_size=8),
             train_dataset=dataset,
             processing_class=tokenizer,
-            rollout_func=fixed_rollout(tokenizer),
+            rollout_func=fixed_rollout(tokenizer, FIXED),
         )
         trainer.train()
     assert server.errors >= 1  # the failure happened at the server

@@ -70,12 +70,6 @@ def direct_value(folder: Path, ids: list[int]) -> float:
         return float(model(input_ids=torch.tensor([ids])).logits[0, 0])
 
 
-def _template_ids(folder: Path, messages: list[dict[str, str]]) -> list[int]:
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    text = tokenizer.apply_chat_template(messages, tokenize=False)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
 def template_ids(folder: Path, messages: list[dict[str, str]]) -> list[int]:
     """The ids the model's own tokenizer gives the chat, through its chat template."""
     tokenizer = AutoTokenizer.from_pretrained(folder)

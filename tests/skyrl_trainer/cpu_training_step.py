@@ -46,6 +46,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -121,37 +122,25 @@ def image_processor(family: str) -> Any:
     )
 
 
-def build_vision_policy(path: Path, family: str, corpus: list[str]) -> Path:
-    """A tiny random Qwen2.5-VL or Qwen3-VL with its processor and the tests' tokenizer.
-
-    The tokenizer (BPE learned from ``corpus``) gains Qwen's ``<|video_pad|>``, which the
-    processors look up; the chat template is the family's real one (as TRL ships it). The
-    processor (:func:`image_processor`, the family's video processor) is saved beside the
-    model, so ``AutoProcessor`` (the engine, SkyRL's HF export) loads it.
-    """
-    import torch
+def vision_tokenizer(corpus: list[str], vocab_size: int = 2048) -> tuple[Any, dict[str, int]]:
+    """The tests' tokenizer (BPE learned from ``corpus``) with Qwen's ``<|video_pad|>`` added,
+    and the vision tokens' ids under a Qwen-VL config's names (``image_token_id``...)."""
     from skyrl_helpers import build_tokenizer
-    from transformers import (
-        Qwen2_5_VLConfig,
-        Qwen2_5_VLForConditionalGeneration,
-        Qwen2_5_VLProcessor,
-        Qwen2VLVideoProcessor,
-        Qwen3VLConfig,
-        Qwen3VLForConditionalGeneration,
-        Qwen3VLProcessor,
-        Qwen3VLVideoProcessor,
-    )
-    from trl.chat_template_utils import qwen2_5_vl_chat_template, qwen3_vl_chat_template
 
-    tokenizer = build_tokenizer(corpus)
+    tokenizer = build_tokenizer(corpus, vocab_size=vocab_size)
     tokenizer.add_tokens(["<|video_pad|>"], special_tokens=True)
-    token_ids = {
-        f"{name}_token_id": tokenizer.convert_tokens_to_ids(f"<|{name}|>")
-        for name in ("vision_start", "vision_end")
-    }
-    token_ids["image_token_id"] = tokenizer.convert_tokens_to_ids("<|image_pad|>")
-    token_ids["video_token_id"] = tokenizer.convert_tokens_to_ids("<|video_pad|>")
-    text = {  # head_dim 16: the 3D rotary sections (time, height, width) split its 8 frequencies
+    tokens = {"vision_start": "<|vision_start|>", "vision_end": "<|vision_end|>"}
+    tokens |= {"image": "<|image_pad|>", "video": "<|video_pad|>"}
+    ids = {f"{name}_token_id": tokenizer.convert_tokens_to_ids(t) for name, t in tokens.items()}
+    return tokenizer, ids
+
+
+def tiny_vl_sizes(tokenizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The text and vision sizes of the tests' tiny VL models over ``tokenizer``.
+
+    head_dim 16: the 3D rotary sections (time, height, width) split its 8 frequencies.
+    """
+    text = {
         "vocab_size": len(tokenizer),
         "hidden_size": 32,
         "intermediate_size": 64,
@@ -163,23 +152,62 @@ def build_vision_policy(path: Path, family: str, corpus: list[str]) -> Path:
         "pad_token_id": tokenizer.pad_token_id,
     }
     vision = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2}
-    torch.manual_seed(SEED)
+    return text, vision
+
+
+def qwen2_5_vl_parts(
+    corpus: list[str], vocab_size: int = 2048, text: Mapping[str, Any] | None = None, **fields: Any
+) -> tuple[Any, Any]:
+    """A tiny Qwen2.5-VL config and its processor (:func:`vision_tokenizer`'s tokenizer with
+    TRL's Qwen2.5-VL chat template, :func:`image_processor`); ``text`` is added to the
+    config's text part, ``fields`` to the config."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLProcessor, Qwen2VLVideoProcessor
+    from trl.chat_template_utils import qwen2_5_vl_chat_template
+
+    tokenizer, token_ids = vision_tokenizer(corpus, vocab_size)
+    sizes, vision = tiny_vl_sizes(tokenizer)
+    rope = {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e6}
+    config = Qwen2_5_VLConfig(
+        text_config={**sizes, "rope_parameters": rope, "bos_token_id": None, **(text or {})},
+        vision_config={**vision, "out_hidden_size": 32, "fullatt_block_indexes": [1]},
+        **token_ids,
+        **fields,
+    )
+    tokenizer.chat_template = qwen2_5_vl_chat_template
+    processor = Qwen2_5_VLProcessor(
+        image_processor=image_processor("qwen2_5_vl"),
+        tokenizer=tokenizer,
+        video_processor=Qwen2VLVideoProcessor(),
+        chat_template=qwen2_5_vl_chat_template,
+    )
+    return config, processor
+
+
+def build_vision_policy(path: Path, family: str, corpus: list[str]) -> Path:
+    """A tiny random Qwen2.5-VL or Qwen3-VL with its processor and the tests' tokenizer.
+
+    The tokenizer (BPE learned from ``corpus``) gains Qwen's ``<|video_pad|>``, which the
+    processors look up; the chat template is the family's real one (as TRL ships it). The
+    processor (:func:`image_processor`, the family's video processor) is saved beside the
+    model, so ``AutoProcessor`` (the engine, SkyRL's HF export) loads it.
+    """
+    import torch
+    from transformers import (
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen3VLConfig,
+        Qwen3VLForConditionalGeneration,
+        Qwen3VLProcessor,
+        Qwen3VLVideoProcessor,
+    )
+    from trl.chat_template_utils import qwen3_vl_chat_template
+
     if family == "qwen2_5_vl":
-        rope = {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e6}
-        config = Qwen2_5_VLConfig(
-            text_config={**text, "rope_parameters": rope, "bos_token_id": None},
-            vision_config={**vision, "out_hidden_size": 32, "fullatt_block_indexes": [1]},
-            **token_ids,
-        )
+        config, processor = qwen2_5_vl_parts(corpus)
+        torch.manual_seed(SEED)
         model = Qwen2_5_VLForConditionalGeneration(config)
-        tokenizer.chat_template = qwen2_5_vl_chat_template
-        processor = Qwen2_5_VLProcessor(
-            image_processor=image_processor(family),
-            tokenizer=tokenizer,
-            video_processor=Qwen2VLVideoProcessor(),
-            chat_template=qwen2_5_vl_chat_template,
-        )
     else:
+        tokenizer, token_ids = vision_tokenizer(corpus)
+        text, vision = tiny_vl_sizes(tokenizer)
         rope = {
             "rope_type": "default",
             "mrope_section": [2, 3, 3],
@@ -196,6 +224,7 @@ def build_vision_policy(path: Path, family: str, corpus: list[str]) -> Path:
             },
             **token_ids,
         )
+        torch.manual_seed(SEED)
         model = Qwen3VLForConditionalGeneration(config)
         tokenizer.chat_template = qwen3_vl_chat_template
         processor = Qwen3VLProcessor(

@@ -20,6 +20,7 @@ These run in ``.venv-skyrl``: the Qwen2.5-VL processor needs torchvision.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from skyrl_rewards.rewards.models.reward_model import (
 from skyrl_rewards.rewards.models.reward_model_component import RewardModel
 from skyrl_rewards.train.env import close_shared_pools
 
+sys.path.insert(0, str(Path(__file__).parents[1]))  # trl_helpers, shared with tests/test_trl.py
 SIZES = [(56, 56), (120, 40), (30, 90), (64, 200)]
 
 
@@ -173,61 +175,24 @@ def test_the_vl_reward_model_scores_inside_a_grpo_trainer(
     # and the rows' image_path column reach the reward: the logged rewards are the model's own
     from datasets import Dataset
     from skyrl_helpers import build_tokenizer
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
+    from trl_helpers import fixed_rollout, grpo_args, tiny_model
 
     from skyrl_rewards.rewards.batch import make_reward
 
     answers = ["a cat", "the cat sits on a mat", "a dog", "in the park"]
     tokenizer = build_tokenizer()
-
-    def rollout(prompts: list[Any], trainer: GRPOTrainer) -> dict[str, list]:
-        prompt_ids, completion_ids = [], []
-        for index, prompt in enumerate(prompts):
-            text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
-            prompt_ids.append(tokenizer.encode(text, add_special_tokens=False))
-            answer = answers[index % 4]
-            completion_ids.append(
-                tokenizer.encode(answer, add_special_tokens=False) + [tokenizer.eos_token_id]
-            )
-        logprobs = [[0.0] * len(ids) for ids in completion_ids]
-        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
-
-    policy_config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=512,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
     question = "where is the cat ?"
     dataset = Dataset.from_list(
         [{"prompt": [{"role": "user", "content": question}], "image_path": images[1]}]
     )
     trainer = GRPOTrainer(
-        model=Qwen2ForCausalLM(policy_config),
+        model=tiny_model(tokenizer),
         reward_funcs=[make_reward("reward_model", model=str(model_dir))],
-        args=GRPOConfig(
-            output_dir=str(tmp_path),
-            per_device_train_batch_size=4,
-            num_generations=4,
-            max_completion_length=12,
-            max_steps=1,
-            logging_steps=1,
-            beta=0.0,
-            report_to="none",
-            use_cpu=True,
-            save_strategy="no",
-            disable_tqdm=True,
-            seed=0,
-        ),
+        args=grpo_args(tmp_path, max_steps=1),
         train_dataset=dataset,
         processing_class=tokenizer,
-        rollout_func=rollout,
+        rollout_func=fixed_rollout(tokenizer, answers),
     )
     trainer.train()
     want = [
