@@ -67,7 +67,7 @@ sys.path.insert(0, str(ROOT / "tests" / "tau_bench_env"))
 
 from embeddings_server import EmbeddingsServer  # noqa: E402
 from judge_server import JudgeServer  # noqa: E402
-from tau_helpers import official_judge, scripted_verdict  # noqa: E402
+from tau_helpers import official_judge, scripted_verdict, simulation_run  # noqa: E402
 
 from tau_bench_env.backends import Domain, installed_official_backend, load_domain  # noqa: E402
 from tau_bench_env.backends.tau2_banking import (  # noqa: E402
@@ -232,7 +232,6 @@ def bench_domain(
 ) -> dict[str, Any]:
     """Score every trajectory of ``name`` three ways; returns the row's figures."""
     from loguru import logger
-    from tau2.data_model.simulation import SimulationRun, TerminationReason
     from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 
     logger.disable("tau2")  # it logs every tool response at DEBUG
@@ -271,15 +270,7 @@ def bench_domain(
             figures["ones"] += ours == 1.0
             if checked != ours:
                 figures["disagreements"].append((task.task_id, label, ours, "data_check", checked))
-            run = SimulationRun(
-                id="run",
-                task_id=task.task_id,
-                start_time="0",
-                end_time="0",
-                duration=0.0,
-                termination_reason=TerminationReason(reason),
-                messages=messages,
-            )
+            run = simulation_run(task.task_id, messages, reason)
             start = clock()
             try:
                 expected = evaluate_simulation(

@@ -205,22 +205,27 @@ def official_judge(url: str) -> Iterator[None]:
         module.DEFAULT_LLM_NL_ASSERTIONS, module.DEFAULT_LLM_NL_ASSERTIONS_ARGS = saved
 
 
-def official_reward(domain_name: str, task: Task, messages: list[Any], reason: str) -> Any:
-    """tau2's own ``evaluate_simulation`` (evaluation type ``all``) of these messages."""
-    evaluator = official_evaluator()
+def simulation_run(task_id: str, messages: list[Any], reason: str) -> Any:
+    """tau2's ``SimulationRun`` of ``messages`` for ``task_id``, ended by ``reason`` (no timings)."""
     from tau2.data_model.simulation import SimulationRun, TerminationReason
 
-    environment = importlib.import_module(f"tau2.domains.{domain_name}.environment")
-    official_task = next(t for t in environment.get_tasks("base") if t.id == task.task_id)
-    run = SimulationRun(
+    return SimulationRun(
         id="run",
-        task_id=task.task_id,
+        task_id=task_id,
         start_time="0",
         end_time="0",
         duration=0.0,
         termination_reason=TerminationReason(reason),
         messages=messages,
     )
+
+
+def official_reward(domain_name: str, task: Task, messages: list[Any], reason: str) -> Any:
+    """tau2's own ``evaluate_simulation`` (evaluation type ``all``) of these messages."""
+    evaluator = official_evaluator()
+    environment = importlib.import_module(f"tau2.domains.{domain_name}.environment")
+    official_task = next(t for t in environment.get_tasks("base") if t.id == task.task_id)
+    run = simulation_run(task.task_id, messages, reason)
     return evaluator.evaluate_simulation(
         run, official_task, evaluator.EvaluationType.ALL, solo_mode=False, domain=domain_name
     )

@@ -16,15 +16,23 @@ import importlib
 import json
 import os
 import re
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+sys.path.insert(0, str(Path(__file__).parents[1] / "models"))  # loopback_server
 
 from embeddings_server import EmbeddingsServer  # noqa: E402
-from tau_helpers import closing_reply, official_backend, tool_text  # noqa: E402
+from tau_helpers import (  # noqa: E402
+    closing_reply,
+    official_backend,
+    simulation_run,
+    tool_text,
+)
 
 from tau_bench_env.backends import load_domain  # noqa: E402
 from tau_bench_env.backends.tau2_banking import SERVED_VARIANTS, read_log_allowlist  # noqa: E402
@@ -132,17 +140,7 @@ def _official(task: Task, messages: list[Any]) -> float:
         "read_log_allowlist": _derive_read_log_allowlist(official),
     }
     evaluator = importlib.import_module("tau2.evaluator.evaluator")
-    from tau2.data_model.simulation import SimulationRun, TerminationReason
-
-    run = SimulationRun(
-        id="run",
-        task_id=task.task_id,
-        start_time="0",
-        end_time="0",
-        duration=0.0,
-        termination_reason=TerminationReason.USER_STOP,
-        messages=messages,
-    )
+    run = simulation_run(task.task_id, messages, "user_stop")
     return evaluator.evaluate_simulation(
         run, official, evaluator.EvaluationType.ALL, False, DOMAIN, env_kwargs=kwargs
     ).reward

@@ -138,14 +138,21 @@ def test_rescore_reviews_a_tau_bench_file_with_the_tool_calls_shown(capsys) -> N
     assert summary["user_review"]["categories"] == {"wrong_data": failed}
 
 
-@pytest.mark.parametrize("fault", ["http_500", "outage", "unreadable"])
-def test_a_judge_failure_is_masked_and_counted_neither_way(fault: str, capsys) -> None:
+def _failing_judge(fault: str) -> JudgeServer:
+    """A judge that fails every review: ``http_<status>`` answers, ``outage`` drops, ``unreadable``
+    replies with no verdict."""
     server = JudgeServer(reply=lambda body: "The user seems fine to me.")
-    if fault == "http_500":
-        server.plan = lambda number, body: Response(status=500, text="overloaded")
+    if fault.startswith("http_"):
+        status = int(fault.removeprefix("http_"))
+        server.plan = lambda number, body: Response(status=status)
     elif fault == "outage":
         server.down = True
-    with server:
+    return server
+
+
+@pytest.mark.parametrize("fault", ["http_500", "outage", "unreadable"])
+def test_a_judge_failure_is_masked_and_counted_neither_way(fault: str, capsys) -> None:
+    with _failing_judge(fault) as server:
         summary = _rescore_json(server.url, TAU2_RETAIL, capsys)
         # the reviews reached the server and failed there (retries, then the breaker may open)
         assert server.calls >= (4 if fault == "unreadable" else 1)
@@ -313,12 +320,7 @@ def test_env_keeps_a_failed_episode_the_judge_lays_on_the_agent() -> None:
 
 @pytest.mark.parametrize("fault", ["http_503", "outage", "unreadable"])
 def test_env_masks_an_episode_the_judge_gives_no_verdict_on(fault: str) -> None:
-    server = JudgeServer(reply=lambda body: "Probably the agent.")
-    if fault == "http_503":
-        server.plan = lambda number, body: Response(status=503, text="down")
-    elif fault == "outage":
-        server.down = True
-    with server:
+    with _failing_judge(fault) as server:
         env = _env(server.url)
         last = _fail(env)
         assert server.calls == 1  # the review was asked, and failed
