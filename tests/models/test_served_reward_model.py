@@ -61,12 +61,25 @@ def test_classify_values_batched_into_few_requests() -> None:
     assert all(path == "/v1/classify" for path in server.paths)
 
 
-def test_text_input_is_rendered_by_the_local_paths_chat_template(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {},  # the template's tokenizer loaded for rendering only
+        {"tokens_per_minute": 10_000_000},  # the one the token counter loaded, shared
+    ],
+)
+def test_text_input_is_rendered_by_the_local_paths_chat_template(
+    tmp_path: Path, limits: dict[str, int]
+) -> None:
     folder = save_tokenizer(tmp_path / "tokenizer")
     prompts, completions = rows(6)
     with RewardModelServer() as server:
         values = make_reward(
-            "reward_model", base_url=server.base_url, model="rm", tokenizer=str(folder)
+            "reward_model",
+            base_url=server.base_url,
+            model="rm",
+            tokenizer=str(folder),
+            limits=limits,
         )(completions, prompts=prompts)
     tokenizer = load_tokenizer(folder)
     texts = [

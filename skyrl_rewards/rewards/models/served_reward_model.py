@@ -320,7 +320,7 @@ class ServedRewardModelClient(ChatClient):
 
     def _body(self, items: list[Any]) -> dict[str, Any]:
         served = self.served
-        body: dict[str, Any] = {"model": served.endpoint.model}
+        body: dict[str, Any] = {}
         if served.input == "text" and getattr(self._tokenizer, "chat_template", None):
             body["add_special_tokens"] = False  # the template wrote them, as on the local path
         body.update(served.endpoint.extra_body)
@@ -356,6 +356,8 @@ class ServedRewardModelClient(ChatClient):
         folder = self.served.endpoint.tokenizer
         if folder is None or folder == "bytes":
             return None
+        if self._tokenizer is None and self._token_counter is not None:
+            self._tokenizer = self._token_counter.local_tokenizer  # loaded once, for the limits
         if self._tokenizer is None and not self._tokenizer_error:
             from transformers import AutoTokenizer
 

@@ -95,6 +95,11 @@ class TokenCounter:
         self.counted: dict[str, int] = {"tokenizer": 0, "endpoint": 0, "bytes": 0}
         """Requests counted by each means."""
 
+    @property
+    def local_tokenizer(self) -> Any:
+        """The tokenizer loaded from the ``tokenizer`` folder (``None`` when counting otherwise)."""
+        return self._local
+
     async def count(self, messages: Any, http: Any) -> int:
         """Prompt tokens of ``messages``; ``http`` (an ``httpx.AsyncClient``) asks ``/tokenize``."""
         texts, images = _split(messages)
