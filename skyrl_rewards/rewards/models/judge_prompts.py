@@ -207,27 +207,40 @@ class JudgeTemplate:
 
     def image_parts(self, sample: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The row's images as ``image_url`` parts; ``ValueError`` when it has none or one is unreadable."""
-        column = image_column(sample)
-        if column is None:
-            raise ValueError(
-                "image_path: the judge template asks for images but the row has none "
-                "(image_path, image or images)"
-            )
-        value = sample[column]
-        items = list(value) if isinstance(value, (list, tuple)) else [value]
-        return [
-            {"type": "image_url", "image_url": {"url": self._data_url(item, column)}}
-            for item in items
-        ]
+        return image_url_parts(
+            sample,
+            self.max_image_side,
+            self.max_image_bytes,
+            asked_by="the judge template asks for images",
+        )
 
-    def _data_url(self, item: Any, column: str) -> str:
-        image = load_image(item, column)
-        data = encode_image(image, self.max_image_side, self.max_image_bytes)
+
+def image_url_parts(
+    sample: Mapping[str, Any], max_side: int, max_bytes: int, *, asked_by: str
+) -> list[dict[str, Any]]:
+    """The row's images (``image_path``, ``image`` or ``images``) as chat ``image_url`` parts.
+
+    Each is a JPEG data URL, downscaled to ``max_side`` and to fit ``max_bytes``.
+    ``ValueError`` naming the column when the row has none (``asked_by`` says
+    who wanted them), or an image is unreadable or does not fit.
+    """
+    column = image_column(sample)
+    if column is None:
+        raise ValueError(
+            f"image_path: {asked_by} but the row has none (image_path, image or images)"
+        )
+    value = sample[column]
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    parts = []
+    for item in items:
+        data = encode_image(load_image(item, column), max_side, max_bytes)
         if data is None:
             raise ValueError(
-                f"{column}: image does not fit max_image_bytes={self.max_image_bytes} even downscaled"
+                f"{column}: image does not fit max_image_bytes={max_bytes} even downscaled"
             )
-        return "data:image/jpeg;base64," + base64.b64encode(data).decode("ascii")
+        url = "data:image/jpeg;base64," + base64.b64encode(data).decode("ascii")
+        parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
 
 
 def in_memory_images(sample: Mapping[str, Any]) -> bool:

@@ -28,7 +28,6 @@ size-capped as the judge's are (``max_image_side``, ``max_image_bytes``).
 
 from __future__ import annotations
 
-import base64
 import json
 import math
 from collections.abc import Hashable, Mapping, Sequence
@@ -39,9 +38,8 @@ from skyrl_rewards.rewards.component_base import Component, work_digest
 from skyrl_rewards.rewards.models.judge_prompts import (
     MAX_IMAGE_BYTES,
     MAX_IMAGE_SIDE,
-    encode_image,
+    image_url_parts,
     in_memory_images,
-    load_image,
 )
 from skyrl_rewards.rewards.models.lanes import (
     JUDGE_LANE,
@@ -247,7 +245,7 @@ class RewardModel(Component):
         messages.append({"role": "assistant", "content": completion_text(sample.get("completion"))})
         if self.served is not None:
             if self.images:
-                self._add_image_parts(messages, row_images(sample))
+                self._add_image_parts(messages, sample)
             return ModelRequest(JUDGE_LANE, self._endpoint, {"messages": messages})
         payload: dict[str, Any] = {"messages": messages}
         images = row_images(sample)
@@ -255,23 +253,11 @@ class RewardModel(Component):
             payload["images"] = images
         return ModelRequest(REWARD_MODEL_LANE, self._endpoint, payload)
 
-    def _add_image_parts(self, messages: list[dict[str, Any]], images: list[Any]) -> None:
-        """Put ``images`` as ``image_url`` parts before the text of the last user message."""
-        if not images:
-            raise ValueError(
-                "image_path: images: true but the row has none (image_path, image or images)"
-            )
-        parts = []
-        for item in images:
-            data = encode_image(
-                load_image(item, "image"), self.max_image_side, self.max_image_bytes
-            )
-            if data is None:
-                raise ValueError(
-                    f"image: does not fit max_image_bytes={self.max_image_bytes} even downscaled"
-                )
-            url = "data:image/jpeg;base64," + base64.b64encode(data).decode("ascii")
-            parts.append({"type": "image_url", "image_url": {"url": url}})
+    def _add_image_parts(self, messages: list[dict[str, Any]], sample: Mapping[str, Any]) -> None:
+        """Put the row's images as ``image_url`` parts before the text of the last user message."""
+        parts = image_url_parts(
+            sample, self.max_image_side, self.max_image_bytes, asked_by="images: true"
+        )
         user = [m for m in messages if m["role"] == "user"]
         target = user[-1] if user else messages[0]
         target["content"] = [*parts, {"type": "text", "text": target["content"]}]
