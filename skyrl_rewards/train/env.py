@@ -26,6 +26,11 @@ truth and returns the weighted reward with ``done=True``.
   SkyRL bookkeeping keys ``reward_spec`` and ``max_turns`` and columns that
   are null in this row (a parquet file with mixed tasks fills a column that
   a row lacks with null).
+- the prompt: SkyRL passes it to :meth:`SkyRLRewardEnv.init`, not in
+  ``extras``; a row without a ``prompt`` column gets that chat as its
+  ``prompt``, text parts only (what a reward model or a judge's
+  ``{question}`` reads; the images stay in ``image_path``), so those rewards
+  see the prompt the policy answered.
 
 The step ``metadata`` is :meth:`RewardResult.to_dict`: ``total``, each
 component's value, status and error, ``latency_s`` and ``should_mask`` (a
@@ -170,6 +175,14 @@ def _shared_mix(rewards: Mapping[str, Any]) -> RewardMix:
         return _mixes[key]
 
 
+def _text_parts(message: Any) -> Any:
+    """``message`` with a list content reduced to its text parts (no image bytes cross Ray)."""
+    if not isinstance(message, Mapping) or not isinstance(message.get("content"), list):
+        return message
+    texts = [p for p in message["content"] if isinstance(p, Mapping) and p.get("type") == "text"]
+    return {**message, "content": texts}
+
+
 class SkyRLRewardEnv(BaseTextEnv):
     """One scored answer per episode: ``step(text)`` returns the mix's weighted reward, ``done=True``.
 
@@ -198,6 +211,12 @@ class SkyRLRewardEnv(BaseTextEnv):
             k: v for k, v in extras.items() if k not in SKYRL_BOOKKEEPING_KEYS and v is not None
         }
         self.result: RewardResult | None = None
+
+    def init(self, prompt: Any) -> tuple[Any, dict[str, Any]]:
+        """Keep the prompt (text parts only) as the row's ``prompt`` when it has none."""
+        if "prompt" not in self.columns and isinstance(prompt, list) and prompt:
+            self.columns["prompt"] = [_text_parts(message) for message in prompt]
+        return super().init(prompt)
 
     def sample(self, action: str) -> dict[str, Any]:
         """The sample the rewards see for ``action``: the row's columns, completion and solution."""
