@@ -22,7 +22,8 @@
 
 Ctrl-C while Ray starts (in :func:`start_local_ray` and :func:`join_cluster`)
 is held until ``ray.init`` returns and delivered then: a Ray interrupted half
-way leaves its agents running for a minute after the process has gone.
+way leaves its agents running for a minute after the process has gone
+(:func:`sigint_held`; the command line answers such a Ctrl-C at once).
 
 Every failure raises an error naming the cause and the fix.
 """
@@ -238,9 +239,18 @@ def sigint_held() -> Iterator[None]:
     A SIGINT received in the block is re-raised to the handler in place before
     it (by default: ``KeyboardInterrupt`` right after the block). Outside the
     main thread, where Python runs no signal handler, the block runs as is.
+    A handler with a ``hold(what)`` context manager (the command line's
+    :class:`~skyrl_rewards.cli.interrupts.StopOnCtrlC`) stays in place and holds
+    the interrupt itself: it says at once that it is stopping, and a second
+    Ctrl-C ends the process at once.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
+        return
+    hold = getattr(signal.getsignal(signal.SIGINT), "hold", None)
+    if hold is not None:  # a handler that holds Ctrl-C itself (the command line's: it answers at once)
+        with hold("Ray's start (it cannot be stopped half way)"):
+            yield
         return
     received: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, _frame: received.append(signum))
