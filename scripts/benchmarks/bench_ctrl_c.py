@@ -14,7 +14,7 @@ group (what a terminal's Ctrl-C does) when an event of its start-up is seen:
 - ``workers+2s``: 2 s later;
 - ``scoring``: the first scored rows are written.
 
-Per instant it reports ``answer_s`` (SIGINT to the first line of stderr that
+Per instant it reports ``answer_s`` (SIGINT to the first line of output that
 answers it: ``Ctrl-C`` or ``interrupted``; the exit, if that comes first),
 ``exit_s`` (SIGINT to the process's exit) and ``left`` (processes of its
 session still alive 3 s after the exit: Ray's, if any). ``--second S`` sends
@@ -94,8 +94,8 @@ class Run:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "skyrl_rewards.cli", "score", "--config", "configs/math.yaml",
              "--input", str(data), "--output", str(output), "--no-progress"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
             env=env,
             start_new_session=True,
@@ -105,8 +105,8 @@ class Run:
         self._reader.start()
 
     def _read(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
             self.lines.append((time.monotonic(), line.rstrip()))
 
     def running(self, part: str) -> bool:
@@ -130,7 +130,7 @@ def reach(run: Run, instant: str) -> bool:
         time.sleep(0.3)
         return run.process.poll() is None
     if instant == "config":
-        return run.wait_for(lambda: run.printed("rewards:") or Path(run.output).exists())
+        return run.wait_for(lambda: run.printed("rewards:"))
     base, _, extra = instant.partition("+")
     condition = {
         "gcs": lambda: run.running("gcs_server"),

@@ -15,8 +15,10 @@ What SkyRL's own ``main_base`` does, with four differences:
    cluster before training and stopped after it; otherwise an env with
    ``pool: NAME`` connects to a pool started with ``skyrl-rewards pool start``.
 
-``--check`` parses and validates the config, prints this project's sections
-and exits: no Ray, no GPU (what the launch scripts' ``--check`` runs). It
+``--check`` checks what a run would trip on first (the config's types, every
+file it names, each env's section, the pool: :mod:`skyrl_rewards.train.check`,
+a line per phase), prints this project's sections and exits: no Ray, no GPU
+(what the launch scripts' ``--check`` runs). It
 silences the notices that importing vLLM, torch and SkyRL prints on a
 machine without a GPU (:func:`quiet_gpu_notices`): the check needs none.
 """
@@ -37,7 +39,8 @@ SkyRL override (trainer.*, generator.*, data.*, environment.*), no '+' prefix, p
 this project's sections:
 
 {sections}
---check   parse and validate the config, print this project's sections, exit (no Ray, no GPU)
+--check   check the config (types, every file it names, the envs, the pool), a line per phase;
+          print this project's sections, exit (no Ray, no GPU)
 """
 
 NO_SKYRL = (
@@ -209,18 +212,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     check = "--check" in args
     overrides = [a for a in args if a != "--check"]
     if check:
-        quiet_gpu_notices()
+        return run_check(overrides)
     try:
         cfg = parse_config(overrides)
-        if check and cfg.reward_pool.config:  # every reward and parameter of the mix, no Ray
-            from skyrl_rewards.rewards.mix import RewardMix
-
-            RewardMix.from_config(reward_pool_config(cfg).rewards)
     except (ValueError, FileNotFoundError, AssertionError) as error:  # SkyRL validates by assert
         print(f"python -m skyrl_rewards.train: config error: {error}", file=sys.stderr)
         return 2
-    if check:
-        print(_summary(cfg))
-        return 0
     run(cfg)
+    return 0
+
+
+def run_check(overrides: Sequence[str]) -> int:
+    """``--check``: every phase of :mod:`skyrl_rewards.train.check`, a line each; 2 on a problem."""
+    from skyrl_rewards.train.check import check
+
+    quiet_gpu_notices()
+    cfg, problems = check(overrides, say=lambda line: print(line, flush=True))
+    if problems:
+        print(
+            f"python -m skyrl_rewards.train: config error: {problems} problem"
+            f"{'s' * (problems > 1)} (listed above); fix them and check again",
+            file=sys.stderr,
+        )
+        return 2
+    print(_summary(cfg))
     return 0
