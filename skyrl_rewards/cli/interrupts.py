@@ -1,9 +1,9 @@
 """Ctrl-C for the command line: answered at once; a second Ctrl-C ends the command at once.
 
-The first Ctrl-C prints one line at once: the command is stopping, what it
-waits for (the start-up phase under way, :mod:`skyrl_rewards.pool.phases`,
-then the clean-up: the pool's workers and this command's local Ray), and
-that a second Ctrl-C ends it now. It then raises ``KeyboardInterrupt``, and
+The first Ctrl-C prints one line at once, when stopping waits for anything:
+the command is stopping, what it waits for (the start-up phase under way,
+:mod:`skyrl_rewards.pool.phases`, then the clean-up: the pool's workers and
+this command's local Ray), and that a second Ctrl-C ends it now. It then raises ``KeyboardInterrupt``, and
 the command stops what it started and reports. While Ray starts
 (:func:`skyrl_rewards.pool.cluster.sigint_held` asks :meth:`StopOnCtrlC.hold`),
 the ``KeyboardInterrupt`` waits until ``ray.init`` returns: Ray cannot be
@@ -70,10 +70,8 @@ class StopOnCtrlC:
         under_way = self._held or current_phase()
         waits = [f"{under_way} to end" if under_way else "", self.cleanup]
         waiting = " and ".join(part for part in waits if part)
-        self._say(
-            f"Ctrl-C: stopping{f', waiting for {waiting}' if waiting else ''}; "
-            "press Ctrl-C again to end at once"
-        )
+        if waiting:  # else the command ends at once: its own line says so
+            self._say(f"Ctrl-C: stopping, waiting for {waiting}; press Ctrl-C again to end at once")
 
     @contextmanager
     def hold(self, what: str) -> Iterator[None]:

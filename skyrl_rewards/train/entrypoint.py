@@ -45,9 +45,9 @@ this project's sections:
 
 NO_SKYRL = (
     "python -m skyrl_rewards.train: needs SkyRL 0.4 on Python 3.12, and this Python {python} "
-    "has no skyrl package; install it in a venv of its own (as the README says): "
-    "python3.12 -m venv .venv-skyrl && . .venv-skyrl/bin/activate && "
-    'pip install -e ".[skyrl]" "skyrl[fsdp]==0.4.0"'
+    "has no skyrl package; build its venv (the script finds a Python 3.12 on PATH or pyenv's) "
+    "and use it (as the README says): bash scripts/launch/make_skyrl_venv.sh && "
+    ". .venv-skyrl/bin/activate"
 )
 
 
