@@ -222,12 +222,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _say(line: str) -> None:
+    """A phase's line on stdout; a problem (indented) on stderr, as errors go."""
+    print(line, file=sys.stderr if line.startswith("  ") else sys.stdout, flush=True)
+
+
 def run_check(overrides: Sequence[str]) -> int:
     """``--check``: every phase of :mod:`skyrl_rewards.train.check`, a line each; 2 on a problem."""
     from skyrl_rewards.train.check import check
 
     quiet_gpu_notices()
-    cfg, problems = check(overrides, say=lambda line: print(line, flush=True))
+    cfg, problems = check(overrides, say=_say)
     if problems:
         print(
             f"python -m skyrl_rewards.train: config error: {problems} problem"
