@@ -89,6 +89,12 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> PoolConfig:
     Raises ``ValueError`` naming the file, the key or the override that is wrong
     (invalid YAML included: the message gives the line).
     """
+    for override in overrides:
+        if "=" not in override:
+            raise ValueError(
+                f"override {override!r} has no '=': write it key=value "
+                f"(e.g. {override}={'1.0' if override.endswith('weight') else 'VALUE'})"
+            )
     try:
         return load_pool_config(Path(path), overrides)
     except yaml.YAMLError as e:
@@ -315,8 +321,10 @@ def cmd_score(args: argparse.Namespace) -> int:
         print(f"histogram: {path}")
     latency = metrics.get("latency_s", {})
     counts = ", ".join(f"{key} {metrics[key]}" for key in POOL_COUNTERS if key in metrics)
+    label = "in-process" if runner == IN_PROCESS else "pool"
     print(
-        f"pool: {counts}; latency p50 {latency.get('p50', 0.0):.3f}s p99 {latency.get('p99', 0.0):.3f}s"
+        f"{label}: {counts}; latency p50 {latency.get('p50', 0.0):.3f}s "
+        f"p99 {latency.get('p99', 0.0):.3f}s"
     )
     for line in judge_lines(metrics.get("judge", {})):
         print(line)
@@ -440,11 +448,12 @@ def cmd_judge_server(args: argparse.Namespace) -> int:
     url = base_url(server)
     print(
         f"local judge: serving {url} (POST /chat/completions, GET /models), model "
-        f"{args.model!r} (any model name is answered). A rule-based stand-in, not a model: "
-        "'1.0' when the student's answer matches the solution (same text after case, "
-        "spacing and a trailing dot, same number, or the solution's words inside), else "
-        "'0.0'; for trying judge configs without a GPU. Point a config at it with "
-        f"rewards.accuracy.judge.endpoint.base_url={url}; Ctrl-C stops it.",
+        f"{args.model!r} (any model name is answered).\n"
+        "A rule-based stand-in, not a model: '1.0' when the student's answer matches the "
+        "solution\n(same text after case, spacing and a trailing dot, same number, or the "
+        "solution's words inside),\nelse '0.0'; for trying judge configs without a GPU.\n"
+        f"Point a config at it with rewards.accuracy.judge.endpoint.base_url={url}\n"
+        "Ctrl-C stops it.",
         flush=True,
     )
     try:

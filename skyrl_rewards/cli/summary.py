@@ -158,6 +158,9 @@ def _number(value: float, spec: str) -> str:
     """``value`` formatted, ``-`` for NaN, never a negative zero (``-0.000``)."""
     if math.isnan(value):
         return "-"
+    if spec.endswith("%"):  # half up, as a reader rounds (5/8: 63%), not Python's half to even
+        places = int(spec.strip(".%") or 0)
+        value = math.floor(value * 10 ** (places + 2) + 0.5) / 10 ** (places + 2)
     text = format(value, spec)
     return text[1:] if text.startswith("-") and float(text.rstrip("%")) == 0.0 else text
 

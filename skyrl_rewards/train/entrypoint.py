@@ -183,13 +183,18 @@ def _summary(cfg: Any) -> str:
     from skyrl_rewards.train.config import SKYRL_HAS_TAU_BENCH
 
     gym = cfg.environment.skyrl_gym
-    alias = None if SKYRL_HAS_TAU_BENCH else asdict(gym.tau_bench)
+    # the alias section only where the alias id is the env used (else it is an unused default)
+    alias = (
+        asdict(gym.tau_bench)
+        if not SKYRL_HAS_TAU_BENCH and cfg.environment.env_class == "tau_bench"
+        else None
+    )
     return "\n".join(
         [
             f"environment.env_class: {cfg.environment.env_class}",
             f"environment.skyrl_gym.skyrl_rewards: {asdict(gym.skyrl_rewards)}",
             f"environment.skyrl_gym.tau_bench_env: {asdict(gym.tau_bench_env)}",
-            *([] if SKYRL_HAS_TAU_BENCH else [f"environment.skyrl_gym.tau_bench: {alias}"]),
+            *([] if alias is None else [f"environment.skyrl_gym.tau_bench: {alias}"]),
             f"environment.skyrl_gym.on_env_error: {gym.on_env_error}",
             f"reward_pool: {asdict(cfg.reward_pool)}",
             f"generator.vision_language_generator: {cfg.generator.vision_language_generator}",

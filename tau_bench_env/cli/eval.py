@@ -329,7 +329,14 @@ def run_eval(args: argparse.Namespace) -> int:
             raise ValueError(f"--trials must be >= 1, got {args.trials}")
         check_served(spec.env.backend, spec.domain)
         domain = load_domain(spec.env.backend, spec.domain, embeddings=spec.env.embeddings)
-        tasks = parse_selection(args.tasks, len(domain.tasks(spec.split)))
+        count = len(domain.tasks(spec.split))
+        try:
+            tasks = parse_selection(args.tasks, count)
+        except ValueError as error:
+            raise ValueError(
+                f"{error}: the {spec.env.backend} {spec.domain} {spec.split!r} split has {count} "
+                f"tasks (0-{count - 1})"
+            ) from error
         if args.review_user and spec.env.judge is None:
             raise ValueError(
                 "--review-user asks a judge: pass --judge-base-url and --judge-model "
