@@ -63,6 +63,10 @@ class ClusterAuthError(NoClusterError):
     """The cluster runs but refuses this process: it requires Ray token authentication."""
 
 
+class LocalRayStartError(ConnectionError):
+    """A local Ray did not come up within Ray's own start-up limit (a busy machine)."""
+
+
 class NotEnoughCpusError(ValueError):
     """The pool asks for more CPUs than the cluster has free."""
 
@@ -305,13 +309,22 @@ def start_local_ray(namespace: str, *, worker_niceness: int | None = None) -> No
     (``None``: Ray's 15).
     """
     with sigint_held(), _loopback_node(), _worker_niceness(worker_niceness), _no_token():
-        ray.init(
-            address="local",
-            _node_ip_address=LOOPBACK,
-            include_dashboard=False,
-            namespace=namespace,
-            log_to_driver=False,
-        )
+        try:
+            ray.init(
+                address="local",
+                _node_ip_address=LOOPBACK,
+                include_dashboard=False,
+                namespace=namespace,
+                log_to_driver=False,
+            )
+        except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for this one
+            if "timed out during startup" not in str(error):
+                raise
+            raise LocalRayStartError(
+                f"Ray's local start timed out ({error}); the machine is busy (load "
+                f"{os.getloadavg()[0]:.0f} on {os.cpu_count()} CPUs): run it again when it is "
+                "quieter, or score a small input in this process (skyrl-rewards score --local)"
+            ) from error
 
 
 def _free(resource: str, needed: float, settle_s: float) -> float | None:

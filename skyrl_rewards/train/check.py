@@ -54,10 +54,16 @@ class ConfigProblems(ValueError):
         self.problems = list(problems)
 
 
-def check(overrides: Sequence[str], say: Callable[[str], None] = print) -> tuple[Any, int]:
+def check(
+    overrides: Sequence[str],
+    pool_config: Callable[[Any], Any],
+    say: Callable[[str], None] = print,
+) -> tuple[Any, int]:
     """Run every phase on ``overrides``; ``(cfg or None, number of problems)``.
 
-    Each phase prints ``check: PHASE: ok (1.2 s)`` or its problems, one per line.
+    ``pool_config(cfg)`` is the ``PoolConfig`` the run starts (the entry
+    point's ``reward_pool_config``). Each phase prints ``check: PHASE: ok
+    (1.2 s)`` or its problems, one per line.
     """
     say("check: config: SkyRL's parser (imports SkyRL, vLLM, torch) ...")
     cfg = _phase("config", lambda: _parse(overrides), say)
@@ -73,7 +79,7 @@ def check(overrides: Sequence[str], say: Callable[[str], None] = print) -> tuple
     for name, run in (
         ("files", lambda: file_problems(cfg)),
         ("envs", lambda: env_problems(cfg)),
-        ("pool", lambda: pool_problems(cfg)),
+        ("pool", lambda: pool_problems(cfg, pool_config)),
     ):
         found = _phase(name, run, say)
         problems += len(found) if found is not None else 1
@@ -272,15 +278,14 @@ def env_problems(cfg: Any) -> list[str]:
     return problems
 
 
-def pool_problems(cfg: Any) -> list[str]:
+def pool_problems(cfg: Any, pool_config: Callable[[Any], Any]) -> list[str]:
     """The pool the run starts (``reward_pool.*``), built as far as it goes without Ray."""
     from skyrl_rewards.rewards.mix import RewardMix
-    from skyrl_rewards.train.entrypoint import reward_pool_config
 
     if not cfg.reward_pool.config:
         return []
     try:
-        RewardMix.from_config(reward_pool_config(cfg).rewards)
+        RewardMix.from_config(pool_config(cfg).rewards)
     except FileNotFoundError:
         return []  # said by the files phase
     except ValueError as error:

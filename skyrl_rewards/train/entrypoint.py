@@ -237,7 +237,7 @@ def run_check(overrides: Sequence[str]) -> int:
     from skyrl_rewards.train.check import check
 
     quiet_gpu_notices()
-    cfg, problems = check(overrides, say=_say)
+    cfg, problems = check(overrides, reward_pool_config, say=_say)
     if problems:
         print(
             f"python -m skyrl_rewards.train: config error: {problems} problem"

@@ -14,6 +14,7 @@ import pytest
 
 from skyrl_rewards.train.check import check, env_problems, file_problems, type_problems
 from skyrl_rewards.train.config import TrainConfig
+from skyrl_rewards.train.entrypoint import reward_pool_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "skyrl_rewards" / "sample_data"
@@ -109,6 +110,7 @@ def test_the_readme_command_passes_every_phase(parquet: Path) -> None:
             *POOL,
             "generator.vision_language_generator=true",
         ],
+        reward_pool_config,
         say=said.append,
     )
     assert problems == 0, said
