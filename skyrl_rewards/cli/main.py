@@ -313,7 +313,8 @@ def cmd_score(args: argparse.Namespace) -> int:
         print(interrupted_message(written, lines, input_path, output), file=sys.stderr)
         return INTERRUPTED
     weights = {n: float(e.get("weight", 1.0)) for n, e in cfg.rewards.items()}
-    for line in unreachable_lines(metrics.get("judge", {})):
+    unreachable = unreachable_lines(metrics.get("judge", {}))
+    for line in unreachable:
         print(line, end="\n\n")  # once, above the table: the cause of the rows masked below
     print(format_table(summarize(results, weights)))
     print(f"\nscored {len(results)} rows -> {output}")
@@ -342,10 +343,16 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.allow_errors:
         return 0
     first = ", ".join(line.split(":")[0] for line in masked[:5])
+    fix = (
+        "the judge endpoint was unreachable (above): start the judge server or fix the "
+        "config's endpoint.base_url, then rerun"
+        if unreachable
+        else "run `skyrl-rewards check` on the input to see why"
+    )
     print(
         f"skyrl-rewards score: error: {len(masked)} of {len(results)} rows are errors or "
-        f"timeouts ({first}{', ...' if len(masked) > 5 else ''}); run `skyrl-rewards check` "
-        "on the input to see why, or pass --allow-errors to accept them",
+        f"timeouts ({first}{', ...' if len(masked) > 5 else ''}); {fix}, or pass "
+        "--allow-errors to accept them",
         file=sys.stderr,
     )
     return 1

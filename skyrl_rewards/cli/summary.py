@@ -194,17 +194,28 @@ def format_table(stats: Sequence[ComponentStats]) -> str:
     return "\n".join(rendered)
 
 
+MASKED_ERROR_CHARS = 160
+"""A masked row's message is cut here in the listing (the whole message is in the output file)."""
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MASKED_ERROR_CHARS else text[: MASKED_ERROR_CHARS - 3] + "..."
+
+
 def masked_rows(
     rows: Sequence[Mapping[str, Any]], lines: Sequence[int], results: Sequence[RewardResult]
 ) -> list[str]:
-    """One line per masked row: ``line 3 (id x): iou: error: image not found: ...``."""
+    """One line per masked row: ``line 3 (id x): iou: error: image not found: ...``.
+
+    Each message is cut at :data:`MASKED_ERROR_CHARS` characters.
+    """
     out = []
     for row, line, result in zip(rows, lines, results, strict=True):
         if not result.should_mask:
             continue
         label = f"line {line} (id {row['id']})" if "id" in row else f"line {line}"
         why = "; ".join(
-            f"{name}: {status}: {result.errors.get(name, '')}".rstrip(": ")
+            f"{name}: {status}: {_cut(result.errors.get(name, ''))}".rstrip(": ")
             for name, status in result.status.items()
             if status in MASKING_VALUES
         )
@@ -293,12 +304,16 @@ def judge_lines(judges: Mapping[str, Any]) -> list[str]:
         latency = m.get("latency_s", {})
         breaker = m.get("breaker", {})
         cost = f"; cost {m['cost']:.4f}" if m.get("cost") is not None else ""
+        timing = (
+            f"latency p50 {latency.get('p50') or 0.0:.3f}s p99 {latency.get('p99') or 0.0:.3f}s"
+            if m.get("ok", 0)
+            else "latency n/a (no reply)"
+        )
         lines.append(
             f"judge {label}: requests {m.get('requests', 0)}, calls {m.get('calls', 0)}, "
             f"ok {m.get('ok', 0)}, retries {m.get('retries', 0)}, cache hits "
             f"{m.get('cache_hits', 0)}, errors {errors or 'none'}; tokens in "
-            f"{m.get('tokens_in', 0)} out {m.get('tokens_out', 0)}; latency p50 "
-            f"{latency.get('p50') or 0.0:.3f}s p99 {latency.get('p99') or 0.0:.3f}s; breaker "
+            f"{m.get('tokens_in', 0)} out {m.get('tokens_out', 0)}; {timing}; breaker "
             f"{breaker.get('state', '?')} (opened {breaker.get('opens', 0)} times){cost}"
         )
     return lines
