@@ -126,4 +126,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"{seconds:8.1f} s  {seconds / total:4.0%}  {area}")
     if len(ranked) > AREAS_SHOWN:
         rest = sum(seconds for _, seconds in ranked[AREAS_SHOWN:])
-        terminalreporter.write_line(f"{rest:8.1f} s  {rest / total:4.0%}  {len(ranked) - AREAS_SHOWN} more areas")
+        terminalreporter.write_line(
+            f"{rest:8.1f} s  {rest / total:4.0%}  {len(ranked) - AREAS_SHOWN} more areas"
+        )

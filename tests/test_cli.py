@@ -163,7 +163,9 @@ def test_local_refuses_a_mix_that_asks_a_model() -> None:
 
     judged = {"accuracy": {"judge": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}}
     with pytest.raises(ValueError, match="--local: the mix uses the judge lane .accuracy."):
-        choose_runner(rows=3, mix=RewardMix.from_config(judged), address=None, local=True, pool=False)
+        choose_runner(
+            rows=3, mix=RewardMix.from_config(judged), address=None, local=True, pool=False
+        )
 
 
 @pytest.mark.parametrize(

@@ -92,8 +92,19 @@ class Run:
         self.start = time.monotonic()
         self.output = output
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "skyrl_rewards.cli", "score", "--config", "configs/math.yaml",
-             "--input", str(data), "--output", str(output), "--no-progress"],
+            [
+                sys.executable,
+                "-m",
+                "skyrl_rewards.cli",
+                "score",
+                "--config",
+                "configs/math.yaml",
+                "--input",
+                str(data),
+                "--output",
+                str(output),
+                "--no-progress",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -136,8 +147,7 @@ def reach(run: Run, instant: str) -> bool:
         "gcs": lambda: run.running("gcs_server"),
         "raylet": lambda: run.running("raylet"),
         "workers": lambda: any(
-            p.startswith("ray::") and "Agent" not in p
-            for p in session_processes(run.process.pid)
+            p.startswith("ray::") and "Agent" not in p for p in session_processes(run.process.pid)
         ),
         "scoring": lambda: run.output.exists() and run.output.stat().st_size > 0,
     }[base]
@@ -236,7 +246,9 @@ def main() -> None:
     )
     second = f", a second Ctrl-C {args.second:g} s after the first" if args.second else ""
     print(f"Ctrl-C during `skyrl-rewards score` start-up (480 rows, a local Ray){second}")
-    print(f"{'revision':<10} {'instant':<11} {'answer s':>8} {'exit s':>7} {'rc':>4} {'left':>5} load")
+    print(
+        f"{'revision':<10} {'instant':<11} {'answer s':>8} {'exit s':>7} {'rc':>4} {'left':>5} load"
+    )
     for revision, sides in results.items():
         for result in sides:
             for run in result["runs"]:

@@ -64,7 +64,9 @@ def side(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench_score_start_") as name:
         for task in args.tasks:
             knows_pool = "--pool" in Path("skyrl_rewards/cli/main.py").read_text()
-            modes = [("default", [])] + ([("--pool", ["--pool"])] if args.pool and knows_pool else [])
+            modes = [("default", [])] + (
+                [("--pool", ["--pool"])] if args.pool and knows_pool else []
+            )
             for mode, extra in modes:
                 runs.append({"task": task, "mode": mode, **one_run(task, extra, Path(name))})
     return {"runs": runs, "load": load()}

@@ -63,10 +63,10 @@ from typing import Any
 import yaml
 from omegaconf.errors import OmegaConfBaseException
 
+from skyrl_rewards.cli.interrupts import INTERRUPTED, StopOnCtrlC, ctrl_c_handled
 from skyrl_rewards.cli.judge_server import DEFAULT_HOST as DEFAULT_JUDGE_HOST
 from skyrl_rewards.cli.judge_server import DEFAULT_MODEL as DEFAULT_JUDGE_MODEL
 from skyrl_rewards.cli.judge_server import DEFAULT_PORT as DEFAULT_JUDGE_PORT
-from skyrl_rewards.cli.interrupts import INTERRUPTED, StopOnCtrlC, ctrl_c_handled
 from skyrl_rewards.data.jsonl import check_writable, read_numbered_rows, to_samples, write_rows
 from skyrl_rewards.pool.config import PoolConfig, load_pool_config
 from skyrl_rewards.rewards.result import RewardResult
@@ -253,6 +253,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     Everything that can be checked without Ray is checked first: the config
     (and its mix), the input rows, the output path.
     """
+    from skyrl_rewards.cli.in_process import IN_PROCESS, InProcessScorer, choose_runner
     from skyrl_rewards.cli.summary import (
         format_table,
         judge_lines,
@@ -261,7 +262,6 @@ def cmd_score(args: argparse.Namespace) -> int:
         unreachable_lines,
         write_histograms,
     )
-    from skyrl_rewards.cli.in_process import IN_PROCESS, InProcessScorer, choose_runner
     from skyrl_rewards.rewards.mix import RewardMix
 
     cfg = load_config(args.config, args.overrides)
@@ -297,9 +297,11 @@ def cmd_score(args: argparse.Namespace) -> int:
         else:
             from skyrl_rewards.pool.reward_pool import RewardPool
 
-            args.ctrl_c.cleanup = "the pool's workers" + (
-                "" if cfg.address else " and this command's local Ray"
-            ) + " to stop"
+            args.ctrl_c.cleanup = (
+                "the pool's workers"
+                + ("" if cfg.address else " and this command's local Ray")
+                + " to stop"
+            )
             with phases_shown("score"):
                 pool = RewardPool.from_config(cfg)
         try:
@@ -577,6 +579,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             print(f"skyrl-rewards {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
             return INTERRUPTED
-        except (ValueError, OSError) as e:  # OSError: a missing or unreadable file, a refused address
+        except (
+            ValueError,
+            OSError,
+        ) as e:  # OSError: a missing or unreadable file, a refused address
             print(f"skyrl-rewards {args.command}: error: {e}", file=sys.stderr)
             return 2

@@ -252,7 +252,8 @@ def sigint_held() -> Iterator[None]:
         yield
         return
     hold = getattr(signal.getsignal(signal.SIGINT), "hold", None)
-    if hold is not None:  # a handler that holds Ctrl-C itself (the command line's: it answers at once)
+    # a handler that holds Ctrl-C itself (the command line's: it answers at once)
+    if hold is not None:
         with hold("Ray's start (it cannot be stopped half way)"):
             yield
         return

@@ -180,7 +180,9 @@ class RewardPool:
         started = asyncio.run_coroutine_threadsafe(self._scheduler.start(), self._loop)
         lanes = "".join(f" and its {lane} lane" for lane in sorted(self._mix.lanes()))
         try:
-            with phase(f"starting {config.num_workers} reward workers{lanes} (each imports the rewards)"):
+            with phase(
+                f"starting {config.num_workers} reward workers{lanes} (each imports the rewards)"
+            ):
                 started.result(timeout=config.start_timeout_s)
         except concurrent.futures.TimeoutError:
             message = self._start_failure()

@@ -209,7 +209,14 @@ def _spec(args: argparse.Namespace) -> EvalSpec:
     return EvalSpec(env=env, policy=policy, domain=args.domain, split=args.split, user_turns=turns)
 
 
-_MODEL_FLAGS = ("--agent-base-url", "--agent-model", "--user-kind", "--user-base-url", "--user-model", "--user-turns")
+_MODEL_FLAGS = (
+    "--agent-base-url",
+    "--agent-model",
+    "--user-kind",
+    "--user-base-url",
+    "--user-model",
+    "--user-turns",
+)
 
 
 def check_served(backend: str, domain: str) -> None:

@@ -98,7 +98,8 @@ def test_score_with_a_judge_prints_its_calls_and_masks_an_outage(
     assert "latency n/a (no reply)" in down_out and "latency n/a" not in ok
     masked = [line for line in lines if line.startswith("  line ")]
     assert len(masked) == 2 and all(len(line) < 220 for line in masked), masked
-    assert down_err.strip().splitlines()[-1].endswith(
-        "the judge endpoint was unreachable (above): start the judge server or fix the config's "
-        "endpoint.base_url, then rerun, or pass --allow-errors to accept them"
-    )
+    advice = down_err.strip().splitlines()[-1]
+    assert advice.endswith(
+        "the judge endpoint was unreachable (above): start the judge server or fix the "
+        "config's endpoint.base_url, then rerun, or pass --allow-errors to accept them"
+    ), advice

@@ -83,7 +83,9 @@ def test_every_file_the_config_names_is_looked_at(parquet: Path, tmp_path: Path)
     # val_data is read only when SkyRL evaluates
     cfg = TrainConfig.from_cli_overrides(["data.val_data=['/nope.parquet']"])
     assert any(p.startswith("data.val_data: /nope.parquet") for p in file_problems(cfg))
-    cfg = TrainConfig.from_cli_overrides(["data.val_data=['/nope.parquet']", "trainer.eval_interval=0"])
+    cfg = TrainConfig.from_cli_overrides(
+        ["data.val_data=['/nope.parquet']", "trainer.eval_interval=0"]
+    )
     assert not any(p.startswith("data.val_data") for p in file_problems(cfg))
 
 

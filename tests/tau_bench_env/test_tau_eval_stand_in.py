@@ -33,7 +33,10 @@ def test_a_stand_in_run_pays_every_episode_and_says_what_played(tmp_path: Path, 
 def test_the_stand_in_agent_replays_the_tasks_actions_then_closes() -> None:
     task = load_domain("tau2", "retail").tasks("test")[0]
     agent = StandInAgent([task])
-    messages = [{"role": "system", "content": "policy"}, {"role": "user", "content": opening_turn(task)}]
+    messages = [
+        {"role": "system", "content": "policy"},
+        {"role": "user", "content": opening_turn(task)},
+    ]
     calls = []
     for _ in range(len(task.actions) + 1):
         reply = agent.reply(messages)
@@ -54,13 +57,20 @@ def test_the_stand_in_agent_replays_the_tasks_actions_then_closes() -> None:
 @pytest.mark.parametrize(
     ("extra", "said"),
     [
-        ([], "--agent-base-url and --agent-model name the policy's endpoint; without model "
-         "servers, try --stand-in"),
-        (["--stand-in", "--agent-model", "m"], "--stand-in plays the agent and the user itself: "
-         "drop --agent-model"),
+        (
+            [],
+            "--agent-base-url and --agent-model name the policy's endpoint; without model "
+            "servers, try --stand-in",
+        ),
+        (
+            ["--stand-in", "--agent-model", "m"],
+            "--stand-in plays the agent and the user itself: drop --agent-model",
+        ),
     ],
 )
-def test_the_agent_is_named_or_stood_in(extra: list[str], said: str, tmp_path: Path, capsys) -> None:
+def test_the_agent_is_named_or_stood_in(
+    extra: list[str], said: str, tmp_path: Path, capsys
+) -> None:
     args = ["eval", "--domain", "retail", "--tasks", "0", "--out", str(tmp_path / "o"), *extra]
     assert main(args) == 2
     assert said in capsys.readouterr().err
