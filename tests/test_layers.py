@@ -308,7 +308,7 @@ def modules_loaded_by(code: str) -> list[str]:
         # the package itself, and the pool's settings (read by the env and the CLI)
         "import skyrl_rewards, skyrl_rewards.pool.config, skyrl_rewards.train",
         # what the math child process imports
-        "import skyrl_rewards.rewards.math_child",
+        "import skyrl_rewards.rewards.text.math_child",
     ],
 )
 def test_reward_functions_import_without_the_runtime(code: str) -> None:

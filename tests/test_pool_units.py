@@ -13,8 +13,8 @@ from skyrl_rewards.pool.metrics import ErrorRateAlarm, PoolMetrics
 from skyrl_rewards.pool.replay_log import ReplayLog, read_replay_log
 from skyrl_rewards.pool.scheduler import _LRU, SECOND_PASS_S
 from skyrl_rewards.pool.worker import FIRST_PASS_MAX_S, RewardWorker, first_pass_cap
+from skyrl_rewards.rewards.contract.result import ComponentScore
 from skyrl_rewards.rewards.mix import RewardMix
-from skyrl_rewards.rewards.result import ComponentScore
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -269,9 +269,9 @@ def _start_math_process() -> tuple[float, int, Any]:
 
     started = time.monotonic()
     try:
-        from skyrl_rewards.rewards.math_check import server_command
+        from skyrl_rewards.rewards.text.math_check import server_command
     except ImportError:  # older checkouts: one interpreter per child
-        from skyrl_rewards.rewards.math_check import child_command  # type: ignore[attr-defined]
+        from skyrl_rewards.rewards.text.math_check import child_command  # type: ignore[attr-defined]
 
         child = subprocess.Popen(
             child_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -309,7 +309,7 @@ def bench_child(starts_count: int, timeouts: int) -> dict[str, Any]:
         starts.append(ready_s)
         rss.append(rss_kb)
         close()
-    from skyrl_rewards.rewards.math_check import check_equal
+    from skyrl_rewards.rewards.text.math_check import check_equal
 
     def timed(student: str, timeout_s: float = 3.0) -> float:
         started = time.monotonic()

@@ -116,7 +116,7 @@ def busy(processes: Sequence[tuple[str, int | None]]) -> Iterator[None]:
 def _one_check(args: tuple[int | None, int]) -> tuple[bool, float, float]:
     """In a fresh forked process: (equal, CPU seconds, wall seconds) of one check, parsers warm."""
     cpu, exponent = args
-    from skyrl_rewards.rewards.math_child import verify_inline
+    from skyrl_rewards.rewards.text.math_child import verify_inline
 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
@@ -172,8 +172,8 @@ def inflation(exponent: int, rounds: int) -> dict[str, Any]:
 
 def outcome_side(exponent: int, threads: int, burners: int, limit_s: float) -> dict[str, Any]:
     """One side of ``outcome``: ``threads`` scores at once next to busy processes."""
-    from skyrl_rewards.rewards import math_check
     from skyrl_rewards.rewards.accuracy import default_accuracy_score
+    from skyrl_rewards.rewards.text import math_check
 
     sol = f"<answer>{GOLD}</answer>"
     usage = getattr(math_check, "last_check_usage", None)  # absent before the margin

@@ -51,7 +51,7 @@ so the state needs no locks. The life of a submitted item:
    It never holds a CPU worker's slot; the cache and the one-result rule are
    the same, and a failed judge request is masked and never cached.
 7. When all of an item's components have a score, its
-   :class:`~skyrl_rewards.rewards.result.RewardResult` resolves the item's future.
+   :class:`~skyrl_rewards.rewards.contract.result.RewardResult` resolves the item's future.
 """
 
 from __future__ import annotations
@@ -80,9 +80,9 @@ from skyrl_rewards.pool.metrics import ErrorRateAlarm, PoolMetrics
 from skyrl_rewards.pool.ray_errors import WORKER_LOST
 from skyrl_rewards.pool.replay_log import ReplayLog
 from skyrl_rewards.pool.worker import CONTROL, DEFERRED, SLOW_LANE, Progress
+from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE
+from skyrl_rewards.rewards.contract.result import ComponentScore, RewardResult, Status
 from skyrl_rewards.rewards.mix import RewardMix
-from skyrl_rewards.rewards.models.lanes import JUDGE_LANE
-from skyrl_rewards.rewards.result import ComponentScore, RewardResult, Status
 
 logger = logging.getLogger(__name__)
 

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from skyrl_rewards import default_accuracy_reward
-from skyrl_rewards.rewards import math_check
 from skyrl_rewards.rewards.accuracy import default_accuracy_score
-from skyrl_rewards.rewards.math_check import (
+from skyrl_rewards.rewards.contract.result import Status
+from skyrl_rewards.rewards.text import math_check
+from skyrl_rewards.rewards.text.math_check import (
     MAX_MATH_CHARS,
     MathStatus,
     check_equal,
@@ -30,7 +31,6 @@ from skyrl_rewards.rewards.math_check import (
     server_command,
     too_complex,
 )
-from skyrl_rewards.rewards.result import Status
 
 SLOW = "$\\Gamma(10^{10})$"  # passes the pre-screen; SymPy computes (10^10 - 1)!
 
@@ -157,7 +157,7 @@ def test_a_child_killed_mid_check_is_replaced_and_reported() -> None:
 
 def _kill_math_children() -> None:
     subprocess.run(
-        ["pkill", "-9", "-P", str(os.getpid()), "-f", "skyrl_rewards.rewards.math_child"],
+        ["pkill", "-9", "-P", str(os.getpid()), "-f", "skyrl_rewards.rewards.text.math_child"],
         check=False,
     )
 
@@ -263,7 +263,7 @@ def test_a_math_verify_in_the_working_directory_is_not_imported(tmp_path: Path) 
         f"open({str(marker)!r}, 'w').close()\nraise SystemExit('poisoned')\n"
     )
     script = (
-        "from skyrl_rewards.rewards.math_check import check_equal\n"
+        "from skyrl_rewards.rewards.text.math_check import check_equal\n"
         "print(check_equal('$\\\\frac{1}{2}$', '0.5').value)\n"
     )
     done = subprocess.run(
@@ -285,7 +285,7 @@ def test_the_child_keeps_pythonpath_entries_but_not_the_working_directory(
     extra.mkdir()
     script = (
         "import json, os, sys\n"
-        "from skyrl_rewards.rewards.math_check import server_command\n"
+        "from skyrl_rewards.rewards.text.math_check import server_command\n"
         "print(json.dumps(server_command(7)))\n"
     )
     done = subprocess.run(
@@ -475,7 +475,7 @@ def test_low_priority_checks_run_in_nicer_children_with_the_same_outcome() -> No
 def test_a_killed_caller_leaves_no_check_running() -> None:
     script = (
         "import os, sys, threading, time\n"
-        "from skyrl_rewards.rewards.math_check import check_equal\n"
+        "from skyrl_rewards.rewards.text.math_check import check_equal\n"
         f"threading.Thread(target=check_equal, args=('$3$', {SLOW!r}), kwargs={{'timeout_s': 600}},"
         " daemon=True).start()\n"
         "time.sleep(600)\n"  # killed below; it must outlive a slow start of its math child

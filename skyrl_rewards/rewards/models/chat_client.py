@@ -4,7 +4,7 @@
 ``path``: a served reward model's ``/classify``) on long-lived
 ``httpx.AsyncClient`` connections and turns each request body into exactly one
 :class:`ChatReply`: the whole reply JSON, or a failure whose ``failure`` is one
-of :data:`~skyrl_rewards.rewards.models.lanes.FAILURE_KINDS`. It never raises
+of :data:`~skyrl_rewards.rewards.contract.lanes.FAILURE_KINDS`. It never raises
 for what the endpoint did.
 
 - limits (:mod:`~skyrl_rewards.rewards.models.limits`): requests in flight,
@@ -56,7 +56,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyrl_rewards.rewards.models.lanes import endpoint_key
+from skyrl_rewards.rewards.contract.lanes import endpoint_key
 from skyrl_rewards.rewards.models.limits import Breaker, InFlight, Pacer
 from skyrl_rewards.rewards.models.token_count import TokenCounter
 
@@ -261,7 +261,7 @@ def _check_number(name: str, value: Any, *, minimum: float, strict: bool = False
 class ChatReply:
     """What one request gave: the reply JSON, or a failure and why.
 
-    ``failure`` is one of :data:`~skyrl_rewards.rewards.models.lanes.FAILURE_KINDS`
+    ``failure`` is one of :data:`~skyrl_rewards.rewards.contract.lanes.FAILURE_KINDS`
     (empty: success, and ``data`` is the reply object); ``message`` says why,
     for people; ``calls`` counts the HTTP calls made for it (retries included).
     """

@@ -3,10 +3,10 @@
 :class:`JudgeClient` is a :class:`~skyrl_rewards.rewards.models.chat_client.ChatClient`
 (limits, retries honouring ``Retry-After``, circuit breaker, deadline, metrics:
 see that module) that turns each
-:class:`~skyrl_rewards.rewards.models.lanes.ModelRequest` into exactly one
-:class:`~skyrl_rewards.rewards.models.lanes.ModelOutcome`. It never raises for
+:class:`~skyrl_rewards.rewards.contract.lanes.ModelRequest` into exactly one
+:class:`~skyrl_rewards.rewards.contract.lanes.ModelOutcome`. It never raises for
 what the endpoint did; every failure is an outcome whose ``failure`` is one of
-:data:`~skyrl_rewards.rewards.models.lanes.FAILURE_KINDS`, and a reply without
+:data:`~skyrl_rewards.rewards.contract.lanes.FAILURE_KINDS`, and a reply without
 ``choices[0].message.content`` text is ``bad_response``.
 
 A bounded LRU cache on :meth:`ModelRequest.cache_key` answers identical
@@ -27,6 +27,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from skyrl_rewards.rewards.contract.lanes import ModelOutcome, ModelRequest
 from skyrl_rewards.rewards.models.chat_client import (
     ChatClient,
     ChatReply,
@@ -34,7 +35,6 @@ from skyrl_rewards.rewards.models.chat_client import (
     current_loop_thread,
     loop_thread,
 )
-from skyrl_rewards.rewards.models.lanes import ModelOutcome, ModelRequest
 from skyrl_rewards.rewards.models.served_reward_model import (
     SERVED_KIND,
     ServedConfig,

@@ -2,7 +2,7 @@
 
 A :class:`RewardModelRunner` loads ``AutoModelForSequenceClassification`` and
 its tokenizer once, from a local folder (``local_files_only``: never the
-network), and scores :class:`~skyrl_rewards.rewards.models.lanes.ModelRequest`
+network), and scores :class:`~skyrl_rewards.rewards.contract.lanes.ModelRequest`
 s of the reward-model lane. It is what a pool's reward-model worker holds, and
 what :func:`run_reward_model_requests` keeps, one per endpoint, in this process.
 
@@ -49,7 +49,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from skyrl_rewards.rewards.models.lanes import ModelOutcome, ModelRequest
+from skyrl_rewards.rewards.contract.lanes import ModelOutcome, ModelRequest
 
 DTYPES = ("bfloat16", "float16", "float32")
 """Values of :attr:`RewardModelConfig.dtype` (``None``: bfloat16 on CUDA, float32 elsewhere)."""
@@ -540,7 +540,7 @@ def row_images(sample: Mapping[str, Any]) -> list[Any]:
     >>> row_images({"image_path": ["a.png", "b.png"]})
     ['a.png', 'b.png']
     """
-    from skyrl_rewards.rewards.box_formats import image_column
+    from skyrl_rewards.rewards.geometry.box_formats import image_column
 
     column = image_column(sample)
     if column is None:

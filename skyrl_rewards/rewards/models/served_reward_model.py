@@ -4,8 +4,8 @@
 :class:`~skyrl_rewards.rewards.models.chat_client.ChatClient` (limits in
 flight / per minute / tokens per minute, retries honouring ``Retry-After``, a
 circuit breaker, a deadline, metrics, cost: see that module) that turns each
-reward-model :class:`~skyrl_rewards.rewards.models.lanes.ModelRequest` into
-exactly one :class:`~skyrl_rewards.rewards.models.lanes.ModelOutcome` whose
+reward-model :class:`~skyrl_rewards.rewards.contract.lanes.ModelRequest` into
+exactly one :class:`~skyrl_rewards.rewards.contract.lanes.ModelOutcome` whose
 ``value`` is the raw score. It runs where judge requests run: the pool's
 judge lane (one asynchronous actor per pool, so the limits hold for the whole
 pool) or, in this process, the private event loop thread of
@@ -67,8 +67,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from skyrl_rewards.rewards.contract.lanes import ModelOutcome, ModelRequest
 from skyrl_rewards.rewards.models.chat_client import ChatClient, ChatReply, EndpointConfig
-from skyrl_rewards.rewards.models.lanes import ModelOutcome, ModelRequest
 
 SERVED_APIS = ("classify", "pooling", "generative_scoring")
 """Values of ``api``."""

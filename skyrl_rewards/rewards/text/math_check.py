@@ -8,7 +8,7 @@ bounded another way, chosen by ``guard``:
 
 - ``"subprocess"`` (default): the check runs in a long-lived child process,
   forked from this process's math fork server
-  (:mod:`skyrl_rewards.rewards.math_child`: isolated from the working
+  (:mod:`skyrl_rewards.rewards.text.math_child`: isolated from the working
   directory, math-verify and SymPy only, warmed up before it forks). The limit
   ``timeout_s`` is on the child's own CPU time for this check (read from
   ``/proc/<pid>/stat``), not on wall time: waiting for a free child, or for a
@@ -64,8 +64,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Literal
 
-from skyrl_rewards.rewards import math_child
-from skyrl_rewards.rewards.math_child import verify_inline
+from skyrl_rewards.rewards.text import math_child
+from skyrl_rewards.rewards.text.math_child import verify_inline
 
 MAX_MATH_CHARS = 50_000
 """Answers longer than this (either side) are not parsed symbolically (memory; real answers are a few KB)."""
