@@ -28,13 +28,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from skyrl_rewards.rewards.contract.lanes import ModelOutcome, ModelRequest
-from skyrl_rewards.rewards.models.chat_client import (
-    ChatClient,
-    ChatReply,
-    EndpointConfig,
-    current_loop_thread,
-    loop_thread,
-)
+from skyrl_rewards.rewards.models.chat_client import ChatClient, ChatReply
+from skyrl_rewards.rewards.models.chat_loop import current_loop_thread, loop_thread
+from skyrl_rewards.rewards.models.endpoint_config import EndpointConfig
 from skyrl_rewards.rewards.models.served_reward_model import (
     SERVED_KIND,
     ServedConfig,
@@ -167,7 +163,7 @@ def run_judge_requests(
 
     One :class:`JudgeClient` per endpoint key lives as long as the process, on
     the private event loop thread of :mod:`~skyrl_rewards.rewards.models.chat_client`
-    (shared with :func:`~skyrl_rewards.rewards.models.chat_client.post_chat`),
+    (shared with :func:`~skyrl_rewards.rewards.models.chat_loop.post_chat`),
     so limits and the cache hold across calls, and this works from inside a
     running event loop too (it blocks the caller until the batch is done). The
     wait is bounded by the endpoints' ``deadline_s``. Raises ``ValueError`` for

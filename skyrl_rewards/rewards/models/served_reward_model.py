@@ -68,7 +68,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skyrl_rewards.rewards.contract.lanes import ModelOutcome, ModelRequest
-from skyrl_rewards.rewards.models.chat_client import ChatClient, ChatReply, EndpointConfig
+from skyrl_rewards.rewards.models.chat_client import ChatClient, ChatReply
+from skyrl_rewards.rewards.models.endpoint_config import EndpointConfig
 
 SERVED_APIS = ("classify", "pooling", "generative_scoring")
 """Values of ``api``."""
