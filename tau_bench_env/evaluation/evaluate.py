@@ -49,13 +49,9 @@ from tau_bench_env.data_model.tasks import RESPOND, Task
 from tau_bench_env.episode.actions import parse_turn
 from tau_bench_env.episode.episode import UserCall
 from tau_bench_env.evaluation.policy import ChatPolicy, PolicyConfig, PolicyEndpointError
+from tau_bench_env.rescoring.figures import figure_intervals, pass_hat_k
 from tau_bench_env.rescoring.gold_check import affected_summary, check_tasks
-from tau_bench_env.rescoring.rescore import (
-    SUCCESS_TOLERANCE,
-    RunScore,
-    figure_intervals,
-    pass_hat_k,
-)
+from tau_bench_env.rescoring.run_score import SUCCESS_TOLERANCE, RunScore
 from tau_bench_env.rescoring.user_review_runs import REVIEW_KEY, review_eval_runs
 from tau_bench_env.users.simulators import STOP, UserSimulatorError
 
