@@ -27,12 +27,8 @@ from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE, ModelOutcome, Model
 from skyrl_rewards.rewards.contract.result import ComponentScore, Status
 from skyrl_rewards.rewards.contract.text import answer_span, cap, clean, completion_text
 from skyrl_rewards.rewards.text.choice import extract_choice
-from skyrl_rewards.rewards.text.math_check import (
-    DEFAULT_TIMEOUT_S,
-    MathGuard,
-    MathStatus,
-    check_equal,
-)
+from skyrl_rewards.rewards.text.math_check import DEFAULT_TIMEOUT_S, MathGuard, check_equal
+from skyrl_rewards.rewards.text.math_children import MathStatus
 from skyrl_rewards.rewards.text.shaping import CosineSchedule, cosine_reward, load_tokenizer
 
 MAX_FUZZY_CHARS = 5_000

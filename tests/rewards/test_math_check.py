@@ -20,17 +20,15 @@ import pytest
 from skyrl_rewards import default_accuracy_reward
 from skyrl_rewards.rewards.accuracy import default_accuracy_score
 from skyrl_rewards.rewards.contract.result import Status
-from skyrl_rewards.rewards.text import math_check
+from skyrl_rewards.rewards.text import math_children
 from skyrl_rewards.rewards.text.math_check import (
-    MAX_MATH_CHARS,
-    MathStatus,
     check_equal,
     first_pass,
     low_priority,
     recent_check_cpu_s,
-    server_command,
-    too_complex,
 )
+from skyrl_rewards.rewards.text.math_children import MathStatus, server_command
+from skyrl_rewards.rewards.text.math_screen import MAX_MATH_CHARS, too_complex
 
 SLOW = "$\\Gamma(10^{10})$"  # passes the pre-screen; SymPy computes (10^10 - 1)!
 
@@ -285,7 +283,7 @@ def test_the_child_keeps_pythonpath_entries_but_not_the_working_directory(
     extra.mkdir()
     script = (
         "import json, os, sys\n"
-        "from skyrl_rewards.rewards.text.math_check import server_command\n"
+        "from skyrl_rewards.rewards.text.math_children import server_command\n"
         "print(json.dumps(server_command(7)))\n"
     )
     done = subprocess.run(
@@ -423,7 +421,7 @@ def test_a_stopped_child_is_given_up_on_even_when_the_request_fills_its_pipe(
 ) -> None:
     # Two 40,000-character answers make an 80 KB request, more than a pipe's 64 KB buffer; a
     # stopped child reads none of it, and before the fix the write blocked the caller for ever.
-    monkeypatch.setattr(math_check, "STARVED_S", 1.0)
+    monkeypatch.setattr(math_children, "STARVED_S", 1.0)
     assert check_equal("$2$", "2") is MathStatus.EQUAL
     children = list(_math_processes(os.getpid())[1])
     long_sum = "$" + "+".join(["1"] * 20_000) + "$"
