@@ -14,7 +14,7 @@ neither is a dataset error. Message contents given as parts keep their text
 parts. The completion is the sample's final answer text
 (:func:`~skyrl_rewards.rewards.contract.text.completion_text`), sent as the assistant's
 turn. The row's images (``image_path``, ``image`` or ``images``) go in the
-payload's ``images`` (:func:`~skyrl_rewards.rewards.models.reward_model.row_images`):
+payload's ``images`` (:func:`~skyrl_rewards.rewards.models.reward_model_payload.row_images`):
 a vision-language reward model reads them, a text one ignores them.
 
 A served reward model (``endpoint``, or flat ``base_url`` with ``model`` the
@@ -51,7 +51,8 @@ from skyrl_rewards.rewards.models.judge_prompts import (
     in_memory_images,
 )
 from skyrl_rewards.rewards.models.local import run_requests
-from skyrl_rewards.rewards.models.reward_model import RewardModelConfig, row_images
+from skyrl_rewards.rewards.models.reward_model import RewardModelConfig
+from skyrl_rewards.rewards.models.reward_model_payload import row_images
 from skyrl_rewards.rewards.models.served_reward_model import ServedConfig
 
 PROMPT_FIELDS = ("prompt", "problem")

@@ -37,7 +37,7 @@ The APIs (shapes read in vLLM's protocol modules, vllm-project/vllm:
 
 Input: with ``input: text`` (the default) the row's chat is rendered to text
 by the same code as the local reward model
-(:func:`~skyrl_rewards.rewards.models.reward_model.render_payload`: the chat
+(:func:`~skyrl_rewards.rewards.models.reward_model_payload.render_payload`: the chat
 template of the local tokenizer folder named by ``tokenizer``; without one the
 contents joined by newlines; text a template rendered goes with
 ``add_special_tokens: false``, as the local path tokenizes it), and requests
@@ -343,7 +343,7 @@ class ServedRewardModelClient(ChatClient):
 
     def _item(self, payload: Mapping[str, Any]) -> str | list[dict[str, Any]]:
         """What one request sends: its chat (``input: messages``) or its text; ``ValueError`` when unreadable."""
-        from skyrl_rewards.rewards.models.reward_model import render_payload
+        from skyrl_rewards.rewards.models.reward_model_payload import render_payload
 
         if self.served.input == "messages":
             messages = payload.get("messages") if isinstance(payload, Mapping) else None
