@@ -57,8 +57,8 @@ WAIT_S = 300.0
 INSTANTS = ("imports", "config", "gcs", "gcs+3s", "raylet", "workers", "workers+2s", "scoring")
 
 
-def session_processes(session: int) -> list[str]:
-    """Command lines of the live processes of session ``session`` (Linux ``/proc``)."""
+def session_members(session: int) -> list[tuple[int, str]]:
+    """``(pid, command line)`` of the live processes of session ``session`` (Linux ``/proc``)."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -67,8 +67,14 @@ def session_processes(session: int) -> list[str]:
         except OSError:
             continue
         if int(fields[3]) == session and fields[0] != "Z":
-            found.append(cmdline.replace(b"\0", b" ").decode(errors="replace").strip()[:120])
+            text = cmdline.replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+            found.append((int(stat.parent.name), text))
     return found
+
+
+def session_processes(session: int) -> list[str]:
+    """Command lines of the live processes of session ``session``."""
+    return [command for _, command in session_members(session)]
 
 
 def write_input(folder: Path) -> Path:
@@ -183,7 +189,7 @@ def measure(instant: str, data: Path, folder: Path, second_s: float | None) -> d
     finally:
         if run.process.poll() is None:
             os.killpg(run.process.pid, signal.SIGKILL)
-    for pid in _session_pids(run.process.pid):  # never leave a process behind, but count it
+    for pid, _ in session_members(run.process.pid):  # never leave one behind; counted above
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -196,18 +202,6 @@ def measure(instant: str, data: Path, folder: Path, second_s: float | None) -> d
         "left": len(left),
         "left_names": left[:3],
     }
-
-
-def _session_pids(session: int) -> list[int]:
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == session and fields[0] != "Z":
-            pids.append(int(stat.parent.name))
-    return pids
 
 
 def side(args: argparse.Namespace) -> dict[str, Any]:
