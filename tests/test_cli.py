@@ -855,6 +855,9 @@ def test_pool_status_says_where_a_stale_address_came_from(tmp_path: Path) -> Non
     )
     assert done.returncode == 2
     said = done.stderr.strip().splitlines()[-1]
+    if "127.0.0.1:9 " not in said and not _no_gcs_running(0.0):
+        # issue 43: on a shared machine another Ray came up meanwhile and 'auto' picked it
+        pytest.skip("another Ray cluster started on this machine during the test")
     assert said.startswith("skyrl-rewards pool: error: address: no Ray cluster at 127.0.0.1:9 ")
     assert (
         f"that address was read from {record}, Ray's record of the last cluster that `ray "
