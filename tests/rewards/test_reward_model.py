@@ -170,7 +170,11 @@ def test_in_bfloat16_a_value_moves_with_its_batch_unless_batch_invariant(
         ModelRequest(
             REWARD_MODEL_LANE,
             "e",
-            {"messages": _chat(" ".join(rng.choices(words, k=5)), " ".join(rng.choices(words, k=n)))},
+            {
+                "messages": _chat(
+                    " ".join(rng.choices(words, k=5)), " ".join(rng.choices(words, k=n))
+                )
+            },
         )
         for n in [rng.randint(1, 60) for _ in range(24)]
     ]

@@ -100,7 +100,9 @@ class RewardModelConfig:
         if self.truncation not in TRUNCATIONS:
             raise ValueError(f"truncation: expected one of {TRUNCATIONS}, got {self.truncation!r}")
         if not isinstance(self.batch_invariant, bool):
-            raise ValueError(f"batch_invariant: expected true or false, got {self.batch_invariant!r}")
+            raise ValueError(
+                f"batch_invariant: expected true or false, got {self.batch_invariant!r}"
+            )
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> RewardModelConfig:

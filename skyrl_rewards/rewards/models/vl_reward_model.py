@@ -79,7 +79,7 @@ class PackedVisionAttention(Qwen2_5_VLVisionAttention):
         query, key = apply_rotary_pos_emb_vision(query, key, *position_embeddings)
         output = torch.empty_like(query)
         bounds = cu_seqlens.tolist()
-        lengths = [end - start for start, end in zip(bounds, bounds[1:])]
+        lengths = [end - start for start, end in zip(bounds, bounds[1:], strict=False)]
         for group in packing_groups(lengths):
             sizes = torch.tensor([lengths[chunk] for chunk in group], device=device)
             offsets = torch.arange(lengths[group[0]], device=device)
@@ -108,10 +108,8 @@ def packing_groups(lengths: list[int]) -> list[list[int]]:
     for chunk in sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True):
         if lengths[chunk] == 0:
             continue
-        if (
-            groups
-            and (len(groups[-1]) + 1) * lengths[groups[-1][0]]
-            <= MAX_PACKING_WASTE * (size + lengths[chunk])
+        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= MAX_PACKING_WASTE * (
+            size + lengths[chunk]
         ):
             groups[-1].append(chunk)
             size += lengths[chunk]

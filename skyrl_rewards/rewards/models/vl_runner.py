@@ -196,7 +196,9 @@ class VisionRewardModelRunner(RewardModelRunner):
         images = [image for item in items for image in item.images]
         if not images:
             return inputs
-        features = processor.image_processor(images=images, return_tensors="pt", device=self._device)
+        features = processor.image_processor(
+            images=images, return_tensors="pt", device=self._device
+        )
         grid = features["image_grid_thw"]
         tokens = (grid.prod(dim=-1) // processor.image_processor.merge_size**2).tolist()
         expected = [count for item in items for count in item.image_tokens]
