@@ -40,6 +40,10 @@ Fraction of peak: ``2 x parameters (without the embedding) x tokens``
 (vision parameters x image patches for the VL tower) a second over
 ``--peak-tflops`` (989 on an H100/H200: bf16 dense; absent elsewhere unless
 given). The output is one JSON line.
+
+Device time: each side runs ``--rounds`` + 1 times, the budget sweep too;
+with little time on a GPU, run one model a call (``--models qwen2-7b``) with
+``--rounds 1``.
 """
 
 from __future__ import annotations

@@ -363,10 +363,11 @@ class RewardModelRunner:
             )
             outcomes[batch[0].index] = _failure(message, tokens_in=len(batch[0].ids))
             return
-        elapsed = time.perf_counter() - started
+        finished = time.perf_counter()
+        elapsed = finished - started
         self.metrics.batches += 1
         self.metrics.preprocess_s += prepared - started
-        self.metrics.forward_s += started + elapsed - prepared
+        self.metrics.forward_s += finished - prepared
         self.metrics.tokens += sum(len(item.ids) for item in batch)
         self.metrics.padded_tokens += len(batch) * max(len(item.ids) for item in batch)
         for item, value in zip(batch, values, strict=True):
