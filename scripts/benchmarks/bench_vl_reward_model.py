@@ -40,8 +40,8 @@ def main() -> None:
     from PIL import Image
     from tiny_vl_reward_model import save_vl_model
 
-    from skyrl_rewards.rewards.models.reward_model import build_runner
     from skyrl_rewards.rewards.models.reward_model_component import RewardModel
+    from skyrl_rewards.rewards.models.reward_model_runners import build_runner
 
     torch.set_num_threads(args.threads)
     folder = Path(tempfile.mkdtemp(prefix="bench_vl_rm_"))

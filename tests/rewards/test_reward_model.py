@@ -34,9 +34,9 @@ from skyrl_rewards.rewards.models.lanes import REWARD_MODEL_LANE, ModelOutcome, 
 from skyrl_rewards.rewards.models.reward_model import (
     RewardModelConfig,
     RewardModelRunner,
-    run_reward_model_requests,
 )
 from skyrl_rewards.rewards.models.reward_model_component import Normalization, RewardModel
+from skyrl_rewards.rewards.models.reward_model_runners import run_reward_model_requests
 from skyrl_rewards.rewards.registry import build_component
 from skyrl_rewards.rewards.result import Status
 
@@ -355,11 +355,11 @@ def test_in_process_runs_load_each_model_once(model_dir: Path) -> None:
     requests += [other.lane_request({"prompt": PROMPTS[0], "completion": "42"})]
     endpoints = {**component.endpoints(), **other.endpoints()}
     first = run_reward_model_requests(requests, endpoints)
-    from skyrl_rewards.rewards.models import reward_model
+    from skyrl_rewards.rewards.models import reward_model_runners
 
-    runners = {key: reward_model._RUNNERS[key] for key in endpoints}
+    runners = {key: reward_model_runners._RUNNERS[key] for key in endpoints}
     second = run_reward_model_requests(requests, endpoints)
-    assert {key: reward_model._RUNNERS[key] for key in endpoints} == runners
+    assert {key: reward_model_runners._RUNNERS[key] for key in endpoints} == runners
     assert [o.value for o in first] == [o.value for o in second]
     assert first[-1].value == pytest.approx(first[0].value, abs=1e-5)
 

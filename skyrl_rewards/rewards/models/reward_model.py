@@ -4,7 +4,8 @@ A :class:`RewardModelRunner` loads ``AutoModelForSequenceClassification`` and
 its tokenizer once, from a local folder (``local_files_only``: never the
 network), and scores :class:`~skyrl_rewards.rewards.models.lanes.ModelRequest`
 s of the reward-model lane. It is what a pool's reward-model worker holds, and
-what :func:`run_reward_model_requests` keeps, one per endpoint, in this process.
+what :func:`~skyrl_rewards.rewards.models.reward_model_runners.runner_for` keeps,
+one per endpoint, in this process.
 
 Inputs (the request's payload):
 
@@ -19,7 +20,8 @@ Inputs (the request's payload):
 A payload's ``images`` (:func:`row_images`) are ignored by a text model. A
 checkpoint whose ``config.json`` names ``Qwen2_5_VLForSequenceClassification``
 is run by :class:`~skyrl_rewards.rewards.models.vl_runner.VisionRewardModelRunner`
-instead (images and text through its processor; :func:`build_runner` picks
+instead (images and text through its processor;
+:func:`~skyrl_rewards.rewards.models.reward_model_runners.build_runner` picks
 the runner).
 
 Scoring: inputs are sorted by length (longest first) and packed into batches
@@ -489,69 +491,3 @@ def _is_out_of_memory(error: BaseException) -> bool:
 def _failure(message: str, *, tokens_in: int = 0) -> ModelOutcome:
     """A ``model_error`` outcome with its cause."""
     return ModelOutcome(failure="model_error", message=message, tokens_in=tokens_in)
-
-
-_RUNNERS: dict[str, RewardModelRunner] = {}
-_RUNNERS_LOCK = threading.Lock()
-
-
-def runner_for(key: str, config: Mapping[str, Any]) -> RewardModelRunner:
-    """This process's runner for endpoint ``key``, built (the model loaded) on first use.
-
-    A runner whose model failed to load is kept too: every later request fails
-    at once with the same message instead of loading again.
-    """
-    with _RUNNERS_LOCK:
-        runner = _RUNNERS.get(key)
-        if runner is None:
-            runner = _RUNNERS[key] = build_runner(RewardModelConfig.from_mapping(config))
-        return runner
-
-
-def build_runner(config: RewardModelConfig) -> RewardModelRunner:
-    """The runner for the checkpoint at ``config.model``.
-
-    A checkpoint whose ``config.json`` names the vision-language classifier
-    (:data:`VL_ARCHITECTURE`) gets a
-    :class:`~skyrl_rewards.rewards.models.vl_runner.VisionRewardModelRunner`;
-    any other (or one whose config cannot be read: the runner then says why) a
-    text :class:`RewardModelRunner`.
-    """
-    if _architectures(config.model) == [VL_ARCHITECTURE]:
-        from skyrl_rewards.rewards.models.vl_runner import VisionRewardModelRunner
-
-        return VisionRewardModelRunner(config)
-    return RewardModelRunner(config)
-
-
-def _architectures(path: str) -> list[str]:
-    """The ``architectures`` of the checkpoint's ``config.json`` (empty when it cannot be read)."""
-    try:
-        from transformers import PretrainedConfig
-
-        config, _ = PretrainedConfig.get_config_dict(path, local_files_only=True)
-    except (ImportError, OSError, ValueError):
-        return []
-    architectures = config.get("architectures")
-    return list(architectures) if isinstance(architectures, list) else []
-
-
-def run_reward_model_requests(
-    requests: Sequence[ModelRequest], endpoints: Mapping[str, Mapping[str, Any]]
-) -> list[ModelOutcome]:
-    """Score reward-model requests in this process: one outcome per request, in order.
-
-    Requests are grouped by endpoint; each endpoint's model is loaded once per
-    process (:func:`runner_for`) and its requests scored in token-budget
-    batches. ``endpoints`` maps each key to a :class:`RewardModelConfig` mapping.
-    """
-    outcomes: list[ModelOutcome | None] = [None] * len(requests)
-    for key in dict.fromkeys(request.endpoint for request in requests):
-        indices = [i for i, request in enumerate(requests) if request.endpoint == key]
-        runner = runner_for(key, endpoints[key])
-        for index, outcome in zip(
-            indices, runner.score([requests[i] for i in indices]), strict=True
-        ):
-            outcomes[index] = outcome
-    assert all(outcome is not None for outcome in outcomes)
-    return outcomes  # type: ignore[return-value]

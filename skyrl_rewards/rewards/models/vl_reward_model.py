@@ -8,7 +8,7 @@ is that model in transformers, so the local and the served values agree:
 
 - the checkpoint: a folder written by ``save_pretrained`` whose ``config.json``
   has ``"architectures": ["Qwen2_5_VLForSequenceClassification"]`` (what
-  makes :func:`~skyrl_rewards.rewards.models.reward_model.build_runner` pick
+  makes :func:`~skyrl_rewards.rewards.models.reward_model_runners.build_runner` pick
   the vision-language runner), a ``Qwen2_5_VLConfig`` with ``num_labels: 1``,
   the base model's weights under ``model.`` (``model.visual.*``,
   ``model.language_model.*``, as ``Qwen2_5_VLForConditionalGeneration`` saves
