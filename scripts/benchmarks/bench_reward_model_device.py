@@ -63,7 +63,7 @@ from typing import Any
 import benchlib
 import torch
 
-from skyrl_rewards.rewards.models.lanes import REWARD_MODEL_LANE, ModelRequest
+from skyrl_rewards.rewards.contract.lanes import REWARD_MODEL_LANE, ModelRequest
 from skyrl_rewards.rewards.models.reward_model import RewardModelRunner, RunnerMetrics
 
 sys.path.insert(0, str(benchlib.REPO / "tests" / "skyrl_trainer"))

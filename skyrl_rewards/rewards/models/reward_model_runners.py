@@ -13,7 +13,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from skyrl_rewards.rewards.models.lanes import ModelOutcome, ModelRequest
+from skyrl_rewards.rewards.contract.lanes import ModelOutcome, ModelRequest
 from skyrl_rewards.rewards.models.reward_model import (
     VL_ARCHITECTURE,
     RewardModelConfig,

@@ -20,15 +20,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyrl_rewards.rewards.models.lanes import ModelOutcome, ModelRequest
+from skyrl_rewards.rewards.contract.lanes import ModelOutcome, ModelRequest
 from skyrl_rewards.rewards.models.reward_model import (
     VL_ARCHITECTURE,
     RewardModelRunner,
     _failure,
-    _InputError,
     _Item,
-    _payload_messages,
 )
+from skyrl_rewards.rewards.models.reward_model_payload import InputError, payload_messages
 
 
 @dataclass
@@ -103,7 +102,7 @@ class VisionRewardModelRunner(RewardModelRunner):
         for index, request in enumerate(requests):
             try:
                 rendered.append((index, *self._render(request.payload)))
-            except _InputError as error:
+            except InputError as error:
                 outcomes[index] = _failure(str(error))
         if not rendered:
             return []
@@ -113,7 +112,7 @@ class VisionRewardModelRunner(RewardModelRunner):
         for (index, _, images), ids in zip(rendered, encoded, strict=True):
             try:
                 items.append(self._expand(index, list(ids), images))
-            except _InputError as error:
+            except InputError as error:
                 outcomes[index] = _failure(str(error))
         return items
 
@@ -122,16 +121,16 @@ class VisionRewardModelRunner(RewardModelRunner):
         from jinja2 import TemplateError
 
         if not isinstance(payload, Mapping):
-            raise _InputError(f"payload: expected a mapping, got {type(payload).__name__}")
+            raise InputError(f"payload: expected a mapping, got {type(payload).__name__}")
         images = [
             self._image(position, ref) for position, ref in enumerate(payload.get("images") or [])
         ]
         if "text" in payload and isinstance(payload["text"], str) and not images:
             return payload["text"], []
-        messages: list[dict[str, Any]] = _payload_messages(payload)
+        messages: list[dict[str, Any]] = payload_messages(payload)
         users = [i for i, m in enumerate(messages) if m["role"] == "user"]
         if images and not users:
-            raise _InputError("payload: images but no user message to put them in")
+            raise InputError("payload: images but no user message to put them in")
         if images:
             last = messages[users[-1]]
             last["content"] = [
@@ -141,7 +140,7 @@ class VisionRewardModelRunner(RewardModelRunner):
         try:
             text = self._tokenizer.apply_chat_template(messages, tokenize=False)
         except (TemplateError, ValueError, TypeError, KeyError, IndexError) as error:
-            raise _InputError(f"processor: {type(error).__name__}: {error}") from error
+            raise InputError(f"processor: {type(error).__name__}: {error}") from error
         return text, images
 
     def _expand(self, index: int, ids: list[int], images: list[Any]) -> _VisionItem:
@@ -155,7 +154,7 @@ class VisionRewardModelRunner(RewardModelRunner):
         ]
         image_id = processor.image_token_id
         if ids.count(image_id) != len(images):
-            raise _InputError(
+            raise InputError(
                 f"processor: the chat gives {ids.count(image_id)} image tokens for "
                 f"{len(images)} images"
             )
@@ -164,7 +163,7 @@ class VisionRewardModelRunner(RewardModelRunner):
         for token in ids:
             expanded.extend([token] * next(pending) if token == image_id else [token])
         if len(expanded) > self.config.max_length:
-            raise _InputError(
+            raise InputError(
                 f"input of {len(expanded)} tokens (images included) is longer than "
                 f"max_length={self.config.max_length}; raise max_length"
             )
@@ -181,7 +180,7 @@ class VisionRewardModelRunner(RewardModelRunner):
         try:
             image = load_image(ref, field_name)
         except (ValueError, OSError) as error:
-            raise _InputError(str(error)) from error
+            raise InputError(str(error)) from error
         return downscale(image.convert("RGB"), MAX_IMAGE_SIDE)
 
     def _prepare(self, batch: list[_Item]) -> dict[str, Any]:
