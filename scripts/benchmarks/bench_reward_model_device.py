@@ -207,15 +207,16 @@ def spread(values: list[float], single: list[float]) -> float:
 
 def measure(
     name: str,
-    runner: RewardModelRunner,
-    invariant: RewardModelRunner,
+    build: Callable[[dict[str, Any]], RewardModelRunner],
     requests: list[ModelRequest],
     bare: Callable[[], Any],
     single: Callable[[ModelRequest], float],
     flops: Callable[[float], float],
+    budgets: list[int],
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     """The figures every model shares (see the module doc)."""
+    runner, invariant = build({}), build({"batch_invariant": True})
     sync = synchronized(runner.device)
     runner.score(requests[:4])  # warm-up
     runner.metrics = RunnerMetrics()
@@ -256,6 +257,12 @@ def measure(
             report[f"{side}_fraction_of_peak"] = round(
                 work / report[f"{side}_s"] / (args.peak_tflops * 1e12), 4
             )
+    report["budget_s"] = {
+        str(budget): timed_rounds(
+            partial(build({"max_tokens_per_batch": budget}).score, requests), args.rounds, sync
+        )
+        for budget in budgets
+    }
     print(f"{name}: {report}", file=sys.stderr)
     return report
 
@@ -283,10 +290,6 @@ def text_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     chats = [chat(rng, n) for n in lengths(args.items, rng, args.small)]
     requests = [ModelRequest(REWARD_MODEL_LANE, name, {"messages": c}) for c in chats]
     settings = {"device": args.device, "dtype": args.dtype}
-    runner = in_memory(RewardModelRunner, model, tokenizer, settings)
-    invariant = in_memory(
-        RewardModelRunner, model, tokenizer, {**settings, "batch_invariant": True}
-    )
 
     def bare() -> None:
         for start in range(0, len(chats), args.bare_batch):
@@ -306,23 +309,15 @@ def text_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
     report = measure(
         name,
-        runner,
-        invariant,
+        lambda extra: in_memory(RewardModelRunner, model, tokenizer, {**settings, **extra}),
         requests,
         bare,
         single,
         lambda tokens: 2.0 * parameters * tokens,
+        args.budgets,
         args,
     )
     report["parameters_without_embedding"] = parameters
-    budgets = {}
-    sync = synchronized(args.device)
-    for budget in args.budgets:
-        swept = in_memory(
-            RewardModelRunner, model, tokenizer, {**settings, "max_tokens_per_batch": budget}
-        )
-        budgets[str(budget)] = timed_rounds(partial(swept.score, requests), args.rounds, sync)
-    report["budget_s"] = budgets
     return report
 
 
@@ -384,10 +379,10 @@ def vl_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     ]
     requests = [ModelRequest(REWARD_MODEL_LANE, name, row) for row in rows]
     settings = {"device": args.device, "dtype": args.dtype, "max_length": 32768}
-    runner = in_memory(VisionRewardModelRunner, model, processor, settings)
-    invariant = in_memory(
-        VisionRewardModelRunner, model, processor, {**settings, "batch_invariant": True}
-    )
+
+    def build(extra: dict[str, Any]) -> RewardModelRunner:
+        return in_memory(VisionRewardModelRunner, model, processor, {**settings, **extra})
+
     image_tokens_per_patch = processor.image_processor.merge_size**2
 
     def rendered(row: dict[str, Any]) -> str:
@@ -421,33 +416,24 @@ def vl_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
             return float(model(**inputs.to(args.device))[0, 0].float())
 
     outcomes: list[Any] = [None] * len(requests)
-    items = runner._items(requests, outcomes)
+    items = build({})._items(requests, outcomes)
     # an image token is merge_size**2 patches; the vision tower runs on every patch
     patches = sum(n for item in items for n in item.image_tokens) * image_tokens_per_patch
     report = measure(
         name,
-        runner,
-        invariant,
+        build,
         requests,
         bare,
         single,
         lambda tokens: 2.0 * (language * tokens + visual * patches),
+        args.vl_budgets,
         args,
     )
     report.update(
         parameters_language=language,
         parameters_vision=visual,
         image_patches=patches,
-        budget_s={},
     )
-    sync = synchronized(args.device)
-    for budget in args.vl_budgets:
-        swept = in_memory(
-            VisionRewardModelRunner, model, processor, {**settings, "max_tokens_per_batch": budget}
-        )
-        report["budget_s"][str(budget)] = timed_rounds(
-            partial(swept.score, requests), args.rounds, sync
-        )
     return report
 
 
@@ -456,7 +442,9 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, else float32")
     parser.add_argument("--small", action="store_true", help="tiny shapes and work (CPU)")
-    parser.add_argument("--models", default="qwen2-1.5b,qwen2-7b,qwen2.5-vl-3b")
+    parser.add_argument(
+        "--models", default=None, help="default: all three (small: qwen2-1.5b,qwen2.5-vl-3b)"
+    )
     parser.add_argument("--items", type=int, default=None, help="text chats (1,024; small 128)")
     parser.add_argument("--vl-items", type=int, default=None, help="VL rows (64; small 16)")
     parser.add_argument("--rounds", type=int, default=3)
@@ -471,6 +459,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     args.dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
+    models = "qwen2-1.5b,qwen2.5-vl-3b" if args.small else "qwen2-1.5b,qwen2-7b,qwen2.5-vl-3b"
+    args.models = args.models or models  # small shapes are the same for both text models
     args.items = args.items or (128 if args.small else 1024)
     args.vl_items = args.vl_items or (16 if args.small else 64)
     args.spread_items = args.spread_items or (16 if args.small else 64)
