@@ -58,7 +58,7 @@ def test_classify_values_batched_into_few_requests() -> None:
     assert all(
         isinstance(body["input"], list) and len(body["input"]) == 8 for body in server.bodies
     )
-    assert all(path == "/v1/classify" for path in server.paths)
+    assert all(path == "/classify" for path in server.paths)
 
 
 @pytest.mark.parametrize(
