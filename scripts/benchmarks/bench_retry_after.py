@@ -56,7 +56,9 @@ def judge_side(args: argparse.Namespace) -> dict[str, Any]:
         elapsed = time.perf_counter() - start
     served = [(s.arrival, s.status) for s in server.served]
     masked = Counter(o.failure for o in outcomes if not o.ok)
-    return _figures(args, server.calls, server.throttled, storm.early_calls(served), masked, elapsed)
+    return _figures(
+        args, server.calls, server.throttled, storm.early_calls(served), masked, elapsed
+    )
 
 
 def reward_model_side(args: argparse.Namespace) -> dict[str, Any]:

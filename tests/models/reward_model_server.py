@@ -274,7 +274,9 @@ class RewardModelServer(ScriptedServer):
                         index=index, label=label, probs=probs, num_classes=len(probs)
                     )
                 )
-            return p.ClassificationResponse(model=request.model or MODEL, data=data, usage=usage(texts))
+            return p.ClassificationResponse(
+                model=request.model or MODEL, data=data, usage=usage(texts)
+            )
 
         def pooling(request: Any, headers: Any) -> Any:
             texts = texts_of(request)

@@ -144,8 +144,10 @@ def test_vllm_does_not_serve_the_old_routes(server: Any, old_route: str) -> None
         ("/classify", {"model": "m", "input": "one", "use_activation": False}),
         ("/classify", {"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
         ("/pooling", {"model": "m", "input": ["one"]}),
-        ("/generative_scoring", {"model": "m", "query": "q ", "items": ["a", "b"],
-                                 "label_token_ids": [5, 6]}),
+        (
+            "/generative_scoring",
+            {"model": "m", "query": "q ", "items": ["a", "b"], "label_token_ids": [5, 6]},
+        ),
         ("/classify", {"model": "m"}),  # no input: 400 both
         ("/classify", {"model": "m", "input": ["a"], "normalize": True}),  # removed: 400
         ("/generative_scoring", {"model": "m", "query": "q", "items": ["a"]}),  # no label ids
@@ -189,10 +191,15 @@ def test_a_judge_through_vllms_chat_and_tokenize(tmp_path: Path) -> None:
 def test_a_judge_base_url_without_v1_is_a_404() -> None:
     with JudgeServer() as judge:
         config = EndpointConfig.from_mapping(
-            {"base_url": judge.url.removesuffix("/v1"), "model": "judge", "retries": {"max_retries": 0}}
+            {
+                "base_url": judge.url.removesuffix("/v1"),
+                "model": "judge",
+                "retries": {"max_retries": 0},
+            }
         )
         (outcome,), _ = complete_all(
-            config, [ModelRequest(JUDGE_LANE, "e", {"messages": [{"role": "user", "content": "q"}]})]
+            config,
+            [ModelRequest(JUDGE_LANE, "e", {"messages": [{"role": "user", "content": "q"}]})],
         )
         refused = judge.refused
     assert outcome.failure == "http_status" and "404" in outcome.message and refused == 1

@@ -142,7 +142,9 @@ class VllmApp:
 
         self._client = TestClient(vllm_app(answers), raise_server_exceptions=False)
 
-    def post(self, path: str, body: Any, headers: Mapping[str, str] | None = None) -> tuple[int, Any]:
+    def post(
+        self, path: str, body: Any, headers: Mapping[str, str] | None = None
+    ) -> tuple[int, Any]:
         """POST ``body`` (JSON) to ``path`` as a client would; the status and the reply JSON."""
         response = self._client.post(path, json=body, headers=dict(headers or {}))
         return response.status_code, response.json()
