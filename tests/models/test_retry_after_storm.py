@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 
 from judge_server import JudgeServer, complete_all
-from loopback_server import Storm
+from loopback_server import Response, Storm
 from reward_model_server import RewardModelServer
 
 from skyrl_rewards.rewards.batch import make_reward
 from skyrl_rewards.rewards.models.chat_client import ChatClient
-from skyrl_rewards.rewards.models.endpoint_hold import endpoint_hold
+from skyrl_rewards.rewards.models.endpoint_hold import Hold, endpoint_hold
 from skyrl_rewards.rewards.models.judge_client import EndpointConfig
 from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelRequest
 
@@ -78,3 +78,34 @@ def test_the_pause_holds_every_client_of_the_server() -> None:
         waited = asyncio.run(go())
     assert hold is endpoint_hold(server.url)  # one hold per server root
     assert waited >= 0.45 and server.calls == 1
+
+
+def test_a_pause_past_max_retry_after_masks_later_requests_uncalled() -> None:
+    # the server asks for an hour: the request that got it ends at once, and so do the next ones,
+    # without a call (the pause is the server's, not that request's)
+    with JudgeServer(plan=lambda n, body: Response(429, {"Retry-After": "3600"})) as server:
+        config = EndpointConfig.from_mapping(
+            {"base_url": server.url, "model": "judge", "retries": {"max_retry_after_s": 5}}
+        )
+        chat = {"messages": [{"role": "user", "content": "q"}]}
+        (first,), _ = complete_all(config, [ModelRequest(JUDGE_LANE, "e", chat)])
+        (later,), _ = complete_all(config, [ModelRequest(JUDGE_LANE, "e2", chat)])
+        calls = server.calls
+    assert first.failure == "rate_limited" and "past max_retry_after_s" in first.message
+    assert later.failure == "rate_limited" and "not called" in later.message
+    assert calls == 1
+
+
+def test_a_hold_wait_is_bounded() -> None:
+    hold = Hold()
+    hold.extend(10.0)
+
+    async def go() -> tuple[bool, float]:
+        started = asyncio.get_running_loop().time()
+        passed = await hold.wait(0.5)
+        return passed, asyncio.get_running_loop().time() - started
+
+    passed, waited = asyncio.run(go())
+    assert not passed and waited < 0.1  # told at once: the pause ends past the bound
+    hold.extend(1.0)  # a shorter pause never shortens a longer one
+    assert hold.remaining() > 9.0 and hold.pauses == 1

@@ -414,7 +414,7 @@ class ChatClient:
             "in_flight_peak": self._in_flight.peak,
             "in_flight_window": self._in_flight.capacity(),
             "throttled": self._in_flight.throttles,
-            "retry_after": {"pauses": self._hold.holds, "held": self._hold.held},
+            "retry_after": {"pauses": self._hold.pauses, "held": self._hold.held},
             "breaker": (
                 {"state": breaker.state, "opens": breaker.opens, "cause": breaker.cause}
                 if breaker is not None

@@ -44,7 +44,7 @@ class Hold:
 
     def __init__(self) -> None:
         self.until = 0.0
-        self.holds = 0
+        self.pauses = 0
         """How many times a throttled call set or lengthened the pause."""
         self.held = 0
         """Calls that waited for a pause before they were sent."""
@@ -54,7 +54,7 @@ class Hold:
         until = time.monotonic() + max(0.0, seconds)
         if until > self.until:
             self.until = until
-            self.holds += 1
+            self.pauses += 1
 
     def remaining(self) -> float:
         """Seconds until calls may go out again (0.0: now)."""

@@ -479,7 +479,10 @@ def _value(served: ServedConfig, entry: dict[str, Any]) -> float | str:
     if not isinstance(probs, list) or not probs:
         return "no probs list"
     if served.labels is not None and len(probs) != len(served.labels):
-        return f"{len(probs)} probs, but labels names {len(served.labels)}: is it the model meant?"
+        return (
+            f"{len(probs)} probs, but labels names {len(served.labels)}: not the model the "
+            "config describes"
+        )
     position = len(probs) - 1 if served.label_position is None else served.label_position
     if position >= len(probs) or not _is_number(probs[position]):
         return f"probs has no number for label {served.label!r} (index {position})"
