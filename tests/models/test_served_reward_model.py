@@ -411,3 +411,14 @@ def test_sglang_classify_of_a_two_label_classifier_reads_its_label() -> None:
         )(completions, prompts=prompts)
     assert values == pytest.approx([expected_score(t) for t in texts], abs=1e-9)
     assert server.paths == ["/v1/classify"] and server.refused == 0
+
+
+def test_the_old_generative_scores_shape_is_a_bad_response() -> None:
+    # the one development commit's reply (results[].token_probs) is no vLLM release's
+    old = '{"results": [{"index": 0, "token_probs": {"1": 0.9, "2": 0.1}}]}'
+    with RewardModelServer(plan=lambda n, body: Response(text=old)) as server:
+        component = _served(server, api="generative_scoring", label_token_ids=[1, 2])
+        request = component.lane_request({"prompt": "1 + 1?", "completion": "2"})
+        (outcome,) = run_requests([request], component.endpoints())
+    assert outcome.failure == "bad_response" and "no data list" in outcome.message
+    assert server.paths == ["/generative_scoring"]

@@ -442,20 +442,19 @@ def _shares(total: int, count: int) -> list[int]:
 
 def _values(served: ServedConfig, data: dict[str, Any], count: int) -> list[float] | str:
     """One raw value per input from a reply, in input order; or why the reply is not usable."""
-    key = "data"
-    entries = data.get(key) if isinstance(data, dict) else None
+    entries = data.get("data") if isinstance(data, dict) else None
     if not isinstance(entries, list) or len(entries) != count:
-        return f"reply has no {key} list of {count} entries: {json.dumps(data)[:200]}"
+        return f"reply has no data list of {count} entries: {json.dumps(data)[:200]}"
     values: list[float | None] = [None] * count
     for position, entry in enumerate(entries):
         if not isinstance(entry, dict):
-            return f"reply's {key}[{position}] is not an object"
+            return f"reply's data[{position}] is not an object"
         index = entry.get("index", position)
         if not isinstance(index, int) or not 0 <= index < count or values[index] is not None:
-            return f"reply's {key}[{position}].index is {index!r}: not one per input"
+            return f"reply's data[{position}].index is {index!r}: not one per input"
         value = _value(served, entry)
         if isinstance(value, str):
-            return f"reply's {key}[{position}]: {value}"
+            return f"reply's data[{position}]: {value}"
         values[index] = value
     return [float(v) for v in values if v is not None]
 
