@@ -87,6 +87,7 @@ __all__ = [
     "expected_logits",
     "expected_probs",
     "expected_score",
+    "templated_texts",
 ]
 
 MODEL = "loopback-reward-model"
@@ -128,6 +129,16 @@ def _softmax(logits: list[float]) -> list[float]:
     top = max(logits)
     exps = [math.exp(v - top) for v in logits]
     return [e / sum(exps) for e in exps]
+
+
+def templated_texts(tokenizer: Any, prompts: list[str], completions: list[str]) -> list[str]:
+    """Each row's text input as a chat template renders it (the prompt, then the completion)."""
+    return [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}, {"role": "assistant", "content": c}], tokenize=False
+        )
+        for p, c in zip(prompts, completions, strict=True)
+    ]
 
 
 def conversation_text(messages: list[dict[str, Any]]) -> str:

@@ -18,6 +18,7 @@ from reward_model_server import (
     conversation_text,
     expected_logits,
     expected_score,
+    templated_texts,
 )
 
 from skyrl_rewards.rewards.batch import make_reward
@@ -82,12 +83,7 @@ def test_text_input_is_rendered_by_the_local_paths_chat_template(
             limits=limits,
         )(completions, prompts=prompts)
     tokenizer = load_tokenizer(folder)
-    texts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": p}, {"role": "assistant", "content": c}], tokenize=False
-        )
-        for p, c in zip(prompts, completions, strict=True)
-    ]
+    texts = templated_texts(tokenizer, prompts, completions)
     assert [t for body in server.bodies for t in body["input"]] == texts
     assert all(body["add_special_tokens"] is False for body in server.bodies)
     assert values == pytest.approx([expected_score(t) for t in texts], abs=1e-9)

@@ -29,6 +29,7 @@ from reward_model_server import (  # noqa: E402
     conversation_text,
     expected_logits,
     expected_score,
+    templated_texts,
 )
 from vllm_protocol import VLLM_VERSION  # noqa: E402
 
@@ -70,12 +71,7 @@ def test_classify_text_batches_with_a_chat_template(server: Any, tmp_path: Path)
         batch_wait_s=0.05,
     )(completions, prompts=prompts)
     tokenizer = load_tokenizer(folder)
-    rendered = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": p}, {"role": "assistant", "content": c}], tokenize=False
-        )
-        for p, c in zip(prompts, completions, strict=True)
-    ]
+    rendered = templated_texts(tokenizer, prompts, completions)
     assert values == pytest.approx([expected_score(t) for t in rendered], abs=1e-9)
     assert server.refused == refused  # vLLM's ClassificationCompletionRequest took every body
     assert server.bodies[-1]["add_special_tokens"] is False
