@@ -40,7 +40,11 @@ from reward_model_server import RewardModelServer  # noqa: E402
 import skyrl_rewards  # noqa: E402
 from skyrl_rewards.rewards.batch import make_reward  # noqa: E402
 from skyrl_rewards.rewards.models.judge_client import EndpointConfig  # noqa: E402
-from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelRequest  # noqa: E402
+
+try:
+    from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE, ModelRequest
+except ImportError:  # checkouts before the rewards/ family folders (cc081a1)
+    from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelRequest  # type: ignore[no-redef]
 
 
 def judge_side(args: argparse.Namespace) -> dict[str, Any]:

@@ -18,10 +18,10 @@ from loopback_server import Response, Storm
 from reward_model_server import RewardModelServer
 
 from skyrl_rewards.rewards.batch import make_reward
+from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE, ModelRequest
 from skyrl_rewards.rewards.models.chat_client import ChatClient
 from skyrl_rewards.rewards.models.endpoint_hold import Hold, endpoint_hold
 from skyrl_rewards.rewards.models.judge_client import EndpointConfig
-from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelRequest
 
 ITEMS = 200
 MAX_REQUESTS_PER_ITEM = 1.3

@@ -34,8 +34,8 @@ from reward_model_server import (  # noqa: E402
 from vllm_protocol import VLLM_VERSION  # noqa: E402
 
 from skyrl_rewards.rewards.batch import make_reward  # noqa: E402
+from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE, ModelRequest  # noqa: E402
 from skyrl_rewards.rewards.models.judge_client import EndpointConfig  # noqa: E402
-from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelRequest  # noqa: E402
 
 
 @pytest.fixture(scope="module")
