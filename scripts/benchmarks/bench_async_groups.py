@@ -1,0 +1,460 @@
+"""What a reward costs a group in SkyRL's fully-async loop: group completion time with and without it.
+
+SkyRL 0.4's ``FullyAsyncRayPPOTrainer`` runs ``num_parallel_generation_workers``
+asyncio tasks, each calling ``generator.generate`` for one group (one prompt x
+``n_samples_per_prompt``) at a time, round after round; the agent loop of every
+trajectory runs ``env.step`` in the generator's thread pool
+(``environment.skyrl_gym.max_env_workers`` threads). This script does the same
+with this project's generator (``make_generator``: SkyRL's own agent loop) and a
+stand-in inference engine that answers after a realistic latency (``--ttft-s``
+per turn plus ``--per-token-s`` per response token, the response lengths drawn
+per trajectory), and times each group from ``generate`` called to returned.
+
+Reward paths compared, in turns (``--repeats``), each over the same draws:
+
+- ``none``: an env whose ``step`` returns 0.0 at once (the engine and SkyRL alone);
+- ``pool``: the ``skyrl_rewards`` env scoring through a running reward pool
+  (``configs/pool.yaml``, the shipped defaults: 2 workers, accuracy + format);
+- ``skyrl``: SkyRL's own path, the reward computed inside ``env.step`` in its
+  thread pool (the ``skyrl_rewards`` env with ``in_process: true``, same mix).
+
+Workload ``math``: every group a math prompt, 8 answers of which a few repeat (as
+GRPO samples do), right and wrong, LaTeX fractions. ``--hangs N`` gives N groups
+one answer that makes math-verify run for ever (bounded by accuracy's math limit,
+3 s of CPU): their completion time is reported apart, and the other groups'
+median shows whether a hang delays anyone else.
+
+Workload ``tau``: tau-bench retail episodes (tau2 backend, the replay user), the
+agent's turns scripted (``respond`` messages, then a stop), each turn behind the
+engine's latency; the reward is tau-bench's (data hash replay) computed by the
+env at the end, in SkyRL's thread pool. ``none`` there is the same episodes with
+the reward check left out (the env's reward function replaced by a constant).
+
+Reported per mode: groups, median / p90 / p99 group completion time, the median
+and p99 of the time a group took past its slowest trajectory's engine time (what
+SkyRL and the env added), and for ``pool`` and ``skyrl`` the median's increase
+over ``none``. Target (issue 45): under 5% at 256 groups, and a hang delays only
+its own group.
+
+    /work/main/.venv-skyrl/bin/python scripts/benchmarks/bench_async_groups.py --groups 256 768
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep a local Ray on loopback
+
+import benchlib  # noqa: E402
+
+MODES = ("none", "pool", "skyrl")
+NO_REWARD_ENV = "bench_no_reward"
+POOL_NAME = "bench_async_groups"
+HANG_ANSWERS = [
+    "$\\Gamma(10^{10})$",
+    "\\boxed{7^{\\frac{199960002}{2}}}",
+    "\\boxed{7^{\\sqrt{10000000000000000}}}",
+]
+"""Answers that make math-verify compute for ever (tests/test_pool_faults.py): the first the math
+pre-screen lets through is the hang."""
+
+
+@dataclass
+class Trajectory:
+    """One trajectory's draws: its answer per turn and its response length per turn (tokens)."""
+
+    turns: list[str]
+    tokens: list[int]
+
+
+@dataclass
+class Group:
+    """One prompt's row and its trajectories (the same draws in every mode)."""
+
+    uid: str
+    prompt: list[dict[str, str]]
+    extras: dict[str, Any]
+    trajectories: list[Trajectory]
+    hang: bool = False
+
+
+@dataclass
+class LatencyEngine:
+    """Stand-in for SkyRL's inference engine client: scripted replies after a modelled latency.
+
+    A turn of trajectory ``<uid>_<k>`` answers ``turns[t]`` after ``ttft_s + tokens[t] *
+    per_token_s`` (the engine's time to first token, then one decode step per token).
+    """
+
+    tokenizer: Any
+    ttft_s: float
+    per_token_s: float
+    trajectories: dict[str, Trajectory] = field(default_factory=dict)
+    turn: dict[str, int] = field(default_factory=dict)
+    model_name: str = "latency-policy"
+
+    async def generate(self, engine_input: Mapping[str, Any], model: str | None = None) -> dict:
+        texts, waits = [], []
+        for sid in engine_input["session_ids"]:
+            trajectory = self.trajectories[sid]
+            t = min(self.turn.get(sid, 0), len(trajectory.turns) - 1)
+            self.turn[sid] = t + 1
+            texts.append(trajectory.turns[t])
+            waits.append(self.ttft_s + trajectory.tokens[t] * self.per_token_s)
+        await asyncio.sleep(max(waits))
+        ids = [
+            self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+            for text in texts
+        ]
+        return {
+            "responses": texts,
+            "response_ids": ids,
+            "stop_reasons": ["stop"] * len(texts),
+            "response_logprobs": None,
+        }
+
+    async def finish_session(self, session_id: str) -> None:
+        self.turn.pop(session_id, None)
+
+    def engine_s(self, trajectory: Trajectory) -> float:
+        """The engine time of ``trajectory`` alone: the floor of its completion time."""
+        return sum(self.ttft_s + n * self.per_token_s for n in trajectory.tokens)
+
+
+def build_tokenizer() -> Any:
+    """A real byte-level BPE tokenizer with ChatML tokens and the Qwen2.5-VL chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from trl.chat_template_utils import qwen2_5_vl_chat_template
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    backend = Tokenizer(models.BPE(vocab={ch: i for i, ch in enumerate(alphabet)}, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
+    tokenizer.chat_template = qwen2_5_vl_chat_template
+    return tokenizer
+
+
+def hang_answer() -> str:
+    from skyrl_rewards.rewards.math_check import too_complex
+
+    found = next((a for a in HANG_ANSWERS if not too_complex(a)), None)
+    if found is None:
+        raise SystemExit("--hangs: the math pre-screen refuses every known hanging answer")
+    return found
+
+
+def math_groups(
+    count: int, group_size: int, hangs: int, tokens: tuple[int, int], rng: random.Random
+) -> list[Group]:
+    """``count`` math groups; the first ``hangs`` carry one hanging answer each."""
+    hang = hang_answer() if hangs else ""
+    groups = []
+    for g in range(count):
+        a, b = rng.randint(1, 999), rng.randint(2, 999)
+        truth = f"$\\frac{{{a}}}{{{b}}}$"
+        answers = [truth, f"$\\frac{{{a + 1}}}{{{b}}}$", f"$\\frac{{{a}}}{{{b + 1}}}$"]
+        trajectories = []
+        for k in range(group_size):
+            answer = hang if g < hangs and k == 0 else answers[rng.randrange(len(answers))]
+            text = f"<think>{'so ' * rng.randint(1, 20)}</think><answer>{answer}</answer>"
+            trajectories.append(Trajectory([text], [rng.randint(*tokens)]))
+        groups.append(
+            Group(
+                uid=f"m{g}",
+                prompt=[{"role": "user", "content": f"What is {a}/{b}? Answer in LaTeX."}],
+                extras={"reward_spec": {"method": "rule", "ground_truth": f"<answer>{truth}</answer>"}},
+                trajectories=trajectories,
+                hang=g < hangs,
+            )
+        )
+    return groups
+
+
+def tau_groups(
+    count: int, group_size: int, tokens: tuple[int, int], rng: random.Random
+) -> list[Group]:
+    """``count`` tau-bench retail groups (tasks in turn), each trajectory 2-4 agent turns."""
+    from tau_bench_env.backends import load_domain
+    from tau_bench_env.episode.env import TauBenchEnv  # noqa: F401  (registers the env)
+
+    tasks = load_domain("tau2", "retail").tasks("test")
+    groups = []
+    for g in range(count):
+        index = g % len(tasks)
+        trajectories = []
+        for _ in range(group_size):
+            n = rng.randint(2, 4)
+            turns = [f"Let me look into that for you (step {t})." for t in range(n - 1)]
+            turns.append("Thank you, goodbye.")
+            trajectories.append(Trajectory(turns, [rng.randint(*tokens) for _ in turns]))
+        groups.append(
+            Group(
+                uid=f"t{g}",
+                prompt=[{"role": "system", "content": "You are a retail agent."}],
+                extras={
+                    "task_index": index,
+                    "split": "test",
+                    "user_turns": ["Hi, I need help with my order."] * 4,
+                },
+                trajectories=trajectories,
+            )
+        )
+    return groups
+
+
+def register_no_reward_env() -> None:
+    """The ``none`` mode's env: ``step`` ends the episode with reward 0.0 at once."""
+    from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+    from skyrl_gym.envs.registration import register, registry
+
+    class NoRewardEnv(BaseTextEnv):
+        def __init__(self, env_config: Any = None, extras: Any = None) -> None:
+            super().__init__()
+
+        def step(self, action: str) -> BaseTextEnvStepOutput:
+            return BaseTextEnvStepOutput(observations=[], reward=0.0, done=True, metadata={})
+
+    if NO_REWARD_ENV not in registry:
+        register(id=NO_REWARD_ENV, entry_point=NoRewardEnv)
+
+
+def make_config(workload: str, mode: str, rewards: Mapping[str, Any], env_workers: int) -> Any:
+    from skyrl_rewards.train.config import TrainConfig
+    from skyrl_rewards.train.env import RewardEnvConfig
+
+    overrides = [
+        "trainer.logger=console",
+        "generator.batched=false",
+        f"environment.skyrl_gym.max_env_workers={env_workers}",
+    ]
+    if workload == "tau":
+        overrides += [
+            "generator.use_conversation_multi_turn=true",
+            "generator.max_turns=10",
+            "generator.max_input_length=200000",
+            "environment.env_class=tau_bench_env",
+            "environment.skyrl_gym.tau_bench_env.backend=tau2",
+            "environment.skyrl_gym.tau_bench_env.domain=retail",
+            "environment.skyrl_gym.tau_bench_env.user.kind=replay",
+        ]
+    cfg = TrainConfig.from_cli_overrides(overrides)
+    if workload == "math":
+        cfg.environment.skyrl_gym.skyrl_rewards = RewardEnvConfig(
+            pool=POOL_NAME, in_process=mode == "skyrl", rewards=rewards if mode == "skyrl" else {}
+        )
+    return cfg
+
+
+def env_class(workload: str, mode: str) -> str:
+    if workload == "tau":
+        return "tau_bench_env"
+    return NO_REWARD_ENV if mode == "none" else "skyrl_rewards"
+
+
+async def run_groups(
+    generator: Any, groups: Sequence[Group], cls: str, workers: int, group_size: int
+) -> dict[str, float]:
+    """``workers`` tasks take groups in turn and ``generate`` each, as the fully-async trainer
+    does; returns each group's completion time (seconds) by uid."""
+    from skyrl.train.generators.base import TRAINING_PHASE_TRAIN
+    from skyrl.train.generators.utils import prepare_generator_input
+
+    queue: asyncio.Queue[Group] = asyncio.Queue()
+    for group in groups:
+        queue.put_nowait(group)
+    times: dict[str, float] = {}
+
+    async def worker() -> None:
+        while not queue.empty():
+            group = queue.get_nowait()
+            row = {"prompt": group.prompt, "env_class": cls, "env_extras": group.extras, "uid": group.uid}
+            batch, _ = prepare_generator_input([row], group_size, None, cls, TRAINING_PHASE_TRAIN, 1)
+            start = time.monotonic()
+            await generator.generate(batch, disable_tqdm=True)
+            times[group.uid] = time.monotonic() - start
+
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    return times
+
+
+def summary(times: Mapping[str, float], floors: Mapping[str, float], uids: Sequence[str]) -> dict:
+    values = [times[u] for u in uids]
+    over = [times[u] - floors[u] for u in uids]
+    return {
+        "groups": len(values),
+        "median_s": benchlib.median(values),
+        "p90_s": round(benchlib.percentile(values, 0.9), 3),
+        "p99_s": round(benchlib.percentile(values, 0.99), 3),
+        "median_over_s": benchlib.median(over),
+        "p99_over_s": round(benchlib.percentile(over, 0.99), 3),
+    }
+
+
+def measure(args: argparse.Namespace, groups_count: int, rng: random.Random) -> dict[str, Any]:
+    from skyrl_rewards.train.env import close_shared_pools
+    from skyrl_rewards.train.generator import make_generator
+
+    tokens = (args.min_tokens, args.max_tokens)
+    groups = (
+        math_groups(groups_count * args.rounds, args.group_size, args.hangs, tokens, rng)
+        if args.workload == "math"
+        else tau_groups(groups_count * args.rounds, args.group_size, tokens, rng)
+    )
+    tokenizer = build_tokenizer()
+    engine = LatencyEngine(tokenizer, args.ttft_s, args.per_token_s)
+    floors = {}
+    for group in groups:
+        for k, trajectory in enumerate(group.trajectories):
+            engine.trajectories[f"{group.uid}_{k}"] = trajectory
+        floors[group.uid] = max(engine.engine_s(t) for t in group.trajectories)
+    rewards = load_rewards()
+    runs: dict[str, list[dict]] = {mode: [] for mode in args.modes}
+    for repeat in range(args.repeats):
+        for mode in args.modes:
+            cfg = make_config(args.workload, mode, rewards, args.env_workers)
+            generator = make_generator(cfg, engine, tokenizer)
+            with no_tau_reward(args.workload == "tau" and mode == "none"):
+                start = time.monotonic()
+                times = asyncio.run(
+                    run_groups(
+                        generator, groups, env_class(args.workload, mode), groups_count, args.group_size
+                    )
+                )
+                wall_s = time.monotonic() - start
+            generator.env_executor.shutdown(wait=True)
+            close_shared_pools()
+            ordinary = [g.uid for g in groups if not g.hang]
+            row = {"wall_s": round(wall_s, 2), "load": benchlib.load(), **summary(times, floors, ordinary)}
+            hanging = [g.uid for g in groups if g.hang]
+            if hanging:
+                row["hang_groups"] = summary(times, floors, hanging)
+            runs[mode].append(row)
+            benchlib.progress(f"{groups_count} groups, {mode}, repeat {repeat + 1}: {json.dumps(row)}")
+    return runs
+
+
+def load_rewards() -> dict[str, Any]:
+    from skyrl_rewards.pool.config import load_pool_config
+
+    return {k: dict(v) for k, v in load_pool_config(benchlib.REPO / "configs" / "pool.yaml").rewards.items()}
+
+
+class no_tau_reward:
+    """While active (tau ``none`` mode), an episode's score is a constant 0.0: the episodes play
+    out the same, without tau-bench's check at the end (data hash, ground-truth replay, outputs)."""
+
+    def __init__(self, active: bool) -> None:
+        self.active = active
+        self.saved: Any = None
+
+    def __enter__(self) -> None:
+        from tau_bench_env.episode.episode import Episode
+
+        if self.active:
+            self.saved = Episode.score
+            Episode.score = _constant_score  # type: ignore[method-assign]
+
+    def __exit__(self, *exc: object) -> None:
+        from tau_bench_env.episode.episode import Episode
+
+        if self.active:
+            Episode.score = self.saved  # type: ignore[method-assign]
+
+
+def _constant_score(self: Any, **kwargs: Any) -> Any:
+    from tau_bench_env.episode.reward import RewardResult
+
+    return RewardResult(reward=0.0, r_actions=False, data_hash="", gt_data_hash="")
+
+
+def table(results: Mapping[int, Mapping[str, list[dict]]]) -> str:
+    lines = [
+        "| groups | rewards | median s | p90 s | p99 s | median over floor s | p99 over floor s | vs none | load |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for groups_count, runs in results.items():
+        base = benchlib.median(r["median_s"] for r in runs.get("none", [])) if "none" in runs else None
+        for mode, rows in runs.items():
+            med = benchlib.median(r["median_s"] for r in rows)
+            vs = f"+{(med / base - 1) * 100:.1f}%" if base and mode != "none" else ""
+            lines.append(
+                f"| {groups_count} | {mode} | {med} | {benchlib.median(r['p90_s'] for r in rows)} | "
+                f"{benchlib.median(r['p99_s'] for r in rows)} | "
+                f"{benchlib.median(r['median_over_s'] for r in rows)} | "
+                f"{benchlib.median(r['p99_over_s'] for r in rows)} | {vs} | "
+                f"{'-'.join(str(r['load']) for r in rows)} |"
+            )
+            for r in rows:
+                if "hang_groups" in r:
+                    h = r["hang_groups"]
+                    lines.append(
+                        f"| {groups_count} | {mode}, the {h['groups']} groups with a hang | "
+                        f"{h['median_s']} | | {h['p99_s']} | {h['median_over_s']} | {h['p99_over_s']} | | |"
+                    )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", choices=("math", "tau"), default="math")
+    parser.add_argument("--groups", type=int, nargs="+", default=[256, 768],
+                        help="concurrent groups (num_parallel_generation_workers)")
+    parser.add_argument("--rounds", type=int, default=2, help="groups per worker, back to back")
+    parser.add_argument("--group-size", type=int, default=8, help="n_samples_per_prompt")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--hangs", type=int, default=0, help="math groups with one hanging answer")
+    parser.add_argument("--ttft-s", type=float, default=0.3, help="engine seconds per turn")
+    parser.add_argument("--per-token-s", type=float, default=0.01, help="engine seconds per token")
+    parser.add_argument("--min-tokens", type=int, default=200)
+    parser.add_argument("--max-tokens", type=int, default=1000)
+    parser.add_argument("--env-workers", type=int, default=32,
+                        help="environment.skyrl_gym.max_env_workers (SkyRL's default: 32)")
+    parser.add_argument("--pool", nargs="*", default=[], help="pool overrides key=value")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+
+    from skyrl_rewards.pool.reward_pool import RewardPool
+    from skyrl_rewards.train.registration import register_installed_envs
+
+    register_installed_envs()
+    register_no_reward_env()
+    pool = None
+    if args.workload == "math" and "pool" in args.modes:
+        pool = RewardPool.from_config(
+            benchlib.REPO / "configs" / "pool.yaml", [f"name={POOL_NAME}", *args.pool]
+        )
+    results: dict[int, dict[str, list[dict]]] = {}
+    try:
+        for groups_count in args.groups:
+            results[groups_count] = measure(args, groups_count, random.Random(args.seed))
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    print(f"{args.workload}: {vars(args)}")
+    print(table(results))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"args": vars(args), "results": results}, default=str, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
