@@ -14,7 +14,9 @@ Reward paths compared, in turns (``--repeats``), each over the same draws:
 
 - ``none``: an env whose ``step`` returns 0.0 at once (the engine and SkyRL alone);
 - ``pool``: the ``skyrl_rewards`` env scoring through a running reward pool
-  (``configs/pool.yaml``, the shipped defaults: 2 workers, accuracy + format);
+  (``configs/pool.yaml``, the shipped defaults: 2 workers, accuracy + format, in
+  the latency view the entry point gives a fully-async run: ``first_pass_s`` 0.1;
+  ``--pool first_pass_s=0`` measures the makespan view);
 - ``skyrl``: SkyRL's own path, the reward computed inside ``env.step`` in its
   thread pool (the ``skyrl_rewards`` env with ``in_process: true``, same mix).
 
@@ -163,7 +165,8 @@ def hang_answer() -> str:
 def math_groups(
     count: int, group_size: int, hangs: int, tokens: tuple[int, int], rng: random.Random
 ) -> list[Group]:
-    """``count`` math groups; the first ``hangs`` carry one hanging answer each."""
+    """``count`` math groups; groups 0, 2, ..., ``2 * (hangs - 1)`` carry one hanging answer each
+    (even groups are the rewarded half of a paired run)."""
     hang = hang_answer() if hangs else ""
     groups = []
     for g in range(count):
@@ -172,7 +175,8 @@ def math_groups(
         answers = [truth, f"$\\frac{{{a + 1}}}{{{b}}}$", f"$\\frac{{{a}}}{{{b + 1}}}$"]
         trajectories = []
         for k in range(group_size):
-            answer = hang if g < hangs and k == 0 else answers[rng.randrange(len(answers))]
+            hung = g < 2 * hangs and g % 2 == 0
+            answer = hang if hung and k == 0 else answers[rng.randrange(len(answers))]
             text = f"<think>{'so ' * rng.randint(1, 20)}</think><answer>{answer}</answer>"
             trajectories.append(Trajectory([text], [rng.randint(*tokens)]))
         groups.append(
@@ -181,7 +185,7 @@ def math_groups(
                 prompt=[{"role": "user", "content": f"What is {a}/{b}? Answer in LaTeX."}],
                 extras={"reward_spec": {"method": "rule", "ground_truth": f"<answer>{truth}</answer>"}},
                 trajectories=trajectories,
-                hang=g < hangs,
+                hang=g < 2 * hangs and g % 2 == 0,
             )
         )
     return groups
@@ -262,14 +266,12 @@ def make_config(workload: str, mode: str, rewards: Mapping[str, Any], env_worker
     return cfg
 
 
-def env_class(workload: str, mode: str) -> str:
-    if workload == "tau":
-        return "tau_bench_env"
-    return NO_REWARD_ENV if mode == "none" else "skyrl_rewards"
-
-
 async def run_groups(
-    generator: Any, groups: Sequence[Group], cls: str, workers: int, group_size: int
+    generator: Any,
+    groups: Sequence[Group],
+    classes: Mapping[str, str],
+    workers: int,
+    group_size: int,
 ) -> dict[str, float]:
     """``workers`` tasks take groups in turn and ``generate`` each, as the fully-async trainer
     does; returns each group's completion time (seconds) by uid."""
@@ -284,6 +286,7 @@ async def run_groups(
     async def worker() -> None:
         while not queue.empty():
             group = queue.get_nowait()
+            cls = classes[group.uid]
             row = {"prompt": group.prompt, "env_class": cls, "env_extras": group.extras, "uid": group.uid}
             batch, _ = prepare_generator_input([row], group_size, None, cls, TRAINING_PHASE_TRAIN, 1)
             start = time.monotonic()
@@ -302,6 +305,7 @@ def summary(times: Mapping[str, float], floors: Mapping[str, float], uids: Seque
         "median_s": benchlib.median(values),
         "p90_s": round(benchlib.percentile(values, 0.9), 3),
         "p99_s": round(benchlib.percentile(values, 0.99), 3),
+        "max_s": round(max(values), 3),
         "median_over_s": benchlib.median(over),
         "p99_over_s": round(benchlib.percentile(over, 0.99), 3),
     }
@@ -320,6 +324,7 @@ def measure(args: argparse.Namespace, groups_count: int, rng: random.Random) -> 
     tokenizer = build_tokenizer()
     engine = LatencyEngine(tokenizer, args.ttft_s, args.per_token_s)
     floors = {}
+    hang = {g.uid: g.hang for g in groups}
     for group in groups:
         for k, trajectory in enumerate(group.trajectories):
             engine.trajectories[f"{group.uid}_{k}"] = trajectory
@@ -330,24 +335,34 @@ def measure(args: argparse.Namespace, groups_count: int, rng: random.Random) -> 
         for mode in args.modes:
             cfg = make_config(args.workload, mode, rewards, args.env_workers)
             generator = make_generator(cfg, engine, tokenizer)
+            classes = {g.uid: group_env_class(args.workload, mode, i) for i, g in enumerate(groups)}
             with no_tau_reward(args.workload == "tau" and mode == "none"):
                 start = time.monotonic()
                 times = asyncio.run(
-                    run_groups(
-                        generator, groups, env_class(args.workload, mode), groups_count, args.group_size
-                    )
+                    run_groups(generator, groups, classes, groups_count, args.group_size)
                 )
                 wall_s = time.monotonic() - start
             generator.env_executor.shutdown(wait=True)
             close_shared_pools()
-            ordinary = [g.uid for g in groups if not g.hang]
-            row = {"wall_s": round(wall_s, 2), "load": benchlib.load(), **summary(times, floors, ordinary)}
-            hanging = [g.uid for g in groups if g.hang]
-            if hanging:
-                row["hang_groups"] = summary(times, floors, hanging)
+            rewarded = [g.uid for g in groups if classes[g.uid] != NO_REWARD_ENV]
+            row: dict[str, Any] = {"wall_s": round(wall_s, 2), "load": benchlib.load()}
+            row["rewarded"] = summary(times, floors, [u for u in rewarded if not hang[u]])
+            unrewarded = [g.uid for g in groups if classes[g.uid] == NO_REWARD_ENV]
+            if unrewarded:
+                row["none"] = summary(times, floors, unrewarded)
+            if any(hang.values()):
+                row["hang_groups"] = summary(times, floors, [u for u in hang if hang[u]])
             runs[mode].append(row)
             benchlib.progress(f"{groups_count} groups, {mode}, repeat {repeat + 1}: {json.dumps(row)}")
     return runs
+
+
+def group_env_class(workload: str, mode: str, index: int) -> str:
+    """The env of group ``index``: math runs pair each rewarded group with an unrewarded one
+    (odd groups), in the same run, under the same load; tau runs are all one or the other."""
+    if workload == "tau":
+        return "tau_bench_env"
+    return NO_REWARD_ENV if mode == "none" or index % 2 else "skyrl_rewards"
 
 
 def load_rewards() -> dict[str, Any]:
@@ -385,30 +400,34 @@ def _constant_score(self: Any, **kwargs: Any) -> Any:
 
 
 def table(results: Mapping[int, Mapping[str, list[dict]]]) -> str:
+    """One row per run: the rewarded groups against the unrewarded ones of the same run (math)
+    or of the ``none`` run of the same repeat (tau)."""
     lines = [
-        "| groups | rewards | median s | p90 s | p99 s | median over floor s | p99 over floor s | vs none | load |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| groups | rewards | rewarded: median / p90 / p99 s | over floor, median s | "
+        "unrewarded: median / p90 / p99 s | over floor, median s | median vs unrewarded | "
+        "groups with a hang: median / max s | load |",
+        "|---:|---|---|---:|---|---:|---:|---|---:|",
     ]
     for groups_count, runs in results.items():
-        base = benchlib.median(r["median_s"] for r in runs.get("none", [])) if "none" in runs else None
         for mode, rows in runs.items():
-            med = benchlib.median(r["median_s"] for r in rows)
-            vs = f"+{(med / base - 1) * 100:.1f}%" if base and mode != "none" else ""
-            lines.append(
-                f"| {groups_count} | {mode} | {med} | {benchlib.median(r['p90_s'] for r in rows)} | "
-                f"{benchlib.median(r['p99_s'] for r in rows)} | "
-                f"{benchlib.median(r['median_over_s'] for r in rows)} | "
-                f"{benchlib.median(r['p99_over_s'] for r in rows)} | {vs} | "
-                f"{'-'.join(str(r['load']) for r in rows)} |"
-            )
-            for r in rows:
-                if "hang_groups" in r:
-                    h = r["hang_groups"]
-                    lines.append(
-                        f"| {groups_count} | {mode}, the {h['groups']} groups with a hang | "
-                        f"{h['median_s']} | | {h['p99_s']} | {h['median_over_s']} | {h['p99_over_s']} | | |"
-                    )
+            if mode == "none" and "skyrl" in runs:
+                continue  # the tau reference: shown in the rewarded rows
+            for repeat, row in enumerate(rows):
+                rewarded = row["rewarded"]
+                reference = row.get("none") or runs["none"][repeat]["rewarded"]
+                hang = row.get("hang_groups")
+                hangs = f"{hang['median_s']} / {hang['max_s']}" if hang else ""
+                vs = (rewarded["median_s"] / reference["median_s"] - 1) * 100
+                lines.append(
+                    f"| {groups_count} | {mode} | {_spread(rewarded)} | {rewarded['median_over_s']} "
+                    f"| {_spread(reference)} | {reference['median_over_s']} | {vs:+.1f}% | "
+                    f"{hangs} | {row['load']} |"
+                )
     return "\n".join(lines)
+
+
+def _spread(summary: Mapping[str, float]) -> str:
+    return f"{summary['median_s']} / {summary['p90_s']} / {summary['p99_s']}"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -418,7 +437,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="concurrent groups (num_parallel_generation_workers)")
     parser.add_argument("--rounds", type=int, default=2, help="groups per worker, back to back")
     parser.add_argument("--group-size", type=int, default=8, help="n_samples_per_prompt")
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--modes", nargs="+", choices=MODES,
+                        help="math: pool skyrl (default; each paired with unrewarded groups in "
+                        "the same run); tau: none skyrl (default)")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--hangs", type=int, default=0, help="math groups with one hanging answer")
     parser.add_argument("--ttft-s", type=float, default=0.3, help="engine seconds per turn")
@@ -431,7 +452,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    if args.modes is None:
+        args.modes = ["pool", "skyrl"] if args.workload == "math" else ["none", "skyrl"]
+    if args.workload == "tau" and "pool" in args.modes:
+        parser.error("--modes pool: tau-bench's reward is computed by its env (modes none, skyrl)")
 
+    from skyrl_rewards.pool.config import for_streaming, load_pool_config
     from skyrl_rewards.pool.reward_pool import RewardPool
     from skyrl_rewards.train.registration import register_installed_envs
 
@@ -439,9 +465,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     register_no_reward_env()
     pool = None
     if args.workload == "math" and "pool" in args.modes:
-        pool = RewardPool.from_config(
-            benchlib.REPO / "configs" / "pool.yaml", [f"name={POOL_NAME}", *args.pool]
-        )
+        # as the entry point starts it for a fully-async run (the latency view, unless --pool
+        # sets first_pass_s)
+        config = load_pool_config(benchlib.REPO / "configs" / "pool.yaml", [f"name={POOL_NAME}", *args.pool])
+        pool = RewardPool(for_streaming(config, args.pool))
     results: dict[int, dict[str, list[dict]]] = {}
     try:
         for groups_count in args.groups:
