@@ -14,7 +14,6 @@ only its own group. Every wait is bounded (the tests' own timeouts).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import signal
@@ -28,7 +27,7 @@ from pathlib import Path
 import pytest
 import ray
 from async_groups import Outcome, Trajectory, expected_reward, integer, play, play_groups
-from ray.cluster_utils import Cluster
+from ray_clusters import two_node_cluster
 
 from skyrl_rewards.pool.reward_pool import RewardPool
 from skyrl_rewards.pool.worker import CONTROL
@@ -222,28 +221,12 @@ class GenerationProcess:
         }
 
 
-@pytest.fixture
-def three_nodes(_ray_session: None) -> Iterator[Cluster]:
-    """Head (1 CPU, this driver) and two worker nodes (2 CPUs each), loopback only."""
-    if ray.is_initialized():
-        ray.shutdown()  # the session's local Ray; the next test that needs it starts it again
-    local = {"node_ip_address": "127.0.0.1", "include_dashboard": False}
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, **local})
-    for _ in range(2):
-        cluster.add_node(num_cpus=2, **local)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace="skyrl_rewards", log_to_driver=False)
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
-
-
 @pytest.mark.multinode
 def test_generation_processes_on_two_nodes_share_the_pool_through_a_worker_kill(
-    three_nodes: Cluster,
+    _ray_session: None,
 ) -> None:
     cfg = {"name": "test_async_nodes", "rewards": REWARDS, "num_workers": 2}
-    with RewardPool.from_config(cfg) as pool:
+    with two_node_cluster(head_cpus=1), RewardPool.from_config(cfg) as pool:
         nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
         head = ray.get_runtime_context().get_node_id()
         env = {"env_vars": {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}}
