@@ -10,35 +10,41 @@ stand-in inference engine that answers after a realistic latency (``--ttft-s``
 per turn plus ``--per-token-s`` per response token, the response lengths drawn
 per trajectory), and times each group from ``generate`` called to returned.
 
-Reward paths compared, in turns (``--repeats``), each over the same draws:
+Every run pairs each rewarded group (even) with an unrewarded one (odd), in the
+same run and under the same load, so that the difference is the reward's cost
+and not the machine's mood. Reward paths (``--modes``):
 
-- ``none``: an env whose ``step`` returns 0.0 at once (the engine and SkyRL alone);
 - ``pool``: the ``skyrl_rewards`` env scoring through a running reward pool
   (``configs/pool.yaml``, the shipped defaults: 2 workers, accuracy + format, in
   the latency view the entry point gives a fully-async run: ``first_pass_s`` 0.1;
   ``--pool first_pass_s=0`` measures the makespan view);
 - ``skyrl``: SkyRL's own path, the reward computed inside ``env.step`` in its
-  thread pool (the ``skyrl_rewards`` env with ``in_process: true``, same mix).
+  thread pool (the ``skyrl_rewards`` env with ``in_process: true``, same mix;
+  for tau, tau-bench's env as it is).
+
+The unrewarded groups use an env whose ``step`` returns 0.0 at once (math), or
+tau-bench's env with the episode's score replaced by a constant (tau: the
+episode plays out the same without tau-bench's check at the end).
 
 Workload ``math``: every group a math prompt, 8 answers of which a few repeat (as
-GRPO samples do), right and wrong, LaTeX fractions. ``--hangs N`` gives N groups
-one answer that makes math-verify run for ever (bounded by accuracy's math limit,
-3 s of CPU): their completion time is reported apart, and the other groups'
-median shows whether a hang delays anyone else.
+GRPO samples do), right and wrong, LaTeX fractions. ``--hangs N`` gives N rewarded
+groups one answer that makes math-verify run for ever (bounded by accuracy's math
+limit, 3 s of CPU): their completion time is reported apart, and the other
+groups' show whether a hang delays anyone else.
 
 Workload ``tau``: tau-bench retail episodes (tau2 backend, the replay user), the
-agent's turns scripted (``respond`` messages, then a stop), each turn behind the
-engine's latency; the reward is tau-bench's (data hash replay) computed by the
-env at the end, in SkyRL's thread pool. ``none`` there is the same episodes with
-the reward check left out (the env's reward function replaced by a constant).
+agent's turns scripted (2-4 messages, the last a goodbye), each turn behind the
+engine's latency; the reward is tau-bench's (data hash, ground-truth replay),
+computed by the env at the end, in SkyRL's thread pool.
 
-Reported per mode: groups, median / p90 / p99 group completion time, the median
-and p99 of the time a group took past its slowest trajectory's engine time (what
-SkyRL and the env added), and for ``pool`` and ``skyrl`` the median's increase
-over ``none``. Target (issue 45): under 5% at 256 groups, and a hang delays only
-its own group.
+Reported per run: median / p90 / p99 group completion time of the rewarded and
+the unrewarded groups, the median time past a group's floor (its slowest
+trajectory's engine time: what SkyRL, the env and the reward added), the
+rewarded median's increase over the unrewarded one, and the groups with a hang.
+Target (issue 45): under 5% at 256 groups, and a hang delays only its own group.
 
-    /work/main/.venv-skyrl/bin/python scripts/benchmarks/bench_async_groups.py --groups 256 768
+    /work/main/.venv-skyrl/bin/python scripts/benchmarks/bench_async_groups.py --groups 256 768 --hangs 4
+    /work/main/.venv-skyrl/bin/python scripts/benchmarks/bench_async_groups.py --workload tau --groups 64 --rounds 1
 """
 
 from __future__ import annotations
@@ -59,8 +65,10 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep a local 
 
 import benchlib  # noqa: E402
 
-MODES = ("none", "pool", "skyrl")
+MODES = ("pool", "skyrl")
 NO_REWARD_ENV = "bench_no_reward"
+TAU_NO_REWARD_ENV = "bench_tau_no_reward"
+UNREWARDED = (NO_REWARD_ENV, TAU_NO_REWARD_ENV)
 POOL_NAME = "bench_async_groups"
 HANG_ANSWERS = [
     "$\\Gamma(10^{10})$",
@@ -224,7 +232,7 @@ def tau_groups(
 
 
 def register_no_reward_env() -> None:
-    """The ``none`` mode's env: ``step`` ends the episode with reward 0.0 at once."""
+    """The unrewarded math groups' env: ``step`` ends the episode with reward 0.0 at once."""
     from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
     from skyrl_gym.envs.registration import register, registry
 
@@ -259,6 +267,8 @@ def make_config(workload: str, mode: str, rewards: Mapping[str, Any], env_worker
             "environment.skyrl_gym.tau_bench_env.user.kind=replay",
         ]
     cfg = TrainConfig.from_cli_overrides(overrides)
+    if workload == "tau":  # SkyRL hands an env the section named after its env class
+        setattr(cfg.environment.skyrl_gym, TAU_NO_REWARD_ENV, cfg.environment.skyrl_gym.tau_bench_env)
     if workload == "math":
         cfg.environment.skyrl_gym.skyrl_rewards = RewardEnvConfig(
             pool=POOL_NAME, in_process=mode == "skyrl", rewards=rewards if mode == "skyrl" else {}
@@ -336,20 +346,16 @@ def measure(args: argparse.Namespace, groups_count: int, rng: random.Random) -> 
             cfg = make_config(args.workload, mode, rewards, args.env_workers)
             generator = make_generator(cfg, engine, tokenizer)
             classes = {g.uid: group_env_class(args.workload, mode, i) for i, g in enumerate(groups)}
-            with no_tau_reward(args.workload == "tau" and mode == "none"):
-                start = time.monotonic()
-                times = asyncio.run(
-                    run_groups(generator, groups, classes, groups_count, args.group_size)
-                )
-                wall_s = time.monotonic() - start
+            start = time.monotonic()
+            times = asyncio.run(run_groups(generator, groups, classes, groups_count, args.group_size))
+            wall_s = time.monotonic() - start
             generator.env_executor.shutdown(wait=True)
             close_shared_pools()
-            rewarded = [g.uid for g in groups if classes[g.uid] != NO_REWARD_ENV]
+            unrewarded = [g.uid for g in groups if classes[g.uid] in UNREWARDED]
+            rewarded = [g.uid for g in groups if classes[g.uid] not in UNREWARDED]
             row: dict[str, Any] = {"wall_s": round(wall_s, 2), "load": benchlib.load()}
             row["rewarded"] = summary(times, floors, [u for u in rewarded if not hang[u]])
-            unrewarded = [g.uid for g in groups if classes[g.uid] == NO_REWARD_ENV]
-            if unrewarded:
-                row["none"] = summary(times, floors, unrewarded)
+            row["none"] = summary(times, floors, unrewarded)
             if any(hang.values()):
                 row["hang_groups"] = summary(times, floors, [u for u in hang if hang[u]])
             runs[mode].append(row)
@@ -358,11 +364,12 @@ def measure(args: argparse.Namespace, groups_count: int, rng: random.Random) -> 
 
 
 def group_env_class(workload: str, mode: str, index: int) -> str:
-    """The env of group ``index``: math runs pair each rewarded group with an unrewarded one
-    (odd groups), in the same run, under the same load; tau runs are all one or the other."""
+    """The env of group ``index``: each rewarded group (even) is paired with an unrewarded one
+    (odd) in the same run, under the same load."""
+    unrewarded = index % 2 == 1
     if workload == "tau":
-        return "tau_bench_env"
-    return NO_REWARD_ENV if mode == "none" or index % 2 else "skyrl_rewards"
+        return TAU_NO_REWARD_ENV if unrewarded else "tau_bench_env"
+    return NO_REWARD_ENV if unrewarded else "skyrl_rewards"
 
 
 def load_rewards() -> dict[str, Any]:
@@ -371,37 +378,29 @@ def load_rewards() -> dict[str, Any]:
     return {k: dict(v) for k, v in load_pool_config(benchlib.REPO / "configs" / "pool.yaml").rewards.items()}
 
 
-class no_tau_reward:
-    """While active (tau ``none`` mode), an episode's score is a constant 0.0: the episodes play
-    out the same, without tau-bench's check at the end (data hash, ground-truth replay, outputs)."""
-
-    def __init__(self, active: bool) -> None:
-        self.active = active
-        self.saved: Any = None
-
-    def __enter__(self) -> None:
-        from tau_bench_env.episode.episode import Episode
-
-        if self.active:
-            self.saved = Episode.score
-            Episode.score = _constant_score  # type: ignore[method-assign]
-
-    def __exit__(self, *exc: object) -> None:
-        from tau_bench_env.episode.episode import Episode
-
-        if self.active:
-            Episode.score = self.saved  # type: ignore[method-assign]
-
-
-def _constant_score(self: Any, **kwargs: Any) -> Any:
+def register_tau_no_reward_env() -> None:
+    """The tau runs' unrewarded env: tau-bench's env whose episode scores a constant 0.0, so the
+    episode plays out the same without tau-bench's check at the end (data hash, ground-truth
+    replay, outputs)."""
+    from skyrl_gym.envs.registration import register, registry
+    from tau_bench_env.episode.env import TauBenchEnv
     from tau_bench_env.episode.reward import RewardResult
 
-    return RewardResult(reward=0.0, r_actions=False, data_hash="", gt_data_hash="")
+    def constant_score(**kwargs: Any) -> RewardResult:
+        return RewardResult(reward=0.0, r_actions=False, data_hash="", gt_data_hash="")
+
+    class TauNoRewardEnv(TauBenchEnv):
+        def init(self, prompt: Any = None) -> Any:
+            out = super().init(prompt)
+            self.episode.score = constant_score  # type: ignore[method-assign]
+            return out
+
+    if TAU_NO_REWARD_ENV not in registry:
+        register(id=TAU_NO_REWARD_ENV, entry_point=TauNoRewardEnv)
 
 
 def table(results: Mapping[int, Mapping[str, list[dict]]]) -> str:
-    """One row per run: the rewarded groups against the unrewarded ones of the same run (math)
-    or of the ``none`` run of the same repeat (tau)."""
+    """One row per run: the rewarded groups against the unrewarded ones of the same run."""
     lines = [
         "| groups | rewards | rewarded: median / p90 / p99 s | over floor, median s | "
         "unrewarded: median / p90 / p99 s | over floor, median s | median vs unrewarded | "
@@ -410,11 +409,8 @@ def table(results: Mapping[int, Mapping[str, list[dict]]]) -> str:
     ]
     for groups_count, runs in results.items():
         for mode, rows in runs.items():
-            if mode == "none" and "skyrl" in runs:
-                continue  # the tau reference: shown in the rewarded rows
-            for repeat, row in enumerate(rows):
-                rewarded = row["rewarded"]
-                reference = row.get("none") or runs["none"][repeat]["rewarded"]
+            for row in rows:
+                rewarded, reference = row["rewarded"], row["none"]
                 hang = row.get("hang_groups")
                 hangs = f"{hang['median_s']} / {hang['max_s']}" if hang else ""
                 vs = (rewarded["median_s"] / reference["median_s"] - 1) * 100
@@ -439,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--group-size", type=int, default=8, help="n_samples_per_prompt")
     parser.add_argument("--modes", nargs="+", choices=MODES,
                         help="math: pool skyrl (default; each paired with unrewarded groups in "
-                        "the same run); tau: none skyrl (default)")
+                        "the same run); tau: skyrl (default), also paired")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--hangs", type=int, default=0, help="math groups with one hanging answer")
     parser.add_argument("--ttft-s", type=float, default=0.3, help="engine seconds per turn")
@@ -453,9 +449,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     if args.modes is None:
-        args.modes = ["pool", "skyrl"] if args.workload == "math" else ["none", "skyrl"]
+        args.modes = list(MODES) if args.workload == "math" else ["skyrl"]
     if args.workload == "tau" and "pool" in args.modes:
-        parser.error("--modes pool: tau-bench's reward is computed by its env (modes none, skyrl)")
+        parser.error("--modes pool: tau-bench's reward is computed by its env (mode skyrl)")
 
     from skyrl_rewards.pool.config import for_streaming, load_pool_config
     from skyrl_rewards.pool.reward_pool import RewardPool
@@ -463,6 +459,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     register_installed_envs()
     register_no_reward_env()
+    register_tau_no_reward_env()
     pool = None
     if args.workload == "math" and "pool" in args.modes:
         # as the entry point starts it for a fully-async run (the latency view, unless --pool
