@@ -29,6 +29,7 @@ import ray
 from async_groups import Outcome, Trajectory, expected_reward, integer, play, play_groups
 from ray_clusters import two_node_cluster
 
+from skyrl_rewards.pool.config import for_streaming, load_pool_config
 from skyrl_rewards.pool.reward_pool import RewardPool
 from skyrl_rewards.pool.worker import CONTROL
 from skyrl_rewards.rewards.math_check import too_complex
@@ -116,7 +117,9 @@ def pid_gone(pid: int) -> bool:
 
 @pytest.fixture
 def pool(ray_local: None) -> Iterator[RewardPool]:
-    with RewardPool.from_config({"name": "test_async_load", "rewards": REWARDS}) as reward_pool:
+    """The pool as the entry point starts it for a fully-async run (the latency view)."""
+    config = for_streaming(load_pool_config({"name": "test_async_load", "rewards": REWARDS}))
+    with RewardPool(config) as reward_pool:
         yield reward_pool
     close_shared_pools()
 
