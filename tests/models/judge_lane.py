@@ -19,7 +19,7 @@ from ray_clusters import two_node_cluster  # noqa: F401  (the tests of this fold
 from ray import cloudpickle
 
 from skyrl_rewards.pool.reward_pool import RewardPool
-from skyrl_rewards.rewards.result import RewardResult
+from skyrl_rewards.rewards.contract.result import RewardResult
 
 
 def grader(body: dict[str, Any]) -> str:

@@ -4,7 +4,7 @@
 ``path``: a served reward model's ``/classify``) on long-lived
 ``httpx.AsyncClient`` connections and turns each request body into exactly one
 :class:`ChatReply`: the whole reply JSON, or a failure whose ``failure`` is one
-of :data:`~skyrl_rewards.rewards.models.lanes.FAILURE_KINDS`. It never raises
+of :data:`~skyrl_rewards.rewards.contract.lanes.FAILURE_KINDS`. It never raises
 for what the endpoint did.
 
 - limits (:mod:`~skyrl_rewards.rewards.models.limits`): requests in flight,
@@ -20,6 +20,9 @@ for what the endpoint did.
   ``max_retries`` times with exponential back-off and full jitter; a
   ``Retry-After`` (seconds or an HTTP date) is honoured, and one longer than
   ``max_retry_after_s`` ends the request at once. Other 4xx are not retried.
+  A 429 or 503 with ``Retry-After`` pauses the whole server: no call of any
+  client of it in this process goes out until it has passed
+  (:mod:`~skyrl_rewards.rewards.models.endpoint_hold`).
 - a circuit breaker (unless ``breaker_failures`` is ``None``):
   ``breaker_failures`` consecutive connect errors, timeouts or 5xx open it;
   while open every request is ``breaker_open`` at once, without a call, its
@@ -32,11 +35,13 @@ for what the endpoint did.
 
 Users: the judge (:class:`~skyrl_rewards.rewards.models.judge_client.JudgeClient`
 adds the verdict text and a cache), and the tau-bench eval's agent and user
-simulator, which call :func:`post_chat` from their threads. The limits are per
-client: :func:`post_chat` and the judge's
+simulator, which call :func:`~skyrl_rewards.rewards.models.chat_loop.post_chat` from their
+threads. The limits are per client: ``post_chat`` and the judge's
 :func:`~skyrl_rewards.rewards.models.judge_client.run_judge_requests` hold one
 client per endpoint configuration per process, on one private event loop
-thread. ``httpx`` is imported when a client first calls.
+thread (:mod:`~skyrl_rewards.rewards.models.chat_loop`). ``httpx`` is imported when a
+client first calls. The endpoint's settings are
+:mod:`~skyrl_rewards.rewards.models.endpoint_config`'s.
 """
 
 from __future__ import annotations
@@ -47,16 +52,14 @@ import dataclasses
 import email.utils
 import json
 import math
-import os
 import random
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.rewards.models.lanes import endpoint_key
+from skyrl_rewards.rewards.models.endpoint_config import EndpointConfig
+from skyrl_rewards.rewards.models.endpoint_hold import endpoint_hold
 from skyrl_rewards.rewards.models.limits import Breaker, InFlight, Pacer
 from skyrl_rewards.rewards.models.token_count import TokenCounter
 
@@ -65,203 +68,12 @@ CONNECTIONS_PER_SHARD = 16
 connections on every request (httpcore 1.0), so ``max_in_flight`` connections are
 spread over clients of at most this many, each request going to the least busy one."""
 
-_ENDPOINT_SECTIONS = ("sampling", "extra_body", "limits", "retries", "breaker", "prices")
-
-
-@dataclass(frozen=True)
-class EndpointConfig:
-    """One OpenAI-compatible chat endpoint: where, which model, and the limits of its client.
-
-    Built from the plain mapping a component's ``endpoints()`` gives
-    (:meth:`from_mapping`); every field has a default but ``base_url`` and ``model``.
-    """
-
-    base_url: str
-    """Server root up to and including the API version, e.g. ``http://127.0.0.1:8000/v1``."""
-    model: str
-    """The ``model`` field of each request (``vllm serve MODEL`` serves it as ``MODEL``)."""
-    api_key_env: str | None = None
-    """Name of the environment variable holding the API key (``None``: no key sent)."""
-    sampling: Mapping[str, Any] = field(default_factory=lambda: {"temperature": 0.0})
-    """Sampling fields of each request body (``temperature``, ``max_tokens``, ``top_p``, ...)."""
-    extra_body: Mapping[str, Any] = field(default_factory=dict)
-    """More request-body fields, sent as given (e.g. ``chat_template_kwargs``)."""
-    timeout_s: float = 60.0
-    """Time limit of one HTTP call (connect, write, read)."""
-    deadline_s: float = 600.0
-    """Time limit of one request from start to outcome, queueing and retries included."""
-    max_in_flight: int | None = 64
-    """Most calls under way at once (``None``: no limit)."""
-    requests_per_minute: float | None = None
-    """Most calls started per minute (``None``: no limit)."""
-    tokens_per_minute: float | None = None
-    """Most prompt plus completion tokens per minute (``None``: no limit)."""
-    tokenizer: str | None = None
-    """How prompts are counted for ``tokens_per_minute``: a local folder holding the model's
-    tokenizer, ``bytes``, or ``None``: the endpoint's ``/tokenize`` where it serves it, else
-    bytes (see :mod:`~skyrl_rewards.rewards.models.token_count`)."""
-    adaptive_concurrency: bool = True
-    """Shrink the calls in flight on a 429 and grow them back on success (up to ``max_in_flight``)."""
-    queue_timeout_s: float = 300.0
-    """Longest wait for a slot under the limits; past it a request is ``rate_limited``."""
-    max_retries: int = 4
-    """Retries of one request after a connect error, timeout, 429 or 5xx."""
-    backoff_base_s: float = 0.5
-    """First back-off bound; the n-th retry waits uniformly in [0, base * 2**(n-1)] (full jitter)."""
-    backoff_max_s: float = 30.0
-    """Largest back-off bound."""
-    max_retry_after_s: float = 120.0
-    """A ``Retry-After`` longer than this ends the request at once (``rate_limited``/``http_status``)."""
-    breaker_failures: int | None = 5
-    """Consecutive failed calls (connect, timeout, 5xx) that open the breaker (``None``: no breaker)."""
-    breaker_reset_s: float = 10.0
-    """How long the breaker stays open before one probe is let through."""
-    cache_size: int = 10_000
-    """Successful outcomes kept for identical requests (0: no cache; the judge client only)."""
-    price_in_per_1m: float | None = None
-    """Price of one million prompt tokens; with the output price, metrics report ``cost``."""
-    price_out_per_1m: float | None = None
-    """Price of one million completion tokens."""
-
-    @classmethod
-    def from_mapping(cls, config: Mapping[str, Any]) -> EndpointConfig:
-        """Read a configuration (flat, or with ``limits``, ``retries``, ``breaker``, ``prices`` sections).
-
-        Section keys: ``limits`` {max_in_flight, requests_per_minute,
-        tokens_per_minute, tokenizer, adaptive_concurrency, queue_timeout_s};
-        ``retries`` {max_retries, backoff_base_s, backoff_max_s,
-        max_retry_after_s}; ``breaker`` {failures, reset_s}; ``prices``
-        {input_per_1m, output_per_1m}.
-        Raises ``ValueError`` naming the field for a missing or bad value.
-
-        >>> EndpointConfig.from_mapping({"base_url": "http://h/v1", "model": "m",
-        ...                              "limits": {"max_in_flight": 8}}).max_in_flight
-        8
-        """
-        if not isinstance(config, Mapping):
-            raise ValueError(f"endpoint: expected a mapping, got {type(config).__name__}")
-        flat = {k: v for k, v in config.items() if k not in _ENDPOINT_SECTIONS}
-        for key in ("sampling", "extra_body"):
-            if key in config:
-                flat[key] = _section(config, key)
-        for section, renames in _SECTION_FIELDS.items():
-            for key, value in _section(config, section).items():
-                if key not in renames:
-                    raise ValueError(
-                        f"endpoint.{section}.{key}: unknown setting; expected one of {sorted(renames)}"
-                    )
-                flat[renames[key]] = value
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(flat) - names)
-        if unknown:
-            raise ValueError(
-                f"endpoint: unknown settings {unknown}; expected some of {sorted(names)}"
-            )
-        for key in ("base_url", "model"):
-            if not isinstance(flat.get(key), str) or not flat[key]:
-                raise ValueError(
-                    f"endpoint.{key}: expected a non-empty string, got {flat.get(key)!r}"
-                )
-        if not flat["base_url"].startswith(("http://", "https://")):
-            raise ValueError(
-                "endpoint.base_url: expected an http:// or https:// URL such as "
-                f"http://127.0.0.1:8000/v1, got {flat['base_url']!r}"
-            )
-        endpoint = cls(**flat)
-        endpoint.check()
-        return endpoint
-
-    def check(self) -> None:
-        """Raise ``ValueError`` naming the first bad setting."""
-        positive = ("timeout_s", "deadline_s", "queue_timeout_s", "backoff_max_s")
-        for name in positive + ("backoff_base_s", "breaker_reset_s", "max_retry_after_s"):
-            _check_number(name, getattr(self, name), minimum=0.0, strict=name in positive)
-        for name in ("max_in_flight", "requests_per_minute", "tokens_per_minute"):
-            if getattr(self, name) is not None:
-                _check_number(name, getattr(self, name), minimum=0.0, strict=True)
-        for name in ("price_in_per_1m", "price_out_per_1m"):
-            if getattr(self, name) is not None:
-                _check_number(name, getattr(self, name), minimum=0.0)
-        for name in ("max_retries", "cache_size", "breaker_failures"):
-            value = getattr(self, name)
-            if name == "breaker_failures" and value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"endpoint.{name}: expected a non-negative integer, got {value!r}")
-        if self.breaker_failures is not None and self.breaker_failures < 1:
-            raise ValueError("endpoint.breaker.failures: expected at least 1 (or null: no breaker)")
-        if self.tokenizer is not None and (
-            not isinstance(self.tokenizer, str) or not self.tokenizer
-        ):
-            raise ValueError(
-                f"endpoint.tokenizer: expected a local folder, 'bytes' or null, got "
-                f"{self.tokenizer!r}"
-            )
-        if not isinstance(self.adaptive_concurrency, bool):
-            raise ValueError(
-                f"endpoint.adaptive_concurrency: expected true or false, got "
-                f"{self.adaptive_concurrency!r}"
-            )
-        if self.api_key_env is not None and (
-            not isinstance(self.api_key_env, str) or not self.api_key_env
-        ):
-            raise ValueError(
-                f"endpoint.api_key_env: expected the NAME of an environment variable, got "
-                f"{self.api_key_env!r}"
-            )
-
-    def api_key(self) -> str | None:
-        """The API key from ``$api_key_env``; ``ValueError`` when that variable is unset or empty."""
-        if self.api_key_env is None:
-            return None
-        key = os.environ.get(self.api_key_env, "")
-        if not key:
-            raise ValueError(
-                f"endpoint.api_key_env: environment variable {self.api_key_env} is not set on this "
-                "host; export it (the key itself never goes in a config)"
-            )
-        return key
-
-
-_SECTION_FIELDS: dict[str, dict[str, str]] = {
-    "limits": {
-        "max_in_flight": "max_in_flight",
-        "requests_per_minute": "requests_per_minute",
-        "tokens_per_minute": "tokens_per_minute",
-        "tokenizer": "tokenizer",
-        "adaptive_concurrency": "adaptive_concurrency",
-        "queue_timeout_s": "queue_timeout_s",
-    },
-    "retries": {
-        "max_retries": "max_retries",
-        "backoff_base_s": "backoff_base_s",
-        "backoff_max_s": "backoff_max_s",
-        "max_retry_after_s": "max_retry_after_s",
-    },
-    "breaker": {"failures": "breaker_failures", "reset_s": "breaker_reset_s"},
-    "prices": {"input_per_1m": "price_in_per_1m", "output_per_1m": "price_out_per_1m"},
-}
-
-
-def _section(config: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = config.get(key) or {}
-    if not isinstance(value, Mapping):
-        raise ValueError(f"endpoint.{key}: expected a mapping, got {value!r:.80}")
-    return value
-
-
-def _check_number(name: str, value: Any, *, minimum: float, strict: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < minimum or (strict and value == minimum):
-        bound = "positive" if strict else "non-negative"
-        raise ValueError(f"endpoint.{name}: expected a {bound} number, got {value!r}")
-
 
 @dataclass(frozen=True)
 class ChatReply:
     """What one request gave: the reply JSON, or a failure and why.
 
-    ``failure`` is one of :data:`~skyrl_rewards.rewards.models.lanes.FAILURE_KINDS`
+    ``failure`` is one of :data:`~skyrl_rewards.rewards.contract.lanes.FAILURE_KINDS`
     (empty: success, and ``data`` is the reply object); ``message`` says why,
     for people; ``calls`` counts the HTTP calls made for it (retries included).
     """
@@ -323,6 +135,7 @@ class ChatClient:
         self._shards: list[Any] = []  # httpx.AsyncClient each, made on first use
         self._shard_load: list[int] = []
         self._in_flight = InFlight(config.max_in_flight, adaptive=config.adaptive_concurrency)
+        self._hold = endpoint_hold(config.base_url)  # Retry-After, for every client of the server
         self._requests_pacer = Pacer(config.requests_per_minute)
         self._token_counter = (
             TokenCounter(config.tokenizer, config.base_url, config.model, config.timeout_s)
@@ -383,7 +196,9 @@ class ChatClient:
         ``errors`` by failure kind, ``tokens_in``/``tokens_out`` (from ``usage``),
         ``latency_s`` (sum, count, p50, p90, p99 of recent calls), ``in_flight``,
         its ``peak``, ``in_flight_window`` (what adaptive concurrency allows now)
-        and ``throttled`` (429 answers), ``breaker`` (state, opens, and ``cause``:
+        and ``throttled`` (429 answers), ``retry_after`` (the server's pauses set by a
+        ``Retry-After`` and the calls that waited for one, all clients of the server in this
+        process), ``breaker`` (state, opens, and ``cause``:
         the last failure counted; ``off`` without one), ``token_count`` (requests
         counted by each means, with a tokens-per-minute limit), and ``cost`` when
         both prices are configured.
@@ -407,6 +222,7 @@ class ChatClient:
             "in_flight_peak": self._in_flight.peak,
             "in_flight_window": self._in_flight.capacity(),
             "throttled": self._in_flight.throttles,
+            "retry_after": {"pauses": self._hold.pauses, "held": self._hold.held},
             "breaker": (
                 {"state": breaker.state, "opens": breaker.opens, "cause": breaker.cause}
                 if breaker is not None
@@ -462,6 +278,8 @@ class ChatClient:
                 raise
             finally:
                 self._in_flight.release()
+            if attempt.retry_after_s is not None:
+                self._hold.extend(attempt.retry_after_s)
             if attempt.usage:
                 self._tokens_pacer.adjust(attempt.tokens_in + attempt.tokens_out - estimate)
             elif attempt.failure == "connect" or attempt.throttled:
@@ -526,6 +344,8 @@ class ChatClient:
         deadline = time.monotonic() + config.queue_timeout_s
         if not await self._in_flight.acquire(config.queue_timeout_s):
             return _rate_limited(config, "max_in_flight")
+        if not await self._held(deadline):
+            return _held_reply(config, self._hold.remaining())
         for pacer, amount, name in (
             (self._requests_pacer, 1, "requests_per_minute"),
             (self._tokens_pacer, estimate, "tokens_per_minute"),
@@ -538,7 +358,24 @@ class ChatClient:
             if not allowed:
                 self._in_flight.release()
                 return _rate_limited(config, name)
+        if not await self._held(deadline):  # a Retry-After came while this one was paced
+            self._requests_pacer.adjust(-1)
+            self._tokens_pacer.adjust(-estimate)
+            return _held_reply(config, self._hold.remaining())
         return None
+
+    async def _held(self, deadline: float) -> bool:
+        """Wait out the endpoint's ``Retry-After`` pause holding the in-flight slot; ``False`` (slot
+        given back) when it ends past ``deadline`` or past ``max_retry_after_s`` from now."""
+        bound = min(deadline - time.monotonic(), self.config.max_retry_after_s)
+        try:
+            passed = await self._hold.wait(bound)
+        except asyncio.CancelledError:
+            self._in_flight.release()
+            raise
+        if not passed:
+            self._in_flight.release()
+        return passed
 
     def _shard(self) -> int:
         """The least busy HTTP client (made on first use): see :data:`CONNECTIONS_PER_SHARD`."""
@@ -678,6 +515,15 @@ def _rate_limited(config: EndpointConfig, limit: str) -> ChatReply:
     )
 
 
+def _held_reply(config: EndpointConfig, remaining_s: float) -> ChatReply:
+    return ChatReply(
+        failure="rate_limited",
+        message=f"{config.base_url} said Retry-After: its pause ends in {remaining_s:.3g} s, past "
+        f"queue_timeout_s={config.queue_timeout_s:g} or max_retry_after_s="
+        f"{config.max_retry_after_s:g} (not called); send later or raise them",
+    )
+
+
 def _breaker_reply(config: EndpointConfig, breaker: Breaker, retries: int, calls: int) -> ChatReply:
     cause = f", the last: {breaker.cause}" if breaker.cause else ""
     return ChatReply(
@@ -699,103 +545,3 @@ def _quantile(values: Sequence[float], q: float) -> float | None:
     if not values:
         return None
     return values[min(len(values) - 1, int(q * len(values)))]
-
-
-class LoopThread:
-    """A private event loop on a daemon thread, with the process's clients by key."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
-        self.clients: dict[str, ChatClient] = {}
-        self.thread = threading.Thread(
-            target=self.loop.run_forever, name="skyrl-rewards-chat", daemon=True
-        )
-        self.thread.start()
-
-    def submit(self, coroutine: Any) -> Future[Any]:
-        """Run ``coroutine`` on the loop; its future."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
-
-
-_LOCK = threading.Lock()
-_LOOP: LoopThread | None = None
-
-
-def loop_thread() -> LoopThread:
-    """This process's private loop thread (started on first use, and anew in a forked child)."""
-    global _LOOP
-    with _LOCK:
-        if _LOOP is None or _LOOP.pid != os.getpid():
-            _LOOP = LoopThread()
-        return _LOOP
-
-
-def current_loop_thread() -> LoopThread | None:
-    """This process's loop thread if it has started one, else ``None`` (starts nothing)."""
-    loop = _LOOP
-    return loop if loop is not None and loop.pid == os.getpid() else None
-
-
-def post_chat(
-    config: EndpointConfig, body: Mapping[str, Any], check: ReplyCheck | None = None
-) -> ChatReply:
-    """POST ``body`` to ``config``'s endpoint from synchronous code; blocks until the reply or failure.
-
-    The call runs on the process's private loop thread, on one
-    :class:`ChatClient` per endpoint configuration (so its limits and breaker
-    hold for every thread of the process that posts to it). No cache: each
-    call is sent. Raises ``ValueError`` for an unset API key variable. The
-    wait is bounded by ``deadline_s``.
-    """
-    key = "chat:" + endpoint_key(dataclasses.asdict(config))
-    loop = loop_thread()
-
-    async def send() -> ChatReply:
-        client = loop.clients.get(key)
-        if client is None:
-            client = loop.clients[key] = ChatClient(config)
-        return await client.post(body, check)
-
-    return loop.submit(send()).result(timeout=config.deadline_s + 60.0)
-
-
-def caller_endpoint(
-    base_url: str,
-    model: str,
-    *,
-    api_key_env: str | None,
-    timeout_s: float,
-    max_retries: int,
-    backoff_s: float,
-) -> EndpointConfig:
-    """An endpoint for a caller that bounds its own concurrency (the tau-bench eval's agent and user).
-
-    No limits (its threads are the bound), no cache, and no circuit breaker:
-    one conversation's failing requests (a 5xx on one task's prompt) must not
-    fail the healthy conversations beside it; each gives up after its own
-    retries. ``timeout_s`` bounds one call; ``max_retries`` retries follow a
-    connect error, a timeout, a 429 or a 5xx, the n-th after a uniform wait in
-    [0, min(30, backoff_s·2ⁿ⁻¹)] or the server's ``Retry-After`` (at most
-    :attr:`EndpointConfig.max_retry_after_s`). ``deadline_s`` covers every call and wait.
-    The key is sent only when ``$api_key_env`` is set (local servers need none).
-    """
-    key_env = api_key_env if api_key_env and os.environ.get(api_key_env) else None
-    config = EndpointConfig(
-        base_url=base_url,
-        model=model,
-        api_key_env=key_env,
-        sampling={},
-        timeout_s=timeout_s,
-        max_in_flight=None,
-        max_retries=max_retries,
-        backoff_base_s=backoff_s,
-        breaker_failures=None,
-        cache_size=0,
-    )
-    retry_waits_s = max_retries * max(config.backoff_max_s, config.max_retry_after_s)
-    config = dataclasses.replace(
-        config, deadline_s=(max_retries + 1) * timeout_s + retry_waits_s + 1.0
-    )
-    config.check()
-    return config
