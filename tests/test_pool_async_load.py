@@ -32,7 +32,7 @@ from ray_clusters import two_node_cluster
 from skyrl_rewards.pool.config import for_streaming, load_pool_config
 from skyrl_rewards.pool.reward_pool import RewardPool
 from skyrl_rewards.pool.worker import CONTROL
-from skyrl_rewards.rewards.math_check import too_complex
+from skyrl_rewards.rewards.text.math_screen import too_complex
 from skyrl_rewards.train.env import close_shared_pools, shared_pool
 
 pytestmark = pytest.mark.slow

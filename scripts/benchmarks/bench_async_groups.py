@@ -162,7 +162,7 @@ def build_tokenizer() -> Any:
 
 
 def hang_answer() -> str:
-    from skyrl_rewards.rewards.math_check import too_complex
+    from skyrl_rewards.rewards.text.math_screen import too_complex
 
     found = next((a for a in HANG_ANSWERS if not too_complex(a)), None)
     if found is None:
