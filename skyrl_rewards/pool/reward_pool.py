@@ -324,6 +324,7 @@ class RewardPool:
         atexit.unregister(self.shutdown)
         self._call(self._close())
         self._stop_loop()
+        self._metrics.export()
         if self._owner and not self._scheduler.lost and ray.is_initialized():
             try:
                 ray.get(self._directory.shutdown.remote(), timeout=_SHUTDOWN_WAIT_S)

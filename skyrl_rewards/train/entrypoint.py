@@ -133,7 +133,7 @@ def reward_pool_config(cfg: Any) -> Any:
     from omegaconf import OmegaConf
 
     from skyrl_rewards.bundled import config_file
-    from skyrl_rewards.pool.config import load_pool_config
+    from skyrl_rewards.pool.config import for_streaming, load_pool_config
 
     launch = cfg.reward_pool
     source = OmegaConf.to_container(OmegaConf.load(config_file(launch.config)), resolve=True)
@@ -141,6 +141,8 @@ def reward_pool_config(cfg: Any) -> Any:
         mix = OmegaConf.load(config_file(launch.rewards))
         source["rewards"] = OmegaConf.to_container(mix.rewards, resolve=True)
     pool_config = load_pool_config(source, launch.overrides)
+    if cfg.trainer.fully_async.enabled:  # each group waits for its own rewards: latency view
+        pool_config = for_streaming(pool_config, launch.overrides)
     env = cfg.environment.skyrl_gym.skyrl_rewards
     if cfg.environment.env_class == "skyrl_rewards" and not env.in_process:
         if env.pool != pool_config.name:
