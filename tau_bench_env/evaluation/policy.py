@@ -2,7 +2,8 @@
 
 :class:`ChatPolicy` posts the conversation to ``<base_url>/chat/completions``
 (from the episode's thread on the synchronous transport,
-:func:`skyrl_rewards.rewards.models.sync_chat_client.post_sync`) and turns the reply into the text the env's ``step`` parses:
+:func:`skyrl_rewards.rewards.models.sync_chat_client.post_sync`) and turns the reply into
+the text the env's ``step`` parses:
 
 - ``tool_mode="native"`` sends the tool schemas as ``tools=`` and reads the
   reply's ``tool_calls``; only the first call is kept (tau-bench's
@@ -28,7 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.rewards.models.chat_client import caller_endpoint, message_problem
+from skyrl_rewards.rewards.models.chat_client import message_problem
+from skyrl_rewards.rewards.models.endpoint_config import caller_endpoint
 from skyrl_rewards.rewards.models.sync_chat_client import post_sync
 
 TOOL_MODES = ("native", "text")

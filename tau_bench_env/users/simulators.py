@@ -286,7 +286,8 @@ class OpenAIUser:
             body["tools"] = list(self._tools)
             if tool_choice_none:
                 body["tool_choice"] = "none"
-        from skyrl_rewards.rewards.models.chat_client import caller_endpoint, message_problem
+        from skyrl_rewards.rewards.models.chat_client import message_problem
+        from skyrl_rewards.rewards.models.endpoint_config import caller_endpoint
         from skyrl_rewards.rewards.models.sync_chat_client import post_sync
 
         endpoint = caller_endpoint(

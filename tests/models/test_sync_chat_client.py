@@ -15,11 +15,8 @@ import pytest
 from judge_server import JudgeServer
 from loopback_server import Response
 
-from skyrl_rewards.rewards.models.chat_client import (
-    EndpointConfig,
-    caller_endpoint,
-    message_problem,
-)
+from skyrl_rewards.rewards.models.chat_client import message_problem
+from skyrl_rewards.rewards.models.endpoint_config import EndpointConfig, caller_endpoint
 from skyrl_rewards.rewards.models.sync_chat_client import SyncChatClient, post_sync, sync_client
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

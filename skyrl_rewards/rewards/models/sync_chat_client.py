@@ -2,7 +2,7 @@
 
 The eval's agent and user simulator call their endpoints from episode
 threads, one request at a time per thread, and bound their own concurrency.
-Sending those requests through :func:`~skyrl_rewards.rewards.models.chat_client.post_chat`
+Sending those requests through :func:`~skyrl_rewards.rewards.models.chat_loop.post_chat`
 hops to the process's event-loop thread and back for every call (a future, a
 task, ``wait_for``, the async HTTP stack): 2-3 ms of CPU per request on a
 shared 2-core machine, growing with load. :func:`post_sync` sends them from
@@ -13,7 +13,7 @@ event loop.
 It keeps :class:`~skyrl_rewards.rewards.models.chat_client.ChatClient`'s
 contract for the configurations it serves (:func:`serves`: no in-flight limit,
 no request or token pacing, no circuit breaker, no proxy for the URL; that is
-what :func:`~skyrl_rewards.rewards.models.chat_client.caller_endpoint` builds):
+what :func:`~skyrl_rewards.rewards.models.endpoint_config.caller_endpoint` builds):
 one :class:`~skyrl_rewards.rewards.models.chat_client.ChatReply` per request,
 never an exception for what the endpoint did; connect errors, timeouts, 429
 and 5xx retried up to ``max_retries`` times with full-jitter back-off; a
@@ -35,7 +35,6 @@ import dataclasses
 import http.client
 import json
 import os
-import random
 import ssl
 import threading
 import time
@@ -44,18 +43,18 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from skyrl_rewards.rewards.contract.lanes import endpoint_key
 from skyrl_rewards.rewards.models.chat_client import (
     ChatReply,
-    EndpointConfig,
     ReplyCheck,
     _Attempt,
-    _final,
     _quantile,
     _reply_attempt,
     _status_attempt,
-    post_chat,
+    after_call,
 )
-from skyrl_rewards.rewards.models.lanes import endpoint_key
+from skyrl_rewards.rewards.models.chat_loop import post_chat
+from skyrl_rewards.rewards.models.endpoint_config import EndpointConfig
 
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 """What a kept-alive connection the server has closed raises on reuse (sent again, fresh)."""
@@ -195,32 +194,13 @@ class SyncChatClient:
             attempt = self._call(payload, check, path, min(config.timeout_s, left))
             if attempt.failure == "timeout" and left < config.timeout_s:
                 return _deadline_reply(config, calls, "the call cut to what was left of it")
-            if not attempt.failure:
-                return ChatReply(
-                    data=attempt.data,
-                    calls=calls,
-                    tokens_in=attempt.tokens_in,
-                    tokens_out=attempt.tokens_out,
-                )
-            if not attempt.retryable or retry >= config.max_retries:
-                return _final(attempt, retry, calls)
+            delay = after_call(config, attempt, retry, calls)
+            if isinstance(delay, ChatReply):
+                return delay
             retry += 1
-            delay = random.uniform(
-                0.0, min(config.backoff_max_s, config.backoff_base_s * 2 ** (retry - 1))
-            )
-            if attempt.retry_after_s is not None:
-                if attempt.retry_after_s > config.max_retry_after_s:
-                    return _final(
-                        attempt,
-                        retry - 1,
-                        calls,
-                        f"Retry-After {attempt.retry_after_s:g} s "
-                        f"is past max_retry_after_s={config.max_retry_after_s:g}",
-                    )
-                delay = max(delay, attempt.retry_after_s)
-                if attempt.throttled:
-                    with self._lock:
-                        self._hold_until = max(self._hold_until, time.monotonic() + delay)
+            if attempt.throttled and attempt.retry_after_s is not None:
+                with self._lock:
+                    self._hold_until = max(self._hold_until, time.monotonic() + delay)
             if time.monotonic() + delay >= end:
                 return _deadline_reply(config, calls, f"the next retry's wait, {delay:.2f} s, passes it")
             with self._lock:
@@ -358,7 +338,7 @@ def post_sync(
     """POST ``body`` to ``config``'s endpoint from this thread; the reply or the failure.
 
     On :class:`SyncChatClient` when it :func:`serves` ``config``, else through
-    :func:`~skyrl_rewards.rewards.models.chat_client.post_chat` (limits, breaker).
+    :func:`~skyrl_rewards.rewards.models.chat_loop.post_chat` (limits, breaker).
     Raises ``ValueError`` for an unset API key variable. Bounded by ``deadline_s``.
     """
     client = sync_client(config)
