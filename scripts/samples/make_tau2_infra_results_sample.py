@@ -39,9 +39,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from make_tau2_results_sample import TIMESTAMP, first_line, stamped_run  # this folder
+
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-TIMESTAMP = "2026-01-01T00:00:00.000000"
 TRIALS = 3
 READ_ONLY_TYPES = frozenset({"read", "generic", "think"})
 
@@ -101,7 +102,6 @@ def _read_only(environment: Any, requestor: str, tool: str, arguments: dict[str,
 def simulate(config: Any, task: Any, plan: str, trial: int) -> Any:
     """One scored ``SimulationRun`` of ``plan`` on ``task`` (tau2's environment and evaluator)."""
     from tau2.data_model.message import AssistantMessage, ToolCall, UserMessage
-    from tau2.data_model.simulation import SimulationRun, TerminationReason
     from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
     from tau2.runner.build import _build_env_kwargs, build_environment
 
@@ -131,23 +131,8 @@ def simulate(config: Any, task: Any, plan: str, trial: int) -> Any:
         messages.append(environment.get_response(call))
     messages.append(AssistantMessage(role="assistant", content="Is there anything else?"))
     messages.append(UserMessage(role="user", content="Thanks, that is all. ###STOP###"))
-    for index, message in enumerate(messages):
-        message.turn_idx = index
-        message.timestamp = TIMESTAMP
-    run = SimulationRun(
-        id=f"{config.domain}-{task.id}-trial{trial}",
-        task_id=task.id,
-        timestamp=TIMESTAMP,
-        start_time=TIMESTAMP,
-        end_time=TIMESTAMP,
-        duration=0.0,
-        termination_reason=TerminationReason.USER_STOP,
-        agent_cost=0.0,
-        user_cost=0.0,
-        messages=messages,
-        trial=trial,
-        seed=trial,
-    )
+    run_id = f"{config.domain}-{task.id}-trial{trial}"
+    run = stamped_run(run_id, task.id, "user_stop", messages, trial)
     run.reward_info = evaluate_simulation(
         simulation=run,
         task=task,
@@ -192,20 +177,15 @@ def results(stem: str) -> Any:
             simulations.append(simulation)
     info = get_info(config)
     info.git_commit = "tau2-bench v1.0.1"
-    info.environment_info.policy = _first_line(info.environment_info.policy)
+    info.environment_info.policy = first_line(info.environment_info.policy)
     guidelines = info.user_info.global_simulation_guidelines
-    info.user_info.global_simulation_guidelines = _first_line(guidelines or "")
+    info.user_info.global_simulation_guidelines = first_line(guidelines or "")
     return Results(
         timestamp=TIMESTAMP,
         info=info,
         tasks=[tasks[task_id] for task_id in plan],
         simulations=simulations,
     )
-
-
-def _first_line(text: str) -> str:
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    return f"{first}\n(the rest is omitted to keep this file small)"
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
 def endpoint(url: str, **overrides: float) -> EndpointConfig:
-    """The eval's endpoint (``caller_endpoint``): no limits, no breaker; ``overrides`` replace fields."""
+    """The eval's endpoint (``caller_endpoint``: no limits, no breaker), ``overrides`` replaced."""
     config = caller_endpoint(
         url, "m", api_key_env=None, timeout_s=5.0, max_retries=2, backoff_s=0.0
     )
@@ -124,4 +124,5 @@ def test_an_outage_fails_after_its_retries() -> None:
 def test_other_4xx_are_not_retried(status: int) -> None:
     with JudgeServer(plan=lambda n, body: Response(status)) as server:
         reply = SyncChatClient(endpoint(server.url)).post(BODY)
-    assert server.calls == 1 and reply.failure == "http_status" and f"HTTP {status}" in reply.message
+    assert server.calls == 1 and reply.failure == "http_status"
+    assert f"HTTP {status}" in reply.message

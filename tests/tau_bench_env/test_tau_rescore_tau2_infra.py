@@ -8,9 +8,10 @@ rewards, ``Results.save``); beside each, tau2's own ``compute_metrics`` of it
 (``*.metrics.json``). ``rescore``'s success rate, pass^k (k up to the fewest
 runs a task has left) and count of infrastructure errors must equal tau2's.
 
-The retail file (on the default backend) and the reader need no tau2; banking_knowledge needs tau2-bench
-itself (backend ``tau2_bench``) and is skipped without it; so is the check
-that tau2's own ``Results.load`` and ``compute_metrics`` read the files as shipped.
+The retail file (on the default backend) and the reader need no tau2;
+banking_knowledge needs tau2-bench itself (backend ``tau2_bench``) and is
+skipped without it; so is the check that tau2's own ``Results.load`` and
+``compute_metrics`` read the files as shipped.
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ def assert_tau2_figures(summary: dict[str, Any], path: Path) -> None:
 
 def test_infrastructure_error_runs_are_read_without_a_reward_or_messages() -> None:
     raw = json.loads(RETAIL.read_text())
-    placeholders = [s for s in raw["simulations"] if s["termination_reason"] == "infrastructure_error"]
+    placeholders = [
+        s for s in raw["simulations"] if s["termination_reason"] == "infrastructure_error"
+    ]
     assert [(s["reward_info"], s["messages"]) for s in placeholders] == [(None, [])]
     simulations = read_simulations(raw)
     failed = [s for s in simulations if s.infrastructure_error]
@@ -103,7 +106,12 @@ def test_retail_file_rescores_to_tau2s_metrics(
     summary = cli_json([str(RETAIL), *args], capsys)
     assert_tau2_figures(summary, RETAIL)
     assert summary["left_out_runs"] == [
-        {"task_id": "33", "trial": 2, "cause": "infrastructure_error", "detail": "infrastructure_error"}
+        {
+            "task_id": "33",
+            "trial": 2,
+            "cause": "infrastructure_error",
+            "detail": "infrastructure_error",
+        }
     ]
     main(["rescore", str(RETAIL), *args])
     report = capsys.readouterr().out

@@ -391,7 +391,9 @@ class ChatClient:
         return attempt
 
 
-def after_call(config: EndpointConfig, attempt: _Attempt, retry: int, calls: int) -> ChatReply | float:
+def after_call(
+    config: EndpointConfig, attempt: _Attempt, retry: int, calls: int
+) -> ChatReply | float:
     """What follows a call, ``retry`` retries into a request: the reply that ends it, or the
     wait before the next call.
 

@@ -126,10 +126,14 @@ class SyncChatClient:
         self._latency_sum_s = 0.0
 
     def post(
-        self, body: Mapping[str, Any], check: ReplyCheck | None = None, *, path: str = "/chat/completions"
+        self,
+        body: Mapping[str, Any],
+        check: ReplyCheck | None = None,
+        *,
+        path: str = "/chat/completions",
     ) -> ChatReply:
         """POST ``body`` to ``base_url + path``; the reply or the failure, never raises for the
-        endpoint (as :meth:`ChatClient.post <skyrl_rewards.rewards.models.chat_client.ChatClient.post>`)."""
+        endpoint (as :meth:`~skyrl_rewards.rewards.models.chat_client.ChatClient.post`)."""
         start = time.monotonic()
         with self._lock:
             self._counts["requests"] += 1
@@ -202,7 +206,8 @@ class SyncChatClient:
                 with self._lock:
                     self._hold_until = max(self._hold_until, time.monotonic() + delay)
             if time.monotonic() + delay >= end:
-                return _deadline_reply(config, calls, f"the next retry's wait, {delay:.2f} s, passes it")
+                wait = f"the next retry's wait, {delay:.2f} s, passes it"
+                return _deadline_reply(config, calls, wait)
             with self._lock:
                 self._counts["retries"] += 1
             time.sleep(delay)
@@ -262,7 +267,9 @@ class SyncChatClient:
             connection.close()
             raise
 
-    def _send(self, connection: http.client.HTTPConnection, target: str, payload: bytes) -> _Response:
+    def _send(
+        self, connection: http.client.HTTPConnection, target: str, payload: bytes
+    ) -> _Response:
         connection.request("POST", target, body=payload, headers=self._headers)
         raw = connection.getresponse()
         response = _Response(raw.status, raw.headers, raw.read())
@@ -274,7 +281,7 @@ class SyncChatClient:
         return response
 
     def _connection(self, timeout_s: float) -> tuple[http.client.HTTPConnection, bool]:
-        """An idle connection (its timeout set to ``timeout_s``) and True, or a new one and False."""
+        """An idle connection (its timeout now ``timeout_s``) and True, or a new one and False."""
         with self._lock:
             connection = self._idle.pop() if self._idle else None
         if connection is None:
