@@ -126,3 +126,21 @@ def test_other_4xx_are_not_retried(status: int) -> None:
         reply = SyncChatClient(endpoint(server.url)).post(BODY)
     assert server.calls == 1 and reply.failure == "http_status"
     assert f"HTTP {status}" in reply.message
+
+
+def test_the_pause_holds_the_async_client_of_the_same_server_too() -> None:
+    # the sync transport's 429 pauses the server for post_chat's client as well (one hold per server)
+    plan = (lambda n, body: Response(429, {"Retry-After": "1"}) if n == 1 else None)
+    with JudgeServer(plan=plan) as server:
+        replies: list = []
+        first = threading.Thread(
+            target=lambda: replies.append(SyncChatClient(endpoint(server.url)).post(BODY))
+        )
+        first.start()
+        time.sleep(0.3)  # the 429 has come back
+        limited = endpoint(server.url, max_in_flight=4)  # goes through post_chat
+        assert sync_client(limited) is None
+        second = post_sync(limited, BODY)
+        first.join()
+    assert server.throttled == 1 and second.ok and replies[0].ok
+    assert all(arrival - server.arrivals[0] >= 0.95 for arrival in server.arrivals[1:])

@@ -21,9 +21,12 @@ and 5xx retried up to ``max_retries`` times with full-jitter back-off; a
 ``max_retry_after_s`` ending the request at once; ``timeout_s`` per
 operation of a call; ``deadline_s`` over the whole request (every call and
 wait is cut to what is left of it); failure kinds and messages as the async
-client words them, naming the URL and the cause. A 429's ``Retry-After``
-holds every request to the endpoint until it has passed (a request whose
-deadline ends first fails ``rate_limited`` at once, naming the hold). Any
+client words them, naming the URL and the cause; the endpoint-wide
+``Retry-After`` pause (:mod:`~skyrl_rewards.rewards.models.endpoint_hold`,
+shared with every client of the server in the process): a 429's or 503's
+``Retry-After`` holds every request to the server until it has passed, and a
+request whose deadline or ``max_retry_after_s`` ends first fails
+``rate_limited`` at once, uncalled. Any
 other configuration is sent through ``post_chat``, whose client enforces
 the limits and the breaker.
 """
@@ -48,6 +51,7 @@ from skyrl_rewards.rewards.models.chat_client import (
     ChatReply,
     ReplyCheck,
     _Attempt,
+    _held_reply,
     _quantile,
     _reply_attempt,
     _status_attempt,
@@ -55,6 +59,7 @@ from skyrl_rewards.rewards.models.chat_client import (
 )
 from skyrl_rewards.rewards.models.chat_loop import post_chat
 from skyrl_rewards.rewards.models.endpoint_config import EndpointConfig
+from skyrl_rewards.rewards.models.endpoint_hold import endpoint_hold
 
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 """What a kept-alive connection the server has closed raises on reuse (sent again, fresh)."""
@@ -119,7 +124,7 @@ class SyncChatClient:
         self._context = _tls_context() if self._https else None
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
-        self._hold_until = 0.0  # a 429's Retry-After holds the endpoint until then (monotonic)
+        self._hold = endpoint_hold(config.base_url)  # Retry-After, for every client of the server
         self._latencies: collections.deque[float] = collections.deque(maxlen=4096)
         self._counts: collections.Counter[str] = collections.Counter()
         self._errors: collections.Counter[str] = collections.Counter()
@@ -149,7 +154,8 @@ class SyncChatClient:
     def metrics(self) -> dict[str, Any]:
         """The async client's counters that apply here: ``requests``, ``calls``, ``retries``,
         ``ok``, ``errors`` by kind, ``tokens_in``/``tokens_out``, ``latency_s`` (sum, count,
-        p50, p90, p99 of recent calls), ``idle_connections``."""
+        p50, p90, p99 of recent calls), ``idle_connections``, ``retry_after`` (the server's
+        pauses and the calls held, as the async client counts them)."""
         with self._lock:
             latencies = sorted(self._latencies)
             counts, errors = dict(self._counts), dict(self._errors)
@@ -165,6 +171,7 @@ class SyncChatClient:
                 **{f"p{q}": _quantile(latencies, q / 100) for q in (50, 90, 99)},
             },
             "idle_connections": idle,
+            "retry_after": {"pauses": self._hold.pauses, "held": self._hold.held},
         }
 
     def close(self) -> None:
@@ -181,16 +188,9 @@ class SyncChatClient:
         end = start + config.deadline_s
         retry, calls = 0, 0
         while True:
-            held = self._hold_until - time.monotonic()
-            if held > 0:
-                if held >= end - time.monotonic():
-                    return ChatReply(
-                        failure="rate_limited",
-                        message=f"{self._url} asked for a pause (Retry-After) that outlasts "
-                        f"deadline_s={config.deadline_s:g}; not called ({retry} retries before)",
-                        calls=calls,
-                    )
-                time.sleep(held)
+            bound = min(end - time.monotonic(), config.max_retry_after_s)
+            if not self._hold.wait_blocking(bound):
+                return dataclasses.replace(_held_reply(config, self._hold.remaining()), calls=calls)
             left = end - time.monotonic()
             if left <= 0:
                 return _deadline_reply(config, calls)
@@ -198,13 +198,12 @@ class SyncChatClient:
             attempt = self._call(payload, check, path, min(config.timeout_s, left))
             if attempt.failure == "timeout" and left < config.timeout_s:
                 return _deadline_reply(config, calls, "the call cut to what was left of it")
+            if attempt.retry_after_s is not None:
+                self._hold.extend(attempt.retry_after_s)
             delay = after_call(config, attempt, retry, calls)
             if isinstance(delay, ChatReply):
                 return delay
             retry += 1
-            if attempt.throttled and attempt.retry_after_s is not None:
-                with self._lock:
-                    self._hold_until = max(self._hold_until, time.monotonic() + delay)
             if time.monotonic() + delay >= end:
                 wait = f"the next retry's wait, {delay:.2f} s, passes it"
                 return _deadline_reply(config, calls, wait)
