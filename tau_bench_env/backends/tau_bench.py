@@ -5,13 +5,24 @@ tau-bench is not on the package index; install it from its repository
 by default fetches a model price list over the network at import time; this
 module sets ``LITELLM_LOCAL_MODEL_COST_MAP=True`` unless the caller chose
 otherwise, so that loading the backend works offline.
+
+The domain's data, tools, policy and tasks are tau-bench's own modules,
+imported without the ``__init__`` of ``tau_bench``, ``tau_bench.envs`` and
+``tau_bench.envs.<domain>`` (:func:`_domain_modules`): those import its
+environment and user simulator, and with them litellm (about 3 s of a quiet
+machine's time, most of a ``rescore``), which the domain's modules do not use.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
-from collections.abc import Mapping, Sequence
+import sys
+import threading
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +93,8 @@ class _SplitLoader:
 
     def __call__(self) -> Sequence[Task]:
         if self._tasks is None:
-            raw = getattr(importlib.import_module(self._path), self._attribute)
+            with _domain_modules(self._path.split(".")[2]):
+                raw = getattr(importlib.import_module(self._path), self._attribute)
             self._tasks = [
                 Task(
                     task_id=str(index),
@@ -96,9 +108,46 @@ class _SplitLoader:
         return self._tasks
 
 
+_PACKAGES_LOCK = threading.Lock()
+
+
+@contextmanager
+def _domain_modules(domain: str) -> Iterator[None]:
+    """While the block runs, ``tau_bench.envs.<domain>.*`` import without their packages'
+    ``__init__`` (see the module docstring).
+
+    Each of ``tau_bench``, ``tau_bench.envs`` and ``tau_bench.envs.<domain>`` not
+    yet imported stands in as a bare package (its folder, no code run). Afterwards
+    the bare packages and every ``tau_bench`` module imported under them leave
+    ``sys.modules`` (the caller keeps what it took from them), so a later ``import
+    tau_bench`` imports tau-bench whole, as if this had not run. Without
+    tau-bench installed nothing changes (the import then fails as usual).
+    """
+    with _PACKAGES_LOCK:
+        spec = importlib.util.find_spec("tau_bench")
+        names = ("tau_bench", "tau_bench.envs", f"tau_bench.envs.{domain}")
+        if spec is None or not spec.submodule_search_locations or names[0] in sys.modules:
+            yield
+            return
+        root = Path(next(iter(spec.submodule_search_locations)))
+        for name in names:
+            package = types.ModuleType(name)
+            package.__path__ = [str(root.joinpath(*name.split(".")[1:]))]
+            package.__package__ = name
+            sys.modules[name] = package
+        try:
+            yield
+        finally:
+            for name in [n for n in sys.modules if n == "tau_bench" or n.startswith("tau_bench.")]:
+                del sys.modules[name]
+
+
 def task_set(name: str) -> TaskSet:
     """The task set of domain ``name``: tau-bench's version and its task modules."""
-    folder = Path(importlib.import_module(f"tau_bench.envs.{name}").__file__).parent
+    spec = importlib.util.find_spec("tau_bench")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("No module named 'tau_bench'", name="tau_bench")
+    folder = Path(next(iter(spec.submodule_search_locations))) / "envs" / name
     return TaskSet(
         source="tau-bench",
         version=distribution_version("tau_bench", "tau-bench"),
@@ -113,9 +162,10 @@ def load_domain(name: str) -> Domain:
             f"domain {name!r} is not a tau_bench domain; choose one of {list(DOMAINS)}"
         )
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    data_module = importlib.import_module(f"tau_bench.envs.{name}.data")
-    tools_module = importlib.import_module(f"tau_bench.envs.{name}.tools")
-    wiki_module = importlib.import_module(f"tau_bench.envs.{name}.wiki")
+    with _domain_modules(name):
+        data_module = importlib.import_module(f"tau_bench.envs.{name}.data")
+        tools_module = importlib.import_module(f"tau_bench.envs.{name}.tools")
+        wiki_module = importlib.import_module(f"tau_bench.envs.{name}.wiki")
     base = data_module.load_data()
     tools = {t.get_info()["function"]["name"]: TauBenchTool(t) for t in tools_module.ALL_TOOLS}
     splits = {

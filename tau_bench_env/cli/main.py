@@ -71,7 +71,7 @@ from tau_bench_env.rescoring.gold_check import (
 from tau_bench_env.rescoring.intervals import interval_text, method_line
 from tau_bench_env.rescoring.rescore import FORMATS, REWARDS, detect_format, rescore
 from tau_bench_env.rescoring.results_file import DEFAULT_MAX_MIB, ResultsFileError, load_results
-from tau_bench_env.rescoring.tau2_results import recorded_domain, recorded_trials
+from tau_bench_env.rescoring.tau2_results import domain_for_file, recorded_trials
 from tau_bench_env.rescoring.user_review_runs import REVIEW_KEY, review_rescored
 
 DEFAULT_BACKEND = "tau2"
@@ -318,7 +318,7 @@ def _report(
 def _setting(args: argparse.Namespace, runs: object) -> dict[str, str]:
     """Format, domain, backend and reward of a rescore: the options, or their defaults."""
     fmt = args.format or detect_format(runs)
-    domain = args.domain or (recorded_domain(runs) if fmt == "tau2" else None)
+    domain = domain_for_file(args.domain, runs) if fmt == "tau2" else args.domain
     if domain is None:
         raise ValueError(f"--domain is required: the {fmt} file does not name its domain")
     official = installed_official_backend() or OFFICIAL_TAU2_BACKENDS[0]

@@ -22,7 +22,12 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError
 
-from tau_bench_env.evaluation.evaluate import EpisodeKey, EvalSpec, run_episode
+from tau_bench_env.evaluation.evaluate import (
+    EpisodeKey,
+    EvalSpec,
+    load_episode_code,
+    run_episode,
+)
 from tau_bench_env.evaluation.policy import ChatPolicy
 
 logger = logging.getLogger(__name__)
@@ -40,6 +45,7 @@ class EvalWorker:
     def __init__(self, spec: EvalSpec) -> None:
         self._spec = spec
         self._policy = ChatPolicy(spec.policy)
+        load_episode_code(spec)
         self._node_id = ray.get_runtime_context().get_node_id()
 
     def run(self, task_index: int, trial: int) -> dict[str, Any]:

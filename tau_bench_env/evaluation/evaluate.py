@@ -310,6 +310,18 @@ def is_error(record: Mapping[str, Any]) -> bool:
     return "error" in record
 
 
+def load_episode_code(spec: EvalSpec) -> None:
+    """Import the env (skyrl-gym, which imports pandas) and load the domain, once per process.
+
+    Runners call it before their first episode: otherwise the first wave of
+    episodes waits on the import together, each episode's clock (``wall_s``)
+    counting seconds of import that no endpoint caused.
+    """
+    import tau_bench_env.episode.env  # noqa: F401 - the import is the point
+
+    load_domain(spec.env.backend, spec.domain, embeddings=spec.env.embeddings)
+
+
 def run_threads(
     spec: EvalSpec, items: Sequence[EpisodeKey], *, concurrency: int
 ) -> Iterator[dict[str, Any]]:
@@ -319,6 +331,7 @@ def run_threads(
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency!r}")
+    load_episode_code(spec)
     policy = ChatPolicy(spec.policy)
     pending = iter(items)
     executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tau-eval")

@@ -1,8 +1,9 @@
 """The agent under evaluation: a policy behind an OpenAI-compatible chat endpoint.
 
 :class:`ChatPolicy` posts the conversation to ``<base_url>/chat/completions``
-(on the judge's chat client, :func:`skyrl_rewards.rewards.models.chat_loop.post_chat`)
-and turns the reply into the text the env's ``step`` parses:
+(from the episode's thread on the synchronous transport,
+:func:`skyrl_rewards.rewards.models.sync_chat_client.post_sync`) and turns the reply into
+the text the env's ``step`` parses:
 
 - ``tool_mode="native"`` sends the tool schemas as ``tools=`` and reads the
   reply's ``tool_calls``; only the first call is kept (tau-bench's
@@ -29,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from skyrl_rewards.rewards.models.chat_client import message_problem
-from skyrl_rewards.rewards.models.chat_loop import post_chat
 from skyrl_rewards.rewards.models.endpoint_config import caller_endpoint
+from skyrl_rewards.rewards.models.sync_chat_client import post_sync
 
 TOOL_MODES = ("native", "text")
 
@@ -157,7 +158,7 @@ class ChatPolicy:
             body["max_tokens"] = config.max_tokens
         if config.tool_mode == "native":
             body["tools"] = list(tools)
-        reply = post_chat(self._endpoint, body, message_problem)
+        reply = post_sync(self._endpoint, body, message_problem)
         if not reply.ok or reply.data is None:
             raise PolicyEndpointError(
                 f"agent endpoint {self._url}: {reply.failure} after {reply.calls} attempts: "

@@ -2,7 +2,8 @@
 
 A tau-bench run's task must name only the domain's tools and users
 (:func:`run_mismatch`); a tau2 simulation's gold actions likewise, and a tau2 file
-that names its domain must name this one (:func:`check_tau2_domain`). A file
+that names its domain must name this one (:func:`check_tau2_domain`), and the
+retrieval setup it names must be the domain's (:func:`setup_mismatch`). A file
 recorded on another domain is refused (:class:`DomainMismatchError`, naming up to
 :data:`MAX_LISTED_MISMATCHES` runs), not scored: its unknown tools would fail on
 both sides and the data check would pass by accident.
@@ -19,6 +20,8 @@ from tau_bench_env.rescoring.tau2_results import (
     Tau2Simulation,
     agent_tool_names,
     recorded_domain,
+    recorded_domain_key,
+    recorded_setup,
 )
 
 MAX_LISTED_MISMATCHES = 5
@@ -159,14 +162,44 @@ def check_tau2_domain(
     (its trajectory checked only when the file does not name its domain).
     """
     recorded = recorded_domain(results)
-    if recorded is not None and recorded != domain.name:
+    if recorded is not None and recorded != domain.name.partition("@")[0]:
         raise DomainMismatchError(
             f"the file was recorded on domain {recorded!r} (info.environment_info.domain_name), "
-            f"not {domain.name!r}; pass --domain {recorded} or leave --domain out"
+            f"not {domain.name!r}; pass --domain {recorded_domain_key(results)} or leave "
+            "--domain out"
         )
+    if why := setup_mismatch(domain, results):
+        raise DomainMismatchError(why)
     mismatches = [
         f"{s.where} trial={s.trial}: {why}"
         for s in simulations
         if (why := simulation_mismatch(domain, s, trajectory=recorded is None))
     ]
     _refuse(domain, mismatches, len(simulations))
+
+
+def setup_mismatch(domain: Domain, results: Mapping[str, Any]) -> str:
+    """Why ``domain``'s retrieval setup is not the one a tau2 file was recorded with, or ``""``.
+
+    A file names its setup in ``info.retrieval_config`` (banking_knowledge on
+    tau2-bench 1.x); ``domain`` must be that setup (``banking_knowledge`` alone is
+    :data:`~tau_bench_env.backends.tau2_banking.DEFAULT_VARIANT`). A setup not
+    served here (tau2's default ``alltools``) cannot be matched: any served setup
+    may replay it, the tools it lacks failing and their results reported as diverged.
+    """
+    recorded = recorded_setup(results)
+    name, _, chosen = domain.name.partition("@")
+    if recorded is None:
+        return ""
+    from tau_bench_env.backends import tau2_banking  # only for a file that names a setup
+
+    served = tau2_banking.SERVED_VARIANTS + tau2_banking.EMBEDDING_VARIANTS
+    if name != tau2_banking.NAME or recorded not in served:
+        return ""
+    chosen = chosen or tau2_banking.DEFAULT_VARIANT
+    if chosen == recorded:
+        return ""
+    return (
+        f"the file was recorded with retrieval setup {name}@{recorded} (info.retrieval_config), "
+        f"not {name}@{chosen}; pass --domain {name}@{recorded} or leave --domain out"
+    )

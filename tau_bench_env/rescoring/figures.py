@@ -76,7 +76,8 @@ def summarize(
     others and listed in ``foreign_runs`` (the tools, those of them that are
     the user's, the reward). ``left_out``: the runs that are no judgement
     (:attr:`RunScore.left_out`), out of every figure and listed in
-    ``left_out_runs`` with the cause (pass^k counts a task's other runs).
+    ``left_out_runs`` with the cause (pass^k counts a task's other runs);
+    ``infra_error_count``: those that are tau2's infrastructure errors (its metrics' name).
     ``intervals``: 95 % per-task bootstrap intervals of the success rate and
     of each pass^k (:func:`figure_intervals`; method and level named).
     """
@@ -110,6 +111,7 @@ def summarize(
             if not s.agrees
         ],
         "left_out": sum(1 for s in scores if s.left_out),
+        "infra_error_count": sum(1 for s in scores if s.left_out == "infrastructure_error"),
         "left_out_runs": [
             {
                 "task_id": s.task_id,

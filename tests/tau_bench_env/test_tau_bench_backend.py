@@ -147,3 +147,26 @@ def test_tool_calls_cannot_change_a_tasks_ground_truth() -> None:
     result = episode.call_tool("update_reservation_baggages", {**update, "payment_id": payment})
     assert not result.startswith("Error"), result
     assert repr(task.actions) == before
+
+
+def test_the_domain_loads_without_tau_benchs_llm_client() -> None:
+    # a fresh interpreter: the domain's modules without litellm (seconds of a rescore), and
+    # tau-bench's own package imported whole afterwards
+    import subprocess
+    import sys
+
+    script = """
+import sys
+from tau_bench_env.backends import load_domain
+domain = load_domain("tau_bench", "retail")
+assert len(domain.tasks("test")) == 115 and domain.task_set.digest
+assert "litellm" not in sys.modules and "tau_bench.envs" not in sys.modules
+import tau_bench.envs.retail.tools as tools
+from tau_bench.envs import get_env
+assert "litellm" in sys.modules and get_env and tools.ALL_TOOLS
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]

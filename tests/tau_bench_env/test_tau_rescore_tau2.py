@@ -497,7 +497,7 @@ def test_summary_keeps_the_tau_bench_shape() -> None:
     tau_bench_keys = {"runs", "success_rate", "agreement", "pass_hat_k", "disagreements"}
     divergence_keys = {"scored", "diverged", "tool_results", "divergences"}
     foreign_keys = {"foreign", "foreign_runs"}
-    left_out_keys = {"left_out", "left_out_runs"}
+    left_out_keys = {"left_out", "left_out_runs", "infra_error_count"}
     task_keys = {"pass_hat_k_tasks", "tasks"}  # how many tasks pass^k is over, of how many
     interval_keys = {"intervals"}  # of the success rate and pass^k (issue 32)
     assert (

@@ -289,29 +289,10 @@ class ChatClient:
                     breaker.failure(attempt.message)
                 else:
                     breaker.success()
-            if not attempt.failure:
-                return ChatReply(
-                    data=attempt.data,
-                    calls=calls,
-                    tokens_in=attempt.tokens_in,
-                    tokens_out=attempt.tokens_out,
-                )
-            if not attempt.retryable or retry >= config.max_retries:
-                return _final(attempt, retry, calls)
+            delay = after_call(config, attempt, retry, calls)
+            if isinstance(delay, ChatReply):
+                return delay
             retry += 1
-            delay = random.uniform(
-                0.0, min(config.backoff_max_s, config.backoff_base_s * 2 ** (retry - 1))
-            )
-            if attempt.retry_after_s is not None:
-                if attempt.retry_after_s > config.max_retry_after_s:
-                    return _final(
-                        attempt,
-                        retry - 1,
-                        calls,
-                        f"Retry-After {attempt.retry_after_s:g} s "
-                        f"is past max_retry_after_s={config.max_retry_after_s:g}",
-                    )
-                delay = max(delay, attempt.retry_after_s)
             self._counts["retries"] += 1
             await asyncio.sleep(delay)
 
@@ -437,6 +418,40 @@ class ChatClient:
         self._counts["tokens_in"] += attempt.tokens_in
         self._counts["tokens_out"] += attempt.tokens_out
         return attempt
+
+
+def after_call(
+    config: EndpointConfig, attempt: _Attempt, retry: int, calls: int
+) -> ChatReply | float:
+    """What follows a call, ``retry`` retries into a request: the reply that ends it, or the
+    wait before the next call.
+
+    The reply for a success; the failure (:func:`_final`) when it is not
+    retryable, no retry is left, or its ``Retry-After`` is past
+    ``max_retry_after_s``; else the full-jitter back-off of the next retry,
+    at least the ``Retry-After``.
+    """
+    if not attempt.failure:
+        return ChatReply(
+            data=attempt.data,
+            calls=calls,
+            tokens_in=attempt.tokens_in,
+            tokens_out=attempt.tokens_out,
+        )
+    if not attempt.retryable or retry >= config.max_retries:
+        return _final(attempt, retry, calls)
+    delay = random.uniform(0.0, min(config.backoff_max_s, config.backoff_base_s * 2**retry))
+    if attempt.retry_after_s is None:
+        return delay
+    if attempt.retry_after_s > config.max_retry_after_s:
+        return _final(
+            attempt,
+            retry,
+            calls,
+            f"Retry-After {attempt.retry_after_s:g} s "
+            f"is past max_retry_after_s={config.max_retry_after_s:g}",
+        )
+    return max(delay, attempt.retry_after_s)
 
 
 def _status_attempt(response: Any) -> _Attempt:

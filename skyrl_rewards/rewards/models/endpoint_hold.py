@@ -67,16 +67,31 @@ class Hold:
         """
         deadline = time.monotonic() + timeout_s
         waited = False
-        while True:
-            now = time.monotonic()
-            if self.until <= now:
-                return True
-            if self.until > deadline:
-                return False
-            if not waited:
-                self.held += 1
-                waited = True
-            await asyncio.sleep(self.until - now)
+        while not isinstance(step := self._step(deadline, waited), bool):
+            waited = True
+            await asyncio.sleep(step)
+        return step
+
+    def wait_blocking(self, timeout_s: float) -> bool:
+        """:meth:`wait` for synchronous callers (the thread sleeps)."""
+        deadline = time.monotonic() + timeout_s
+        waited = False
+        while not isinstance(step := self._step(deadline, waited), bool):
+            waited = True
+            time.sleep(step)
+        return step
+
+    def _step(self, deadline: float, waited: bool) -> bool | float:
+        """``True``: the pause has passed; ``False``: it ends past ``deadline``; else the
+        seconds to sleep (the first time counted in :attr:`held`)."""
+        now = time.monotonic()
+        if self.until <= now:
+            return True
+        if self.until > deadline:
+            return False
+        if not waited:
+            self.held += 1
+        return self.until - now
 
 
 _LOCK = threading.Lock()
