@@ -16,6 +16,7 @@ from typing import Any
 from skyrl_rewards.rewards.accuracy import ACCURACY_METHODS, LLM_NEEDS_JUDGE, accuracy_score
 from skyrl_rewards.rewards.box_formats import (
     BOX_FORMAT_COLUMN,
+    IMAGE_RESIZE_COLUMN,
     ORIGINAL,
     RELATIVE_1,
     BoxFormatChoice,
@@ -210,6 +211,7 @@ class BoxComponent(Component):
             *parts,
             repr(sample.get("image_path")),
             repr(sample.get("image_grid_thw")),
+            repr(sample.get(IMAGE_RESIZE_COLUMN)),
         )
 
     def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
