@@ -55,11 +55,17 @@ from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelOutcome, ModelRe
 from skyrl_rewards.rewards.ocr import (
     DEFAULT_ANLS_THRESHOLD,
     anls_score,
+    check_anls_rules,
     check_anls_threshold,
     check_metric,
     ocr_score,
 )
 from skyrl_rewards.rewards.rec import BOX_FORMAT_PARAMS, iou_sample_score
+from skyrl_rewards.rewards.relaxed_accuracy import (
+    DEFAULT_MAX_RELATIVE_CHANGE,
+    check_max_relative_change,
+    relaxed_accuracy_score,
+)
 from skyrl_rewards.rewards.result import ComponentScore
 from skyrl_rewards.rewards.shaping import (
     CosineSchedule,
@@ -68,6 +74,7 @@ from skyrl_rewards.rewards.shaping import (
     repetition_reward,
 )
 from skyrl_rewards.rewards.text import answer_span, completion_text
+from skyrl_rewards.rewards.vqa_accuracy import vqa_accuracy_score
 
 
 def sample_solution(sample: Mapping[str, Any]) -> Any:
@@ -561,15 +568,50 @@ class Ocr(Component):
 
 
 class Anls(Component):
-    """ANLS against the row's gold answers (one, or a JSON list; see ocr), ``threshold`` 0.5."""
+    """ANLS against the row's gold answers (one, or a JSON list; see ocr), ``threshold`` 0.5.
+
+    ``rules``: ``official`` (the DocVQA / RRC script, default) or ``normalized``.
+    """
 
     name = "anls"
 
-    def __init__(self, threshold: float = DEFAULT_ANLS_THRESHOLD) -> None:
+    def __init__(self, threshold: float = DEFAULT_ANLS_THRESHOLD, rules: str = "official") -> None:
         self.threshold = check_anls_threshold(threshold)
+        self.rules = check_anls_rules(rules)
 
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
-        return anls_score(content, sample_solution(sample), threshold=self.threshold)
+        return anls_score(
+            content, sample_solution(sample), threshold=self.threshold, rules=self.rules
+        )
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        return _answer_work_key(self.name, sample)
+
+
+class RelaxedAccuracy(Component):
+    """ChartQA's relaxed accuracy of the answer span (see relaxed_accuracy), ``max_relative_change`` 0.05."""
+
+    name = "relaxed_accuracy"
+
+    def __init__(self, max_relative_change: float = DEFAULT_MAX_RELATIVE_CHANGE) -> None:
+        self.max_relative_change = check_max_relative_change(max_relative_change)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return relaxed_accuracy_score(
+            content, sample_solution(sample), max_relative_change=self.max_relative_change
+        )
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        return _answer_work_key(self.name, sample)
+
+
+class VqaAccuracy(Component):
+    """VQAv2's accuracy of the answer span against the row's gold answers (see vqa_accuracy)."""
+
+    name = "vqa_accuracy"
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return vqa_accuracy_score(content, sample_solution(sample))
 
     def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
         return _answer_work_key(self.name, sample)
