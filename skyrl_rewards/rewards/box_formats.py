@@ -391,7 +391,7 @@ def row_converter(columns: Mapping[str, Any], fmt: BoxFormat) -> Callable[[Box],
     naming the field for: a relative format without an image (its size is
     needed), a grid without an image, a bad or unreadable one, a row's
     ``image_grid_thw`` that no pixel bounds give for its image
-    (:func:`check_row_grid`), or an image a Qwen family's processor refuses
+    (:func:`model_input_size`), or an image a Qwen family's processor refuses
     (whatever the answer: the row cannot be scored).
     """
     if fmt.coords == ORIGINAL:
@@ -417,14 +417,19 @@ def row_converter(columns: Mapping[str, Any], fmt: BoxFormat) -> Callable[[Box],
         check_aspect(size, column)
     if fmt.coords != RESIZED_PIXELS:
         return lambda box: fmt.to_original(fmt.clamped(box), size)
-    resized = check_row_grid(grid, size, fmt, column)
+    resized = model_input_size(grid, size, fmt, column)
     return lambda box: fmt.to_original(box, size, resized)
+
+
+def aspect_refused(size: tuple[int, int]) -> bool:
+    """True when the Qwen-VL processors refuse an image of ``(width, height)`` (aspect past :data:`MAX_ASPECT_RATIO`)."""
+    return max(size) / min(size) > MAX_ASPECT_RATIO
 
 
 def check_aspect(size: tuple[int, int], column: str) -> None:
     """Nothing when the Qwen-VL processors accept an image of ``size``; else ``ValueError`` naming ``column``."""
     width, height = size
-    if max(width, height) / min(width, height) > MAX_ASPECT_RATIO:
+    if aspect_refused(size):
         raise ValueError(
             f"{column}: the {width}x{height} image has an aspect ratio past {MAX_ASPECT_RATIO}, "
             "which the Qwen-VL processors (transformers, vLLM) refuse: the policy never saw it. "
@@ -447,7 +452,7 @@ def grid_is_possible(grid_hw: tuple[int, int], size: tuple[int, int], fmt: BoxFo
     False
     """
     width, height = size
-    if max(width, height) / min(width, height) > MAX_ASPECT_RATIO:
+    if aspect_refused(size):
         return False
     factor = fmt.factor
     h, w = grid_hw[0] * fmt.patch_size, grid_hw[1] * fmt.patch_size
@@ -466,7 +471,7 @@ def grid_is_possible(grid_hw: tuple[int, int], size: tuple[int, int], fmt: BoxFo
     return shrink_low < shrink_high or grow_low < grow_high
 
 
-def check_row_grid(
+def model_input_size(
     grid: tuple[int, int, int] | None, size: tuple[int, int], fmt: BoxFormat, column: str
 ) -> tuple[int, int]:
     """The model input's ``(width, height)`` for a row: its grid's size, or ``fmt``'s resize without one.

@@ -92,7 +92,9 @@ def test_differential_lmms_eval_relaxed_correctness() -> None:
         if not span:
             continue  # an empty answer: unparseable, 0.0 here
         expected = 1.0 if lmms_relaxed_correctness(span, gold) else 0.0
-        got = relaxed_accuracy(f"<think>x</think><answer>{answer}</answer>", f"<answer>{gold}</answer>")
+        got = relaxed_accuracy(
+            f"<think>x</think><answer>{answer}</answer>", f"<answer>{gold}</answer>"
+        )
         assert got == expected, (answer, gold)
         right += got == 1.0
         numeric_right += got == 1.0 and span.lower() != gold.lower()
@@ -269,7 +271,10 @@ def test_vqa_accuracy_outcomes() -> None:
 
 def test_registered_and_in_the_skyrl_env() -> None:
     rows = {
-        "relaxed_accuracy": ("<answer>37.5</answer>", ["<answer>38</answer>", "<answer>42</answer>"]),
+        "relaxed_accuracy": (
+            "<answer>37.5</answer>",
+            ["<answer>38</answer>", "<answer>42</answer>"],
+        ),
         "vqa_accuracy": (
             json.dumps(["red"] * 7 + ["dark red"] * 3),
             ["<answer>Red</answer>", "<answer>dark red</answer>"],

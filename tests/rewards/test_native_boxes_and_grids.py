@@ -163,7 +163,9 @@ def test_an_image_the_processor_refuses_is_a_dataset_error_for_every_answer(
         answers, [solution] * len(answers), image_path=[str(path)] * len(answers)
     )
     assert scored == [None] * len(answers)
-    with pytest.raises(ValueError, match=r"image_path: the 402x2 image has an aspect ratio past 200"):
+    with pytest.raises(
+        ValueError, match=r"image_path: the 402x2 image has an aspect ratio past 200"
+    ):
         make_reward(reward, box_format=family, on_error="raise")(
             answers[-1:], [solution], image_path=[str(path)]
         )
@@ -173,7 +175,9 @@ def test_a_refused_image_is_no_matter_for_formats_without_a_qwen_processor(tmp_p
     path = tmp_path / "strip.png"
     Image.new("RGB", (402, 2)).save(path)
     scored = make_reward("giou", box_format="relative_1000")(
-        ["no box", "[0, 0, 1000, 1000]"], ["<answer>[0, 0, 402, 2]</answer>"] * 2, image_path=[str(path)] * 2
+        ["no box", "[0, 0, 1000, 1000]"],
+        ["<answer>[0, 0, 402, 2]</answer>"] * 2,
+        image_path=[str(path)] * 2,
     )
     assert scored == [-1.0, 1.0]
 
@@ -183,7 +187,9 @@ def test_a_refused_image_is_no_matter_for_formats_without_a_qwen_processor(tmp_p
 
 @pytest.mark.parametrize("orientation", [1, 2, 3, 4, 5, 6, 7, 8])
 @pytest.mark.parametrize("kind", ["JPEG", "PNG", "WEBP"])
-def test_the_size_is_the_one_transformers_loads(orientation: int, kind: str, tmp_path: Path) -> None:
+def test_the_size_is_the_one_transformers_loads(
+    orientation: int, kind: str, tmp_path: Path
+) -> None:
     path = tmp_path / f"photo_{orientation}.{kind.lower()}"
     exif = Image.Exif()
     exif[0x0112] = orientation
