@@ -9,9 +9,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import skyrl_gym
+from PIL import Image
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from skyrl_rewards.rewards.box_formats import FAMILIES, BoxFormatChoice
+from skyrl_rewards.rewards.registry import build_component
 from skyrl_rewards.train.dataset import GROUNDING, prepare_data
+from skyrl_rewards.train.env import ENV_ID
 
 ROOT = Path(__file__).resolve().parents[1]
 REC = ROOT / "skyrl_rewards" / "sample_data" / "rec.jsonl"
@@ -100,13 +105,6 @@ def test_prepared_rows_carry_the_engines_settings_and_score_right_with_a_default
     The answer is the truth in the pixels of the input the real image processor makes at
     those settings. Without the row's ``image_resize`` the default reward reads it wrong.
     """
-    from PIL import Image
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-        Qwen2VLImageProcessorPil,
-    )
-
-    from skyrl_rewards.rewards.registry import build_component
-
     rows = [json.loads(line) for line in REC.read_text().splitlines()[:4]]
     for row in rows:
         row.pop("image_grid_thw", None)
@@ -116,6 +114,7 @@ def test_prepared_rows_carry_the_engines_settings_and_score_right_with_a_default
     prepared = prepared_rows(tmp_path, BoxFormatChoice.build("qwen2_5_vl", **settings), source)
     engine = Qwen2VLImageProcessorPil(**{"patch_size": 14, "merge_size": 2, **settings})
     iou = build_component("iou")  # default bounds, patch 14
+    in_process = {"in_process": True, "rewards": {"iou": {"weight": 1.0}}}
     changed = 0
     for row in prepared:
         assert row["image_resize"]["patch_size"] == patch
@@ -133,6 +132,11 @@ def test_prepared_rows_carry_the_engines_settings_and_score_right_with_a_default
         sample = {**row, "solution": row["reward_spec"]["ground_truth"]}
         sample["completion"] = f"<answer>{[round(v, 3) for v in answer]}</answer>"
         assert iou.score(sample).value > 0.99, (row["image_path"], answer)
+        # the SkyRL env gets the parquet row's columns as extras, image_resize included
+        extras = {k: v for k, v in row.items() if k not in ("prompt", "data_source")}
+        env = skyrl_gym.make(ENV_ID, env_config=in_process, extras=extras)
+        env.init(row["prompt"])
+        assert env.step(sample["completion"])["reward"] > 0.99
         without = {k: v for k, v in sample.items() if k != "image_resize"}
         default_grid = FAMILIES["qwen2_5_vl"].grid(image.width, image.height)
         if (patch, h, w) != (14, *default_grid[1:]):  # the settings change this image's input
