@@ -10,7 +10,7 @@ from PIL import Image
 
 from skyrl_rewards.cli.main import main
 from skyrl_rewards.data.check import check_rows
-from skyrl_rewards.rewards.box_formats import BoxFormatChoice
+from skyrl_rewards.rewards.geometry.box_formats import BoxFormatChoice
 from skyrl_rewards.rewards.mix import RewardMix
 
 REC = RewardMix.from_config({"iou": {"box_format": "original"}, "format_rec": {}})

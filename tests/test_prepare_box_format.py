@@ -13,7 +13,7 @@ import skyrl_gym
 from PIL import Image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-from skyrl_rewards.rewards.box_formats import FAMILIES, BoxFormatChoice
+from skyrl_rewards.rewards.geometry.box_formats import FAMILIES, BoxFormatChoice
 from skyrl_rewards.rewards.registry import build_component
 from skyrl_rewards.train.dataset import GROUNDING, prepare_data
 from skyrl_rewards.train.env import ENV_ID

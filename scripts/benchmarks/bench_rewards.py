@@ -33,11 +33,11 @@ from skyrl_rewards import (
     iou_reward,
     repetition_reward,
 )
-from skyrl_rewards.rewards.coco_map import MAP_METHODS, coco_map
-from skyrl_rewards.rewards.components import WordTokenizer
-from skyrl_rewards.rewards.ocr import anls
-from skyrl_rewards.rewards.relaxed_accuracy import relaxed_accuracy
-from skyrl_rewards.rewards.vqa_accuracy import vqa_accuracy
+from skyrl_rewards.rewards.boxes.coco_map import MAP_METHODS, coco_map
+from skyrl_rewards.rewards.documents.ocr import anls
+from skyrl_rewards.rewards.documents.relaxed_accuracy import relaxed_accuracy
+from skyrl_rewards.rewards.documents.vqa_accuracy import vqa_accuracy
+from skyrl_rewards.rewards.text.shaping import WordTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "rewards"))
 import benchlib  # noqa: E402

@@ -16,11 +16,18 @@ import pytest
 import skyrl_gym
 
 from skyrl_rewards.rewards.batch import make_reward
+from skyrl_rewards.rewards.contract.result import Status
+from skyrl_rewards.rewards.documents.relaxed_accuracy import (
+    relaxed_accuracy,
+    relaxed_accuracy_score,
+)
+from skyrl_rewards.rewards.documents.vqa_accuracy import (
+    CONTRACTIONS,
+    vqa_accuracy,
+    vqa_accuracy_score,
+)
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.rewards.registry import build_component
-from skyrl_rewards.rewards.relaxed_accuracy import relaxed_accuracy, relaxed_accuracy_score
-from skyrl_rewards.rewards.result import Status
-from skyrl_rewards.rewards.vqa_accuracy import CONTRACTIONS, vqa_accuracy, vqa_accuracy_score
 from skyrl_rewards.train.env import ENV_ID
 
 # --- ChartQA, lmms-eval's relaxed_correctness (lmms_eval/tasks/chartqa/utils.py, from

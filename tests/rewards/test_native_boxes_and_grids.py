@@ -17,9 +17,9 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
 
 from skyrl_rewards import iou_reward
 from skyrl_rewards.rewards.batch import make_reward
-from skyrl_rewards.rewards.box_formats import FAMILIES, grid_is_possible
-from skyrl_rewards.rewards.format_checks import format_reward_rec
-from skyrl_rewards.rewards.geometry import image_size, predicted_box
+from skyrl_rewards.rewards.geometry.box_formats import FAMILIES, grid_is_possible
+from skyrl_rewards.rewards.geometry.boxes import image_size, predicted_box
+from skyrl_rewards.rewards.text.format_checks import format_reward_rec
 
 # --- native answers
 

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 from vllm.multimodal.media.image import ImageMediaIO
 
-from skyrl_rewards.rewards.geometry import image_size
+from skyrl_rewards.rewards.geometry.boxes import image_size
 from skyrl_rewards.train.dataset import image_data_uri
 
 
