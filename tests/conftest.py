@@ -95,3 +95,37 @@ def ray_module(_ray_session: None) -> Iterator[None]:
     """Like ``ray_local``, for module-scoped fixtures (a pool shared by a test module)."""
     start_local_ray()
     yield
+
+
+_AREA_SECONDS: dict[str, float] = {}
+"""Seconds spent per test area (a test folder, or a module of tests/), for the closing summary."""
+AREAS_SHOWN = 12
+
+
+def _area(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    return "/".join(parts[:2]) + "/" if len(parts) > 2 else path
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add each test phase's time (setup, call, teardown) to its area."""
+    area = _area(report.nodeid)
+    _AREA_SECONDS[area] = _AREA_SECONDS.get(area, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Where the run's time went, by area, slowest first (issue 43: a 54-minute run said only
+    dots); ``--durations=N`` lists the slowest single tests."""
+    if not _AREA_SECONDS:
+        return
+    total = sum(_AREA_SECONDS.values())
+    terminalreporter.section(f"time by test area ({total / 60:.1f} min in tests)")
+    ranked = sorted(_AREA_SECONDS.items(), key=lambda item: -item[1])
+    for area, seconds in ranked[:AREAS_SHOWN]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {seconds / total:4.0%}  {area}")
+    if len(ranked) > AREAS_SHOWN:
+        rest = sum(seconds for _, seconds in ranked[AREAS_SHOWN:])
+        terminalreporter.write_line(
+            f"{rest:8.1f} s  {rest / total:4.0%}  {len(ranked) - AREAS_SHOWN} more areas"
+        )

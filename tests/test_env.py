@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import skyrl_gym
 from omegaconf import OmegaConf
 
 from skyrl_rewards.data.jsonl import read_rows, to_samples
+from skyrl_rewards.pool.batching import MicroBatcher
 from skyrl_rewards.pool.config import PoolConfig, load_pool_config
 from skyrl_rewards.pool.reward_pool import RewardPool
 from skyrl_rewards.rewards.mix import RewardMix
@@ -181,6 +184,12 @@ def test_null_columns_are_left_out() -> None:
         ({"pool": ""}, {"reward_spec": {"ground_truth": "1"}}, "env_config.pool"),  # empty name
         ({"pools": "x"}, {"reward_spec": {"ground_truth": "1"}}, "env_config"),  # typo'd key
         ({"in_process": "no"}, {"reward_spec": {"ground_truth": "1"}}, "env_config.in_process"),
+        ({"wait_timeout_s": 0}, {"reward_spec": {"ground_truth": "1"}}, "env_config.wait_timeout_s"),
+        (
+            {"wait_timeout_s": "1h"},
+            {"reward_spec": {"ground_truth": "1"}},
+            "env_config.wait_timeout_s",
+        ),
         ({"in_process": True, "rewards": {"format": {}}}, {}, "extras.reward_spec.ground_truth"),
         (
             {"in_process": True, "rewards": {"format": {}}},
@@ -243,3 +252,17 @@ def test_a_pool_that_does_not_run_is_named_with_a_hint(ray_local) -> None:
         ValueError, match="env_config.pool: no reward pool 'no_such_pool'.*pool start"
     ):
         env.step("<answer>1</answer>")
+
+
+def test_a_reward_that_never_comes_ends_the_step_after_wait_timeout_s(reward_pool_rec) -> None:
+    """The step's wait on the pool is bounded: past ``wait_timeout_s`` it raises, naming why."""
+    _, name = reward_pool_rec
+    sample = rec_samples()[0]
+    env = SkyRLRewardEnv({"pool": name, "wait_timeout_s": 0.5}, skyrl_extras(sample))
+    shared_pool(name)  # connected before the batcher is broken
+    start = time.monotonic()
+    # forced failure in our own code: the client's batcher drops what it is given
+    with mock.patch.object(MicroBatcher, "add", lambda self, items: None):
+        with pytest.raises(TimeoutError, match="env_config.wait_timeout_s: no reward from pool"):
+            env.step(sample["completion"])
+    assert time.monotonic() - start < 5.0

@@ -105,6 +105,16 @@ def test_alarm_fires_at_the_rate_and_clears_below_it() -> None:
     assert not alarm.firing and alarm.rate == 0.0
 
 
+def test_quiet_alarm_window_forgets_masked_items_it_slides_past() -> None:
+    alarm = ErrorRateAlarm(window_items=4, max_rate=0.9, min_items=2, stop=False, pool_name="p")
+    alarm.record([True, False, False, False])
+    assert alarm.rate == 0.25 and not alarm.firing
+    alarm.record([False])  # quiet: the window slides past the masked item one item at a time
+    assert alarm.rate == 0.0 and len(alarm.snapshot()) == 4
+    alarm.record([False] * 3)
+    assert alarm.rate == 0.0
+
+
 def test_stopping_alarm_stays_stopped() -> None:
     alarm = ErrorRateAlarm(window_items=4, max_rate=0.5, min_items=4, stop=True, pool_name="p")
     alarm.record([True] * 4 + [False] * 4)

@@ -6,7 +6,7 @@ Run (in ``.venv-skyrl``: the Qwen2.5-VL processor needs torchvision):
 The model is the tests' tiny random Qwen2.5-VL sequence classifier
 (tests/skyrl_trainer/tiny_vl_reward_model.py, built here, no download); rows
 carry one of four images of different sizes and completions of five lengths.
-Both sides run :class:`~skyrl_rewards.rewards.models.vl_reward_model.VisionRewardModelRunner`
+Both sides run :class:`~skyrl_rewards.rewards.models.vl_runner.VisionRewardModelRunner`
 on the same requests, processor included in the timed region: ``batched``
 with the default token budget, ``single`` with a budget of one token (every
 input alone). Rounds are interleaved and medians reported with the load
@@ -40,8 +40,8 @@ def main() -> None:
     from PIL import Image
     from tiny_vl_reward_model import save_vl_model
 
-    from skyrl_rewards.rewards.models.reward_model import build_runner
     from skyrl_rewards.rewards.models.reward_model_component import RewardModel
+    from skyrl_rewards.rewards.models.reward_model_runners import build_runner
 
     torch.set_num_threads(args.threads)
     folder = Path(tempfile.mkdtemp(prefix="bench_vl_rm_"))

@@ -23,6 +23,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-python}
+if ! "$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('skyrl') is None)" 2>/dev/null; then
+  echo "$(basename "$0"): $PYTHON ($(command -v "$PYTHON" || echo 'not found')) has no SkyRL 0.4; build its venv and use it:" >&2
+  echo "  bash scripts/launch/make_skyrl_venv.sh && . .venv-skyrl/bin/activate   (or PYTHON=.venv-skyrl/bin/python)" >&2
+  exit 2
+fi
 CHECK=()
 if [[ "${1:-}" == "--check" ]]; then CHECK=(--check); shift; fi
 INPUT=${INPUT:-skyrl_rewards/sample_data/rec.jsonl}

@@ -18,8 +18,13 @@ override it (``num_workers=4 rewards.iou.weight=2``: merged into the mix).
 Each command prints the file it read and the resulting mix.
 
 ``score`` checks the config (every reward name and parameter), the input
-and the output path first, then starts a local reward pool (or joins
-``address=auto`` / ``pool=NAME``), scores every row with a progress bar,
+and the output path first, then scores a small input (at most
+:data:`~skyrl_rewards.cli.in_process.IN_PROCESS_MAX_ROWS` rows, rule-based
+rewards) in this process, without Ray (``--local`` asks for that on any
+size); a larger input, a mix with a judge or reward model, ``--pool`` or
+``address=...`` goes through a reward pool: a local Ray started for it (each
+start-up phase printed with its time), or the cluster at ``address``. It
+says which and why in one line, scores every row with a progress bar,
 writes each row with its ``reward`` (total, components, statuses, errors) to
 ``OUT.jsonl``, prints a summary table per component and writes one
 histogram PNG per component next to the output. Masked rows (a component
@@ -37,24 +42,28 @@ Exit codes: 0 success; 1 the dataset has problems (``check``) or some rows
 were masked (``score`` without ``--allow-errors``; the scores are still
 written); 2 bad usage, config or input (invalid YAML, an unknown reward, an
 empty input, an output that cannot be written; the message names the field
-and the line), reported before Ray starts; 130 interrupted (Ctrl-C: one line,
-for ``score`` the rows written and how to go on).
+and the line), reported before Ray starts; 130 interrupted. A Ctrl-C is
+answered at once with what stopping waits for; the command then stops what it
+started and says, for ``score``, which rows were written and how to go on. A
+second Ctrl-C ends it at once, its Ray processes killed
+(:mod:`skyrl_rewards.cli.interrupts`).
 """
 
 from __future__ import annotations
 
 import argparse
-import signal
+import logging
 import sys
-import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
 from omegaconf.errors import OmegaConfBaseException
 
+from skyrl_rewards.cli.interrupts import INTERRUPTED, StopOnCtrlC, ctrl_c_handled
 from skyrl_rewards.cli.judge_server import DEFAULT_HOST as DEFAULT_JUDGE_HOST
 from skyrl_rewards.cli.judge_server import DEFAULT_MODEL as DEFAULT_JUDGE_MODEL
 from skyrl_rewards.cli.judge_server import DEFAULT_PORT as DEFAULT_JUDGE_PORT
@@ -63,8 +72,6 @@ from skyrl_rewards.pool.config import PoolConfig, load_pool_config
 from skyrl_rewards.rewards.contract.result import RewardResult
 
 PROGRESS_CHUNK = 16
-INTERRUPTED = 130
-"""Exit code after Ctrl-C (128 + SIGINT), as a shell reports it."""
 POOL_COUNTERS = (
     "items",
     "worker_calls",
@@ -82,6 +89,12 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> PoolConfig:
     Raises ``ValueError`` naming the file, the key or the override that is wrong
     (invalid YAML included: the message gives the line).
     """
+    for override in overrides:
+        if "=" not in override:
+            raise ValueError(
+                f"override {override!r} has no '=': write it key=value "
+                f"(e.g. {override}={'1.0' if override.endswith('weight') else 'VALUE'})"
+            )
     try:
         return load_pool_config(Path(path), overrides)
     except yaml.YAMLError as e:
@@ -179,20 +192,30 @@ def interrupted_message(scored: int, lines: Sequence[int], input_path: Path, out
 
 def _stop_ray() -> None:
     """After Ctrl-C: stop (or leave) this process's Ray now, every process of a local one with it."""
+    if "ray" not in sys.modules:  # scored in this process: no Ray to stop
+        return
     import ray
 
     if ray.is_initialized():
         ray.shutdown()
 
 
-def _interrupt_once(signum: int, frame: object) -> None:
-    """SIGINT handler: ``KeyboardInterrupt`` the first time, later ones ignored.
-
-    The clean-up after Ctrl-C (the pool's workers, the local Ray) runs to its
-    end and the command reports the interruption once.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise KeyboardInterrupt
+@contextmanager
+def phases_shown(command: str) -> Iterator[None]:
+    """Print a pool's start-up phases (:mod:`skyrl_rewards.pool.phases`) on stderr in the block."""
+    shown = logging.getLogger("skyrl_rewards.pool.phases")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"skyrl-rewards {command}: %(message)s"))
+    level, propagate = shown.level, shown.propagate
+    shown.addHandler(handler)
+    shown.setLevel(logging.INFO)
+    shown.propagate = False
+    try:
+        yield
+    finally:
+        shown.removeHandler(handler)
+        shown.setLevel(level)
+        shown.propagate = propagate
 
 
 def unjudged_warning(mix: Any, samples: Sequence[Mapping[str, Any]], input_path: Path) -> str:
@@ -230,6 +253,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     Everything that can be checked without Ray is checked first: the config
     (and its mix), the input rows, the output path.
     """
+    from skyrl_rewards.cli.in_process import IN_PROCESS, InProcessScorer, choose_runner
     from skyrl_rewards.cli.summary import (
         format_table,
         judge_lines,
@@ -247,11 +271,14 @@ def cmd_score(args: argparse.Namespace) -> int:
     rows, lines = load_rows(input_path, "score")
     samples = to_samples(rows, input_path.resolve().parent, lines)
     output = check_writable(args.output)
+    runner, why = choose_runner(
+        rows=len(rows), mix=mix, address=cfg.address, local=args.local, pool=args.pool
+    )
     unjudged = unjudged_warning(mix, samples, input_path)
     if unjudged:
         print(unjudged, file=sys.stderr)
-
-    from skyrl_rewards.pool.reward_pool import RewardPool
+    where = "in this process, without Ray" if runner == IN_PROCESS else "on a Ray reward pool"
+    print(f"skyrl-rewards score: scoring {where} ({why})", file=sys.stderr, flush=True)
 
     results: list[RewardResult] = []
     writing: list[bool] = []  # set once write_rows has opened the output
@@ -265,7 +292,18 @@ def cmd_score(args: argparse.Namespace) -> int:
                 yield {**row, "reward": result.to_dict()}
 
     try:
-        pool = RewardPool.from_config(cfg)
+        if runner == IN_PROCESS:
+            pool: Any = InProcessScorer(mix)
+        else:
+            from skyrl_rewards.pool.reward_pool import RewardPool
+
+            args.ctrl_c.cleanup = (
+                "the pool's workers"
+                + ("" if cfg.address else " and this command's local Ray")
+                + " to stop"
+            )
+            with phases_shown("score"):
+                pool = RewardPool.from_config(cfg)
         try:
             write_rows(output, scored_rows())  # row by row: an interrupted run keeps what it has
             metrics = pool.metrics()
@@ -277,7 +315,8 @@ def cmd_score(args: argparse.Namespace) -> int:
         print(interrupted_message(written, lines, input_path, output), file=sys.stderr)
         return INTERRUPTED
     weights = {n: float(e.get("weight", 1.0)) for n, e in cfg.rewards.items()}
-    for line in unreachable_lines(metrics.get("judge", {})):
+    unreachable = unreachable_lines(metrics.get("judge", {}))
+    for line in unreachable:
         print(line, end="\n\n")  # once, above the table: the cause of the rows masked below
     print(format_table(summarize(results, weights)))
     print(f"\nscored {len(results)} rows -> {output}")
@@ -285,8 +324,10 @@ def cmd_score(args: argparse.Namespace) -> int:
         print(f"histogram: {path}")
     latency = metrics.get("latency_s", {})
     counts = ", ".join(f"{key} {metrics[key]}" for key in POOL_COUNTERS if key in metrics)
+    label = "in-process" if runner == IN_PROCESS else "pool"
     print(
-        f"pool: {counts}; latency p50 {latency.get('p50', 0.0):.3f}s p99 {latency.get('p99', 0.0):.3f}s"
+        f"{label}: {counts}; latency p50 {latency.get('p50', 0.0):.3f}s "
+        f"p99 {latency.get('p99', 0.0):.3f}s"
     )
     for line in judge_lines(metrics.get("judge", {})):
         print(line)
@@ -304,10 +345,16 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.allow_errors:
         return 0
     first = ", ".join(line.split(":")[0] for line in masked[:5])
+    fix = (
+        "the judge endpoint was unreachable (above): start the judge server or fix the "
+        "config's endpoint.base_url, then rerun"
+        if unreachable
+        else "run `skyrl-rewards check` on the input to see why"
+    )
     print(
         f"skyrl-rewards score: error: {len(masked)} of {len(results)} rows are errors or "
-        f"timeouts ({first}{', ...' if len(masked) > 5 else ''}); run `skyrl-rewards check` "
-        "on the input to see why, or pass --allow-errors to accept them",
+        f"timeouts ({first}{', ...' if len(masked) > 5 else ''}); {fix}, or pass "
+        "--allow-errors to accept them",
         file=sys.stderr,
     )
     return 1
@@ -358,7 +405,9 @@ def cmd_pool_start(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     RewardMix.from_config(cfg.rewards)  # a mix that cannot be built is refused first
     report_config(args.config, cfg)
-    config = pool_service.start(cfg)
+    args.ctrl_c.cleanup = "the pool's workers to stop"
+    with phases_shown("pool start"):
+        config = pool_service.start(cfg)
     print(
         f"reward pool {config['name']!r} started in namespace {config['namespace']!r}: "
         f"{config['num_workers']} workers running, rewards {format_mix(config['rewards'])}"
@@ -408,11 +457,12 @@ def cmd_judge_server(args: argparse.Namespace) -> int:
     url = base_url(server)
     print(
         f"local judge: serving {url} (POST /chat/completions, GET /models), model "
-        f"{args.model!r} (any model name is answered). A rule-based stand-in, not a model: "
-        "'1.0' when the student's answer matches the solution (same text after case, "
-        "spacing and a trailing dot, same number, or the solution's words inside), else "
-        "'0.0'; for trying judge configs without a GPU. Point a config at it with "
-        f"rewards.accuracy.judge.endpoint.base_url={url}; Ctrl-C stops it.",
+        f"{args.model!r} (any model name is answered).\n"
+        "A rule-based stand-in, not a model: '1.0' when the student's answer matches the "
+        "solution\n(same text after case, spacing and a trailing dot, same number, or the "
+        "solution's words inside),\nelse '0.0'; for trying judge configs without a GPU.\n"
+        f"Point a config at it with rewards.accuracy.judge.endpoint.base_url={url}\n"
+        "Ctrl-C stops it.",
         flush=True,
     )
     try:
@@ -440,6 +490,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     score.add_argument("--output", required=True, help="JSONL to write; histograms go next to it")
     score.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    runner = score.add_mutually_exclusive_group()
+    runner.add_argument(
+        "--local",
+        action="store_true",
+        help="score in this process, without Ray, whatever the input's size (rule-based rewards;"
+        " the default for inputs of at most 256 rows)",
+    )
+    runner.add_argument(
+        "--pool",
+        action="store_true",
+        help="score on a Ray reward pool (a local Ray started for it, or address=...) even for a"
+        " small input",
+    )
     score.add_argument(
         "--allow-errors",
         action="store_true",
@@ -509,16 +572,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.bench_args = extra
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, _interrupt_once) if in_main_thread else None
-    try:
-        return int(args.func(args))
-    except KeyboardInterrupt:
-        print(f"skyrl-rewards {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
-        return INTERRUPTED
-    except (ValueError, OSError) as e:  # OSError: a missing or unreadable file, a refused address
-        print(f"skyrl-rewards {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+    args.ctrl_c = StopOnCtrlC(args.command)
+    with ctrl_c_handled(args.ctrl_c):
+        try:
+            return int(args.func(args))
+        except KeyboardInterrupt:
+            print(f"skyrl-rewards {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
+            return INTERRUPTED
+        except (
+            ValueError,
+            OSError,
+        ) as e:  # OSError: a missing or unreadable file, a refused address
+            print(f"skyrl-rewards {args.command}: error: {e}", file=sys.stderr)
+            return 2

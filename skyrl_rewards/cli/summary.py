@@ -158,6 +158,9 @@ def _number(value: float, spec: str) -> str:
     """``value`` formatted, ``-`` for NaN, never a negative zero (``-0.000``)."""
     if math.isnan(value):
         return "-"
+    if spec.endswith("%"):  # half up, as a reader rounds (5/8: 63%), not Python's half to even
+        places = int(spec.strip(".%") or 0)
+        value = math.floor(value * 10 ** (places + 2) + 0.5) / 10 ** (places + 2)
     text = format(value, spec)
     return text[1:] if text.startswith("-") and float(text.rstrip("%")) == 0.0 else text
 
@@ -191,17 +194,28 @@ def format_table(stats: Sequence[ComponentStats]) -> str:
     return "\n".join(rendered)
 
 
+MASKED_ERROR_CHARS = 160
+"""A masked row's message is cut here in the listing (the whole message is in the output file)."""
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MASKED_ERROR_CHARS else text[: MASKED_ERROR_CHARS - 3] + "..."
+
+
 def masked_rows(
     rows: Sequence[Mapping[str, Any]], lines: Sequence[int], results: Sequence[RewardResult]
 ) -> list[str]:
-    """One line per masked row: ``line 3 (id x): iou: error: image not found: ...``."""
+    """One line per masked row: ``line 3 (id x): iou: error: image not found: ...``.
+
+    Each message is cut at :data:`MASKED_ERROR_CHARS` characters.
+    """
     out = []
     for row, line, result in zip(rows, lines, results, strict=True):
         if not result.should_mask:
             continue
         label = f"line {line} (id {row['id']})" if "id" in row else f"line {line}"
         why = "; ".join(
-            f"{name}: {status}: {result.errors.get(name, '')}".rstrip(": ")
+            f"{name}: {status}: {_cut(result.errors.get(name, ''))}".rstrip(": ")
             for name, status in result.status.items()
             if status in MASKING_VALUES
         )
@@ -254,22 +268,25 @@ def write_histograms(
 ) -> list[Path]:
     """One PNG per component (and ``total``) next to ``output``: ``<stem>.<component>.png``.
 
-    Each plot holds the scored values only (see :func:`draw_histogram`).
+    Each plot holds the scored values only (see :func:`draw_histogram`). Drawn
+    on matplotlib's ``Figure`` with the Agg canvas, without ``pyplot`` (no GUI
+    backend, no global figures) and with fixed margins instead of
+    ``tight_layout``: the pyplot import and the layout pass took most of a
+    small ``score``'s time.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     floors = component_floors(results, weights)
     paths = []
     for name, values in scored_values(results).items():
-        fig, ax = plt.subplots(figsize=(4, 3), dpi=100)
+        fig = Figure(figsize=(4, 3), dpi=100)
+        FigureCanvasAgg(fig)
+        ax = fig.subplots()
         draw_histogram(ax, name, values, floors[name], len(results) - len(values))
-        fig.tight_layout()
+        fig.subplots_adjust(left=0.16, right=0.96, bottom=0.16, top=0.9)
         path = output.with_name(f"{output.stem}.{name}.png")
         fig.savefig(path)
-        plt.close(fig)
         paths.append(path)
     return paths
 
@@ -290,12 +307,16 @@ def judge_lines(judges: Mapping[str, Any]) -> list[str]:
         latency = m.get("latency_s", {})
         breaker = m.get("breaker", {})
         cost = f"; cost {m['cost']:.4f}" if m.get("cost") is not None else ""
+        timing = (
+            f"latency p50 {latency.get('p50') or 0.0:.3f}s p99 {latency.get('p99') or 0.0:.3f}s"
+            if m.get("ok", 0)
+            else "latency n/a (no reply)"
+        )
         lines.append(
             f"judge {label}: requests {m.get('requests', 0)}, calls {m.get('calls', 0)}, "
             f"ok {m.get('ok', 0)}, retries {m.get('retries', 0)}, cache hits "
             f"{m.get('cache_hits', 0)}, errors {errors or 'none'}; tokens in "
-            f"{m.get('tokens_in', 0)} out {m.get('tokens_out', 0)}; latency p50 "
-            f"{latency.get('p50') or 0.0:.3f}s p99 {latency.get('p99') or 0.0:.3f}s; breaker "
+            f"{m.get('tokens_in', 0)} out {m.get('tokens_out', 0)}; {timing}; breaker "
             f"{breaker.get('state', '?')} (opened {breaker.get('opens', 0)} times){cost}"
         )
     return lines

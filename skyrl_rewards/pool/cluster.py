@@ -22,7 +22,8 @@
 
 Ctrl-C while Ray starts (in :func:`start_local_ray` and :func:`join_cluster`)
 is held until ``ray.init`` returns and delivered then: a Ray interrupted half
-way leaves its agents running for a minute after the process has gone.
+way leaves its agents running for a minute after the process has gone
+(:func:`sigint_held`; the command line answers such a Ctrl-C at once).
 
 Every failure raises an error naming the cause and the fix.
 """
@@ -60,6 +61,10 @@ class NoClusterError(ConnectionError):
 
 class ClusterAuthError(NoClusterError):
     """The cluster runs but refuses this process: it requires Ray token authentication."""
+
+
+class LocalRayStartError(ConnectionError):
+    """A local Ray did not come up within Ray's own start-up limit (a busy machine)."""
 
 
 class NotEnoughCpusError(ValueError):
@@ -238,9 +243,19 @@ def sigint_held() -> Iterator[None]:
     A SIGINT received in the block is re-raised to the handler in place before
     it (by default: ``KeyboardInterrupt`` right after the block). Outside the
     main thread, where Python runs no signal handler, the block runs as is.
+    A handler with a ``hold(what)`` context manager (the command line's
+    :class:`~skyrl_rewards.cli.interrupts.StopOnCtrlC`) stays in place and holds
+    the interrupt itself: it says at once that it is stopping, and a second
+    Ctrl-C ends the process at once.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
+        return
+    hold = getattr(signal.getsignal(signal.SIGINT), "hold", None)
+    # a handler that holds Ctrl-C itself (the command line's: it answers at once)
+    if hold is not None:
+        with hold("Ray's start (it cannot be stopped half way)"):
+            yield
         return
     received: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, _frame: received.append(signum))
@@ -295,13 +310,22 @@ def start_local_ray(namespace: str, *, worker_niceness: int | None = None) -> No
     (``None``: Ray's 15).
     """
     with sigint_held(), _loopback_node(), _worker_niceness(worker_niceness), _no_token():
-        ray.init(
-            address="local",
-            _node_ip_address=LOOPBACK,
-            include_dashboard=False,
-            namespace=namespace,
-            log_to_driver=False,
-        )
+        try:
+            ray.init(
+                address="local",
+                _node_ip_address=LOOPBACK,
+                include_dashboard=False,
+                namespace=namespace,
+                log_to_driver=False,
+            )
+        except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for this one
+            if "timed out during startup" not in str(error):
+                raise
+            raise LocalRayStartError(
+                f"Ray's local start timed out ({error}); the machine is busy (load "
+                f"{os.getloadavg()[0]:.0f} on {os.cpu_count()} CPUs): run it again when it is "
+                "quieter, or score a small input in this process (skyrl-rewards score --local)"
+            ) from error
 
 
 def _free(resource: str, needed: float, settle_s: float) -> float | None:

@@ -226,6 +226,28 @@ class PoolConfig:
         return data
 
 
+STREAMING_FIRST_PASS_S = 0.1
+"""``first_pass_s`` of a pool whose results are waited for one by one (SkyRL's fully-async trainer)."""
+
+
+def for_streaming(config: PoolConfig, overrides: Sequence[str] = ()) -> PoolConfig:
+    """``config`` in the latency view (``first_pass_s`` :data:`STREAMING_FIRST_PASS_S`) for a
+    consumer that waits for each result on its own, unless ``overrides`` set ``first_pass_s``.
+
+    Under SkyRL's fully-async trainer every group's completion time counts on its own: with
+    the makespan view (0) a burst of math hangs holds the workers' ordinary lanes for a math
+    limit each and the groups behind them wait (docs/pool.md, "Under SkyRL's fully-async
+    trainer"); with a first pass a hang is deferred to the slow lane after its cap and delays
+    only its own group.
+
+    >>> for_streaming(PoolConfig()).first_pass_s, for_streaming(PoolConfig(), ["first_pass_s=0"]).first_pass_s
+    (0.1, 0.0)
+    """
+    if any(o.split("=", 1)[0].strip() == "first_pass_s" for o in overrides) or config.first_pass_s:
+        return config
+    return dataclasses.replace(config, first_pass_s=STREAMING_FIRST_PASS_S)
+
+
 def load_pool_config(
     source: str | Path | Mapping[str, Any] | PoolConfig | None = None,
     overrides: Sequence[str] = (),

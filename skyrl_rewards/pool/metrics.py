@@ -5,6 +5,10 @@ exported through ``ray.util.metrics`` with the tag ``pool=<name>``, so
 Prometheus sees the sum over every process that scores through the pool
 (``skyrl_rewards_pool_<counter>``; latency as ``skyrl_rewards_pool_latency_s_bucket``
 with ``le`` tags, ``_sum``, and ``skyrl_rewards_pool_items`` as its count).
+Ray's counters are updated in one round every :data:`EXPORT_INTERVAL_S` (and
+when ``pool.metrics()`` is read or the client shuts down): an increment costs
+tens of microseconds, and under SkyRL's fully-async trainer items finish one
+by one, hundreds per second, on the client's event loop.
 
 The error-rate alarm watches a sliding window of items: when too many of them
 must be masked (a component timed out or errored), it logs an error loudly and,
@@ -18,7 +22,8 @@ import bisect
 import functools
 import logging
 import threading
-from collections import deque
+import time
+from collections import defaultdict, deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,6 +71,8 @@ COUNTERS = {
     "lane_timeouts": "model-lane computations whose call ran past the lane's timeout_s",
 }
 _RECENT_LATENCIES = 10000
+EXPORT_INTERVAL_S = 1.0
+"""Longest the counts exported through ``ray.util.metrics`` lag behind ``pool.metrics()``."""
 
 
 @functools.cache
@@ -104,6 +111,9 @@ class PoolMetrics:
         self._counts = dict.fromkeys(COUNTERS, 0)
         self._buckets = [0] * (len(LATENCY_BOUNDARIES_S) + 1)
         self._recent_s: deque[float] = deque(maxlen=_RECENT_LATENCIES)
+        self._unexported: defaultdict[tuple[str, str], float] = defaultdict(float)
+        """(exporter, ``le`` tag or "") -> the increment Ray's counter has not had yet."""
+        self._exported_s = time.monotonic()
 
     def count(self, name: str, n: int = 1) -> None:
         """Add ``n`` to counter ``name`` (one of :data:`COUNTERS`)."""
@@ -111,7 +121,8 @@ class PoolMetrics:
             return
         with self._lock:
             self._counts[name] += n
-        _ray_exporters()[name].inc(n, tags=self._tags)
+            self._unexported[(name, "")] += n
+        self._export_when_due()
 
     def record_items(self, latencies_s: list[float], *, errors: int, masked: int) -> None:
         """Record finished items: their latencies (submission to result), error components
@@ -122,22 +133,35 @@ class PoolMetrics:
         with self._lock:
             self._buckets = [old + new for old, new in zip(self._buckets, added, strict=True)]
             self._recent_s.extend(latencies_s)
-        self.count("items", len(latencies_s))
-        self.count("errors", errors)
-        self.count("masked_items", masked)
-        if latencies_s:
-            exporters = _ray_exporters()
             cumulative = 0
             for bound, n in zip((*LATENCY_BOUNDARIES_S, "+Inf"), added, strict=True):
                 cumulative += n
                 if cumulative:
-                    exporters["latency_bucket"].inc(
-                        cumulative, tags={**self._tags, "le": str(bound)}
-                    )
-            exporters["latency_sum"].inc(sum(latencies_s), tags=self._tags)
+                    self._unexported[("latency_bucket", str(bound))] += cumulative
+            if latencies_s:
+                self._unexported[("latency_sum", "")] += sum(latencies_s)
+        self.count("items", len(latencies_s))
+        self.count("errors", errors)
+        self.count("masked_items", masked)
+
+    def export(self) -> None:
+        """Add what was counted since the last export to Ray's exported counters."""
+        with self._lock:
+            pending, self._unexported = self._unexported, defaultdict(float)
+            self._exported_s = time.monotonic()
+        if not pending:
+            return
+        exporters = _ray_exporters()
+        for (name, le), n in pending.items():
+            exporters[name].inc(n, tags={**self._tags, "le": le} if le else self._tags)
+
+    def _export_when_due(self) -> None:
+        if time.monotonic() - self._exported_s >= EXPORT_INTERVAL_S:
+            self.export()
 
     def snapshot(self) -> dict[str, Any]:
         """Counters, ``cache_hit_rate``, latency buckets and p50/p99 of recent items."""
+        self.export()
         with self._lock:
             data: dict[str, Any] = dict(self._counts)
             buckets = list(self._buckets)
@@ -190,8 +214,10 @@ class ErrorRateAlarm:
         with self._lock:
             quiet = not self.firing and len(self._window) >= self._min_items
             if quiet and not any(masked):  # the rate can only fall: no transition
-                self._window.extend(masked)
-                self._masked = sum(self._window)
+                for _ in masked:
+                    if len(self._window) == self._window.maxlen:
+                        self._masked -= self._window[0]
+                    self._window.append(False)
                 return
             for flag in masked:
                 self._record(flag)

@@ -133,7 +133,7 @@ class RewardModelWorker:
         Raises ``RuntimeError`` with the cause when a model does not load, so the
         pool's start fails and says why instead of masking every item.
         """
-        from skyrl_rewards.rewards.models.reward_model import runner_for
+        from skyrl_rewards.rewards.models.reward_model_runners import runner_for
 
         for key, config in self._endpoints.items():
             runner = runner_for(key, config)

@@ -45,6 +45,7 @@ from skyrl_rewards.pool.config import PoolConfig, load_pool_config
 from skyrl_rewards.pool.directory import PoolDirectory
 from skyrl_rewards.pool.lane_dispatch import LaneStartError
 from skyrl_rewards.pool.metrics import ErrorRateAlarm, PoolMetrics
+from skyrl_rewards.pool.phases import phase
 from skyrl_rewards.pool.replay_log import ReplayLog
 from skyrl_rewards.pool.scheduler import Item, Scheduler, record_results
 from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE, REWARD_MODEL_LANE
@@ -177,8 +178,12 @@ class RewardPool:
             self._scheduler.admit, batch_size=config.batch_size, batch_wait_s=config.batch_wait_s
         )
         started = asyncio.run_coroutine_threadsafe(self._scheduler.start(), self._loop)
+        lanes = "".join(f" and its {lane} lane" for lane in sorted(self._mix.lanes()))
         try:
-            started.result(timeout=config.start_timeout_s)
+            with phase(
+                f"starting {config.num_workers} reward workers{lanes} (each imports the rewards)"
+            ):
+                started.result(timeout=config.start_timeout_s)
         except concurrent.futures.TimeoutError:
             message = self._start_failure()
             self._stop_loop()
@@ -319,6 +324,7 @@ class RewardPool:
         atexit.unregister(self.shutdown)
         self._call(self._close())
         self._stop_loop()
+        self._metrics.export()
         if self._owner and not self._scheduler.lost and ray.is_initialized():
             try:
                 ray.get(self._directory.shutdown.remote(), timeout=_SHUTDOWN_WAIT_S)
@@ -386,6 +392,8 @@ def _ensure_ray(address: str | None, namespace: str, *, worker_niceness: int | N
     if ray.is_initialized():
         return
     if address is None:
-        start_local_ray(namespace, worker_niceness=worker_niceness)
+        with phase("starting a local Ray (loopback only: its GCS, raylet and agents)"):
+            start_local_ray(namespace, worker_niceness=worker_niceness)
     else:
-        join_cluster(address, namespace)
+        with phase(f"joining the Ray cluster at {address}"):
+            join_cluster(address, namespace)

@@ -4,8 +4,8 @@ A worker is a synchronous actor with two lanes, each one call at a time: the
 default concurrency group (``max_concurrency=1``) for ordinary calls, and
 :data:`SLOW_LANE` for tasks deferred from a first pass, so that a slow math
 check never holds up the ordinary stream. A third group, :data:`CONTROL`,
-answers :meth:`RewardWorker.stop_at` and :meth:`RewardWorker.math_checks_running`
-while both lanes are busy. The two lanes run in two threads and
+answers :meth:`RewardWorker.stop_at`, :meth:`RewardWorker.math_checks_running` and
+:meth:`RewardWorker.scored` while both lanes are busy. The two lanes run in two threads and
 share the worker's :class:`~skyrl_rewards.rewards.mix.RewardMix` (and any heavy
 state, such as a tokenizer), built once, when the worker starts; the reward
 components are thread-safe (math runs in child processes; tokenizers encode with
@@ -57,8 +57,8 @@ SLOW_LANE = "slow_lane"
 """The concurrency group of slow-lane calls (one at a time, beside the ordinary lane)."""
 
 CONTROL = "control"
-"""The concurrency group of :meth:`RewardWorker.stop_at` and
-:meth:`RewardWorker.math_checks_running`: answered while both lanes score."""
+"""The concurrency group of :meth:`RewardWorker.stop_at`, :meth:`RewardWorker.math_checks_running`
+and :meth:`RewardWorker.scored`: answered while both lanes score."""
 
 CONCURRENCY_GROUPS = {SLOW_LANE: 1, CONTROL: 1}
 """``ray.remote(concurrency_groups=...)`` of the worker actor."""
@@ -109,6 +109,8 @@ class RewardWorker:
         self._stops = threading.Lock()
         self._stop_at: dict[str, int] = {}
         """Call id -> the task index where that call stops; one entry per call streaming."""
+        self._scored = 0
+        """Tasks scored by :meth:`score_tasks` (both lanes; the warm-up is not counted)."""
 
     def ready(self) -> tuple[int, str]:
         """Warm every component up once; return ``(pid, node_id)`` of this worker."""
@@ -170,6 +172,8 @@ class RewardWorker:
                         score = self._timed_score(name, samples[sample_index])
                         status = score.status.value
                 pending.append((float(score.value), status, score.error))
+                with self._stops:
+                    self._scored += 1
             yield Progress(scores=tuple(pending))
         finally:
             if call_id:
@@ -200,6 +204,11 @@ class RewardWorker:
                 except OSError:
                     continue
         return sum(parent in servers for parent in parents.values())
+
+    def scored(self) -> int:
+        """Tasks this worker has scored (computations, counted where they run)."""
+        with self._stops:
+            return self._scored
 
     def stop_at(self, call_id: str, index: int) -> None:
         """End the call ``call_id`` (if it still streams) before its task ``index``."""

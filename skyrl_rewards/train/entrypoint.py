@@ -15,8 +15,10 @@ What SkyRL's own ``main_base`` does, with four differences:
    cluster before training and stopped after it; otherwise an env with
    ``pool: NAME`` connects to a pool started with ``skyrl-rewards pool start``.
 
-``--check`` parses and validates the config, prints this project's sections
-and exits: no Ray, no GPU (what the launch scripts' ``--check`` runs). It
+``--check`` checks what a run would trip on first (the config's types, every
+file it names, each env's section, the pool: :mod:`skyrl_rewards.train.check`,
+a line per phase), prints this project's sections and exits: no Ray, no GPU
+(what the launch scripts' ``--check`` runs). It
 silences the notices that importing vLLM, torch and SkyRL prints on a
 machine without a GPU (:func:`quiet_gpu_notices`): the check needs none.
 """
@@ -37,14 +39,15 @@ SkyRL override (trainer.*, generator.*, data.*, environment.*), no '+' prefix, p
 this project's sections:
 
 {sections}
---check   parse and validate the config, print this project's sections, exit (no Ray, no GPU)
+--check   check the config (types, every file it names, the envs, the pool), a line per phase;
+          print this project's sections, exit (no Ray, no GPU)
 """
 
 NO_SKYRL = (
     "python -m skyrl_rewards.train: needs SkyRL 0.4 on Python 3.12, and this Python {python} "
-    "has no skyrl package; install it in a venv of its own (as the README says): "
-    "python3.12 -m venv .venv-skyrl && . .venv-skyrl/bin/activate && "
-    'pip install -e ".[skyrl]" "skyrl[fsdp]==0.4.0"'
+    "has no skyrl package; build its venv (the script finds a Python 3.12 on PATH or pyenv's) "
+    "and use it (as the README says): bash scripts/launch/make_skyrl_venv.sh && "
+    ". .venv-skyrl/bin/activate"
 )
 
 
@@ -130,7 +133,7 @@ def reward_pool_config(cfg: Any) -> Any:
     from omegaconf import OmegaConf
 
     from skyrl_rewards.bundled import config_file
-    from skyrl_rewards.pool.config import load_pool_config
+    from skyrl_rewards.pool.config import for_streaming, load_pool_config
 
     launch = cfg.reward_pool
     source = OmegaConf.to_container(OmegaConf.load(config_file(launch.config)), resolve=True)
@@ -138,6 +141,8 @@ def reward_pool_config(cfg: Any) -> Any:
         mix = OmegaConf.load(config_file(launch.rewards))
         source["rewards"] = OmegaConf.to_container(mix.rewards, resolve=True)
     pool_config = load_pool_config(source, launch.overrides)
+    if cfg.trainer.fully_async.enabled:  # each group waits for its own rewards: latency view
+        pool_config = for_streaming(pool_config, launch.overrides)
     env = cfg.environment.skyrl_gym.skyrl_rewards
     if cfg.environment.env_class == "skyrl_rewards" and not env.in_process:
         if env.pool != pool_config.name:
@@ -180,13 +185,18 @@ def _summary(cfg: Any) -> str:
     from skyrl_rewards.train.config import SKYRL_HAS_TAU_BENCH
 
     gym = cfg.environment.skyrl_gym
-    alias = None if SKYRL_HAS_TAU_BENCH else asdict(gym.tau_bench)
+    # the alias section only where the alias id is the env used (else it is an unused default)
+    alias = (
+        asdict(gym.tau_bench)
+        if not SKYRL_HAS_TAU_BENCH and cfg.environment.env_class == "tau_bench"
+        else None
+    )
     return "\n".join(
         [
             f"environment.env_class: {cfg.environment.env_class}",
             f"environment.skyrl_gym.skyrl_rewards: {asdict(gym.skyrl_rewards)}",
             f"environment.skyrl_gym.tau_bench_env: {asdict(gym.tau_bench_env)}",
-            *([] if SKYRL_HAS_TAU_BENCH else [f"environment.skyrl_gym.tau_bench: {alias}"]),
+            *([] if alias is None else [f"environment.skyrl_gym.tau_bench: {alias}"]),
             f"environment.skyrl_gym.on_env_error: {gym.on_env_error}",
             f"reward_pool: {asdict(cfg.reward_pool)}",
             f"generator.vision_language_generator: {cfg.generator.vision_language_generator}",
@@ -209,18 +219,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     check = "--check" in args
     overrides = [a for a in args if a != "--check"]
     if check:
-        quiet_gpu_notices()
+        return run_check(overrides)
     try:
         cfg = parse_config(overrides)
-        if check and cfg.reward_pool.config:  # every reward and parameter of the mix, no Ray
-            from skyrl_rewards.rewards.mix import RewardMix
-
-            RewardMix.from_config(reward_pool_config(cfg).rewards)
     except (ValueError, FileNotFoundError, AssertionError) as error:  # SkyRL validates by assert
         print(f"python -m skyrl_rewards.train: config error: {error}", file=sys.stderr)
         return 2
-    if check:
-        print(_summary(cfg))
-        return 0
     run(cfg)
+    return 0
+
+
+def _say(line: str) -> None:
+    """A phase's line on stdout; a problem (indented) on stderr, as errors go."""
+    print(line, file=sys.stderr if line.startswith("  ") else sys.stdout, flush=True)
+
+
+def run_check(overrides: Sequence[str]) -> int:
+    """``--check``: every phase of :mod:`skyrl_rewards.train.check`, a line each; 2 on a problem."""
+    from skyrl_rewards.train.check import check
+
+    quiet_gpu_notices()
+    cfg, problems = check(overrides, reward_pool_config, say=_say)
+    if problems:
+        print(
+            f"python -m skyrl_rewards.train: config error: {problems} problem"
+            f"{'s' * (problems > 1)} (listed above); fix them and check again",
+            file=sys.stderr,
+        )
+        return 2
+    print(_summary(cfg))
     return 0

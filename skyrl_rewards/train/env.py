@@ -17,6 +17,11 @@ truth and returns the weighted reward with ``done=True``.
 - ``in_process``: score in this process with a :class:`RewardMix` built from
   ``rewards`` (for debugging, tests and small runs; no Ray needed).
 - ``rewards``: ``{name: {weight, **params}}``, as in ``configs/*.yaml``.
+- ``wait_timeout_s``: the longest a ``step`` waits for its reward from the pool
+  (default 3600). The pool's own limits (``timeout_s``, retries, the slow lane's
+  net, the model lanes' timeouts) answer every item long before; past this the
+  pool is broken, and ``step`` raises ``TimeoutError`` naming it (the masking
+  generator then masks that trajectory alone).
 
 ``extras`` (one dataset row, as SkyRL passes it):
 
@@ -45,6 +50,7 @@ the ``tau_bench`` env of the same package and any other installed env). An id
 already held by a different env is an error, never silently replaced.
 """
 
+import concurrent.futures
 import json
 import threading
 from collections.abc import Mapping
@@ -78,8 +84,14 @@ class RewardEnvConfig:
     """Score in this process with ``rewards`` instead of a pool."""
     rewards: Mapping[str, Any] = field(default_factory=dict)
     """Reward mix ``{name: {weight, **params}}``; required when ``in_process``."""
+    wait_timeout_s: float = 3600.0
+    """Longest a ``step`` waits for its reward from the pool (a net: the pool's limits come first)."""
 
     def __post_init__(self) -> None:
+        if not self.wait_timeout_s > 0:
+            raise ValueError(
+                f"env_config.wait_timeout_s: must be > 0 seconds, got {self.wait_timeout_s!r}"
+            )
         if self.in_process and not self.rewards:
             raise ValueError(
                 "env_config.rewards: in_process=true needs a reward mix {name: {weight, ...}}"
@@ -102,19 +114,26 @@ class RewardEnvConfig:
             env_config = OmegaConf.to_container(env_config, resolve=True)
         if not isinstance(env_config, Mapping):
             raise ValueError(f"env_config: expected a mapping, got {type(env_config).__name__}")
-        unknown = set(env_config) - {"pool", "in_process", "rewards"}
+        unknown = set(env_config) - {"pool", "in_process", "rewards", "wait_timeout_s"}
         if unknown:
             raise ValueError(
-                f"env_config: unknown keys {sorted(unknown)}; expected pool, in_process, rewards"
+                f"env_config: unknown keys {sorted(unknown)}; expected pool, in_process, "
+                "rewards, wait_timeout_s"
             )
         pool = env_config.get("pool")
         in_process = env_config.get("in_process", False)
         if not isinstance(in_process, bool):
             raise ValueError(f"env_config.in_process: expected true or false, got {in_process!r}")
+        wait_timeout_s = env_config.get("wait_timeout_s", cls.wait_timeout_s)
+        if isinstance(wait_timeout_s, bool) or not isinstance(wait_timeout_s, (int, float)):
+            raise ValueError(
+                f"env_config.wait_timeout_s: expected seconds (a number), got {wait_timeout_s!r}"
+            )
         return cls(
             pool=PoolConfig.name if pool is None else str(pool),
             in_process=in_process,
             rewards=dict(env_config.get("rewards") or {}),
+            wait_timeout_s=float(wait_timeout_s),
         )
 
 
@@ -229,11 +248,25 @@ class SkyRLRewardEnv(BaseTextEnv):
         if self.config.in_process:
             result = _shared_mix(self.config.rewards).score(sample)
         else:
-            result = shared_pool(self.config.pool).score([sample])[0]
+            result = self._score_in_pool(sample)
         self.result = result
         return BaseTextEnvStepOutput(
             observations=[], reward=result.total, done=True, metadata=result.to_dict()
         )
+
+    def _score_in_pool(self, sample: dict[str, Any]) -> RewardResult:
+        """The pool's result for ``sample``, waited for at most ``wait_timeout_s``."""
+        try:
+            return shared_pool(self.config.pool).score(
+                [sample], wait_timeout_s=self.config.wait_timeout_s
+            )[0]
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(
+                f"env_config.wait_timeout_s: no reward from pool {self.config.pool!r} within "
+                f"{self.config.wait_timeout_s:g}s, though its own limits should have answered "
+                "long before; see `skyrl-rewards pool status` and the pool's log. This "
+                "trajectory is masked (environment.skyrl_gym.on_env_error=mask)"
+            ) from None
 
     def get_metrics(self) -> dict[str, Any]:
         """Per-episode numbers: ``reward/<component>``, ``should_mask`` (1.0 when the result is a fallback), ``reward/latency_s``."""

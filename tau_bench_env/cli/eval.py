@@ -4,6 +4,11 @@
 --agent-model my-ckpt --user-base-url http://127.0.0.1:8001/v1 --user-model gpt-4o
 --trials 4 --concurrency 16 --out runs/retail``
 
+``tau-bench-env eval --domain retail --tasks 0-4 --stand-in --out out/eval/try`` runs
+without model servers: a scripted agent on loopback replays each task's
+ground-truth actions and a replay user opens each task
+(:mod:`tau_bench_env.cli.stand_in`, announced as a stand-in).
+
 Without ``--workers``/``--address`` the episodes run in this process
 (``--concurrency`` threads); with them, on Ray actors (``--workers`` of them,
 each ``--concurrency`` episodes at once). ``--resume`` continues a run in
@@ -21,6 +26,7 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,10 +34,12 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from tau_bench_env.backends import BACKENDS, backend_domains, load_domain
+from tau_bench_env.cli import stand_in
 from tau_bench_env.config import REWARD_KINDS, USER_KINDS, UserConfig, env_config_from
 from tau_bench_env.episode.user_review import review_lines
 from tau_bench_env.evaluation.evaluate import (
     JOURNAL_FILE,
+    PLOT_FILE,
     RESULTS_FILE,
     EvalSpec,
     Runner,
@@ -100,8 +108,16 @@ def add_eval_parser(commands: Any) -> None:
         "simulator broke the task",
     )
     agent = cmd.add_argument_group("agent (OpenAI-compatible endpoint)")
-    agent.add_argument("--agent-base-url", required=True, help="e.g. http://127.0.0.1:8000/v1")
-    agent.add_argument("--agent-model", required=True)
+    agent.add_argument(
+        "--agent-base-url", help="e.g. http://127.0.0.1:8000/v1 (required without --stand-in)"
+    )
+    agent.add_argument("--agent-model", help="required without --stand-in")
+    agent.add_argument(
+        "--stand-in",
+        action="store_true",
+        help="no model servers: a scripted agent on loopback replays each task's ground-truth "
+        "actions and a replay user opens each task, to see a run end to end (measures nothing)",
+    )
     agent.add_argument(
         "--tool-mode",
         default="native",
@@ -157,6 +173,16 @@ def _spec(args: argparse.Namespace) -> EvalSpec:
         given = getattr(args, f"user_{key}")
         if given is not None:
             user[key] = given
+    if args.stand_in:
+        given = [flag for flag in _MODEL_FLAGS if getattr(args, flag.lstrip("-").replace("-", "_"))]
+        if given:
+            raise ValueError(f"--stand-in plays the agent and the user itself: drop {given[0]}")
+        user["kind"] = "replay"
+    elif args.agent_base_url is None or args.agent_model is None:
+        raise ValueError(
+            "--agent-base-url and --agent-model name the policy's endpoint; without model "
+            "servers, try --stand-in (a scripted agent and user, to see a run end to end)"
+        )
     values["user"] = user
     env = env_config_from(values)
     if env.review_user:
@@ -165,8 +191,8 @@ def _spec(args: argparse.Namespace) -> EvalSpec:
             "training; eval reports them instead: drop it and pass --review-user"
         )
     policy = PolicyConfig(
-        base_url=args.agent_base_url,
-        model=args.agent_model,
+        base_url=args.agent_base_url or PolicyConfig.base_url,
+        model=args.agent_model or PolicyConfig.model,
         tool_mode=args.tool_mode,
         api_key_env=args.agent_api_key_env or None,
         temperature=args.agent_temperature,
@@ -181,6 +207,16 @@ def _spec(args: argparse.Namespace) -> EvalSpec:
         if not isinstance(turns, dict):
             raise ValueError(f"{args.user_turns} must hold a JSON object of task id -> turns")
     return EvalSpec(env=env, policy=policy, domain=args.domain, split=args.split, user_turns=turns)
+
+
+_MODEL_FLAGS = (
+    "--agent-base-url",
+    "--agent-model",
+    "--user-kind",
+    "--user-base-url",
+    "--user-model",
+    "--user-turns",
+)
 
 
 def check_served(backend: str, domain: str) -> None:
@@ -282,6 +318,12 @@ def report(summary: dict[str, Any], spec: EvalSpec, out: Path) -> str:
     lines.extend(error_lines(summary["error_list"], spec))
     if summary["errors"]:
         lines.append("rerun with --resume to retry the episodes that ended in errors")
+    figure = out / PLOT_FILE
+    lines.append(
+        f"pass^k figure: {figure}"
+        if figure.is_file()
+        else "pass^k figure: none (no task had every trial judged)"
+    )
     lines.append(f"results: {out}")
     return "\n".join(lines)
 
@@ -294,15 +336,22 @@ def run_eval(args: argparse.Namespace) -> int:
             raise ValueError(f"--trials must be >= 1, got {args.trials}")
         check_served(spec.env.backend, spec.domain)
         domain = load_domain(spec.env.backend, spec.domain, embeddings=spec.env.embeddings)
-        tasks = parse_selection(args.tasks, len(domain.tasks(spec.split)))
+        count = len(domain.tasks(spec.split))
+        try:
+            tasks = parse_selection(args.tasks, count)
+        except ValueError as error:
+            raise ValueError(
+                f"{error}: the {spec.env.backend} {spec.domain} {spec.split!r} split has {count} "
+                f"tasks (0-{count - 1})"
+            ) from error
         if args.review_user and spec.env.judge is None:
             raise ValueError(
                 "--review-user asks a judge: pass --judge-base-url and --judge-model "
                 "(or judge in --config)"
             )
-        summary = evaluate(
-            spec,
-            args.out,
+        run = partial(
+            evaluate,
+            out_dir=args.out,
             tasks=tasks,
             trials=args.trials,
             runner=_runner(args),
@@ -310,6 +359,18 @@ def run_eval(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             review_judge=spec.env.judge if args.review_user else None,
         )
+        if args.stand_in:
+            chosen = [domain.tasks(spec.split)[index] for index in tasks]
+            with stand_in.serving(chosen) as url:
+                print(stand_in.announcement(url, len(chosen)), file=sys.stderr, flush=True)  # noqa: T201
+                spec = replace(
+                    spec,
+                    policy=PolicyConfig(base_url=url, model=stand_in.MODEL, api_key_env=None),
+                    user_turns={task.task_id: [stand_in.opening_turn(task)] for task in chosen},
+                )
+                summary = run(spec)
+        else:
+            summary = run(spec)
     except KeyboardInterrupt:
         journal = args.out / JOURNAL_FILE
         kept = sum(1 for _ in journal.open("rb")) if journal.is_file() else 0

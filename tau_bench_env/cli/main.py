@@ -78,7 +78,12 @@ DEFAULT_BACKEND = "tau2"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tau-bench-env", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="tau-bench-env",
+        description="Evaluate a policy on tau-bench domains (eval), re-score recorded runs "
+        "(rescore), compare two results files (compare), check a task set's gold actions "
+        "(check-tasks).",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     rescore_cmd = commands.add_parser("rescore", help="re-score recorded tau-bench or tau2 runs")
     rescore_cmd.add_argument(
@@ -410,7 +415,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 results_format=setting["format"],
                 keep_diverged=args.keep_diverged,
             )
-    except (OSError, ResultsFileError) as error:
+    except FileNotFoundError:
+        where = "" if Path(args.results).is_absolute() else f" (looked for in {Path.cwd()})"
+        return _error(f"{args.results}: no such file{where}")
+    except OSError as error:
+        return _error(f"{args.results}: cannot be read: {error.strerror or error}")
+    except ResultsFileError as error:
         return _error(str(error))
     except ValueError as error:
         return _error(f"{args.results}: {error}")

@@ -115,18 +115,25 @@ def summarize_eval(
     }
 
 
-def plot_pass_hat_k(summary: Mapping[str, Any], path: Path, *, title: str) -> Path:
-    """Save a PNG of pass^k against k (matplotlib, no display needed)."""
+def plot_pass_hat_k(summary: Mapping[str, Any], path: Path, *, title: str) -> Path | None:
+    """Save a PNG of pass^k against k (matplotlib, no display needed).
+
+    Without a value (no task had every trial judged) no figure is written, and
+    one left by an earlier run in ``path`` is removed: an empty plot would pass
+    for a result. Returns the path written, or None.
+    """
+    points = sorted((int(k), float(v)) for k, v in summary["pass_hat_k"].items())
+    if not points:
+        path.unlink(missing_ok=True)
+        return None
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    points = sorted((int(k), float(v)) for k, v in summary["pass_hat_k"].items())
     figure, axes = pyplot.subplots(figsize=(5, 3.5), dpi=100)
-    if points:
-        axes.plot([k for k, _ in points], [v for _, v in points], marker="o")
-        axes.set_xticks([k for k, _ in points])
+    axes.plot([k for k, _ in points], [v for _, v in points], marker="o")
+    axes.set_xticks([k for k, _ in points])
     axes.set_ylim(0.0, 1.05)
     axes.set_xlabel("k (trials that must all succeed)")
     axes.set_ylabel("pass^k")

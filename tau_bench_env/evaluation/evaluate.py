@@ -28,8 +28,8 @@ endpoint, or its recorded turns) or ``env`` (the backend, the judge).
   atomically (at most every ``flush_every_s`` and at the end); at the end
   (also after Ctrl-C) it holds exactly the journal's judged runs, whatever
   instant the signal landed (:meth:`ResultsStore.close`);
-- ``summary.json`` and ``pass_hat_k.png``: written at the end
-  (:mod:`~tau_bench_env.evaluation.eval_summary`).
+- ``summary.json`` and ``pass_hat_k.png``: written at the end (the figure only
+  when some task had every trial judged; :mod:`~tau_bench_env.evaluation.eval_summary`).
 """
 
 from __future__ import annotations

@@ -7,18 +7,16 @@ it; these helpers only set up and drive, the tests assert.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import judge_texts
 import ray
 from judge_server import JudgeServer
+from ray_clusters import two_node_cluster  # noqa: F401  (the tests of this folder take it from here)
 from ray import cloudpickle
-from ray.cluster_utils import Cluster
 
 from skyrl_rewards.pool.reward_pool import RewardPool
 from skyrl_rewards.rewards.contract.result import RewardResult
@@ -68,26 +66,6 @@ def rows(count: int, start: int = 0, script: str | None = None) -> list[dict[str
 def judged(count: int, start: int = 0) -> list[float]:
     """The judge's values for :func:`rows`: 1.0, 0.0, ..."""
     return [1.0 if i % 2 == 0 else 0.0 for i in range(start, start + count)]
-
-
-@contextlib.contextmanager
-def two_node_cluster(head_cpus: int) -> Iterator[list[Any]]:
-    """A loopback Ray cluster: a head with ``head_cpus`` and two nodes of 2 CPUs; yields the nodes.
-
-    The session's local Ray is shut down first (the next test that needs it starts it again).
-    """
-    if ray.is_initialized():
-        ray.shutdown()
-    local = {"node_ip_address": "127.0.0.1", "include_dashboard": False}
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, **local})
-    nodes = [cluster.add_node(num_cpus=2, **local) for _ in range(2)]
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace="skyrl_rewards", log_to_driver=False)
-    try:
-        yield [cluster, *nodes]
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 def _score_rows(name: str, start: int, count: int, script: str | None) -> list[float]:

@@ -65,7 +65,7 @@ def test_score_with_a_judge_prints_its_calls_and_masks_an_outage(
                 "rewards.accuracy.judge.endpoint.breaker.failures=1",
             ]
         )
-        down_out = capsys.readouterr().out
+        down_out, down_err = capsys.readouterr()
     assert code == 0
     scored = [
         json.loads(line)["reward"] for line in (tmp_path / "ok.jsonl").read_text().splitlines()
@@ -94,3 +94,12 @@ def test_score_with_a_judge_prints_its_calls_and_masks_an_outage(
     assert lines[at].startswith(expected), lines[at]
     assert f"cannot reach {server.url}/chat/completions" in lines[at] and "curl" in lines[at]
     assert down_out.count("was unreachable") == 1 and "was unreachable" not in ok
+    # issue 43: no reply, no latency; each masked row's line cut; the advice names the endpoint
+    assert "latency n/a (no reply)" in down_out and "latency n/a" not in ok
+    masked = [line for line in lines if line.startswith("  line ")]
+    assert len(masked) == 2 and all(len(line) < 220 for line in masked), masked
+    advice = down_err.strip().splitlines()[-1]
+    assert advice.endswith(
+        "the judge endpoint was unreachable (above): start the judge server or fix the "
+        "config's endpoint.base_url, then rerun, or pass --allow-errors to accept them"
+    ), advice

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import random
 from pathlib import Path
 from unittest import mock
 
@@ -34,9 +35,9 @@ from skyrl_rewards.rewards.contract.result import Status
 from skyrl_rewards.rewards.models.reward_model import (
     RewardModelConfig,
     RewardModelRunner,
-    run_reward_model_requests,
 )
 from skyrl_rewards.rewards.models.reward_model_component import Normalization, RewardModel
+from skyrl_rewards.rewards.models.reward_model_runners import run_reward_model_requests
 from skyrl_rewards.rewards.registry import build_component
 
 PROMPTS = [
@@ -157,22 +158,55 @@ def test_batching_by_token_budget_gives_the_unbatched_values(
     assert runner.metrics.padded_tokens <= max(budget, width) * runner.metrics.batches
 
 
+def test_in_bfloat16_a_value_moves_with_its_batch_unless_batch_invariant(
+    model_dir: Path,
+) -> None:
+    # In bf16 the products of a larger pass round differently (CPU here, GPUs the same way):
+    # the fast path's value depends on what it is scored with; batch_invariant scores each
+    # input alone, unpadded, so its value is the single forward's whatever the batch.
+    rng = random.Random(0)
+    words = " ".join(PROMPTS + COMPLETIONS).split()
+    requests = [
+        ModelRequest(
+            REWARD_MODEL_LANE,
+            "e",
+            {
+                "messages": _chat(
+                    " ".join(rng.choices(words, k=5)), " ".join(rng.choices(words, k=n))
+                )
+            },
+        )
+        for n in [rng.randint(1, 60) for _ in range(24)]
+    ]
+    moved = {}
+    for invariant in (False, True):
+        runner = RewardModelRunner(
+            {"model": str(model_dir), "dtype": "bfloat16", "batch_invariant": invariant}
+        )
+        single = [runner.score([request])[0].value for request in requests]
+        batched = [o.value for o in runner.score(requests)]
+        moved[invariant] = max(abs(a - b) for a, b in zip(single, batched, strict=True))
+        assert runner.metrics.batches == (2 * len(requests) if invariant else len(requests) + 1)
+    assert moved[False] > 1e-3  # the fast path's bf16 value depends on its batch
+    assert moved[True] <= 1e-3  # within 1e-3 of the single unpadded forward (here: equal)
+
+
 def test_out_of_memory_halves_the_batch_and_retries(model_dir: Path) -> None:
     runner = RewardModelRunner({"model": str(model_dir)})
     expected = [o.value for o in runner.score(_requests())]
     forward = RewardModelRunner._forward
 
-    def small_batches_only(self: RewardModelRunner, batch: list) -> list[float]:
-        if len(batch) > 2:
+    def small_batches_only(self: RewardModelRunner, inputs: dict) -> list[float]:
+        if len(inputs["input_ids"]) > 2:
             raise torch.OutOfMemoryError("CUDA out of memory (forced by the test)")
-        return forward(self, batch)
+        return forward(self, inputs)
 
     with mock.patch.object(RewardModelRunner, "_forward", small_batches_only):
         outcomes = runner.score(_requests())
     assert [o.value for o in outcomes] == pytest.approx(expected, abs=1e-5)
     assert runner.metrics.oom_splits == 2  # 5 -> 2 + 3, 3 -> 1 + 2
 
-    def never_fits(self: RewardModelRunner, batch: list) -> list[float]:
+    def never_fits(self: RewardModelRunner, inputs: dict) -> list[float]:
         raise torch.OutOfMemoryError("CUDA out of memory (forced by the test)")
 
     with mock.patch.object(RewardModelRunner, "_forward", never_fits):
@@ -187,10 +221,10 @@ def test_a_failing_item_does_not_fail_its_batch(model_dir: Path) -> None:
     forward = RewardModelRunner._forward
     bad = len(template_ids(model_dir, _chat(PROMPTS[1], COMPLETIONS[1])))
 
-    def fails_on_one(self: RewardModelRunner, batch: list) -> list[float]:
-        if any(len(item.ids) == bad for item in batch):
+    def fails_on_one(self: RewardModelRunner, inputs: dict) -> list[float]:
+        if (inputs["attention_mask"].sum(dim=1) == bad).any():
             raise RuntimeError("index out of range in self")
-        return forward(self, batch)
+        return forward(self, inputs)
 
     with mock.patch.object(RewardModelRunner, "_forward", fails_on_one):
         outcomes = runner.score(_requests())
@@ -302,6 +336,7 @@ def test_an_unusable_device_is_a_load_error(model_dir: Path, device: str, messag
         ({"model": "m", "max_length": 0}, "max_length: expected a positive integer"),
         ({"model": "m", "max_tokens_per_batch": 1.5}, "max_tokens_per_batch"),
         ({"model": "m", "truncation": "middle"}, "truncation: expected one of"),
+        ({"model": "m", "batch_invariant": "yes"}, "batch_invariant: expected true or false"),
         ({"model": "m", "batch": 3}, "bad configuration"),  # an unknown key
     ],
 )
@@ -320,11 +355,11 @@ def test_in_process_runs_load_each_model_once(model_dir: Path) -> None:
     requests += [other.lane_request({"prompt": PROMPTS[0], "completion": "42"})]
     endpoints = {**component.endpoints(), **other.endpoints()}
     first = run_reward_model_requests(requests, endpoints)
-    from skyrl_rewards.rewards.models import reward_model
+    from skyrl_rewards.rewards.models import reward_model_runners
 
-    runners = {key: reward_model._RUNNERS[key] for key in endpoints}
+    runners = {key: reward_model_runners._RUNNERS[key] for key in endpoints}
     second = run_reward_model_requests(requests, endpoints)
-    assert {key: reward_model._RUNNERS[key] for key in endpoints} == runners
+    assert {key: reward_model_runners._RUNNERS[key] for key in endpoints} == runners
     assert [o.value for o in first] == [o.value for o in second]
     assert first[-1].value == pytest.approx(first[0].value, abs=1e-5)
 
@@ -387,6 +422,12 @@ def test_failures_settle_masked_never_as_a_score(
 def test_bad_component_parameters_raise(params: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         build_component("reward_model", {"model": "m", **params})
+
+
+def test_batch_invariant_is_for_a_local_model() -> None:
+    assert RewardModel("m", batch_invariant=True).config.batch_invariant
+    with pytest.raises(ValueError, match="batch_invariant is for a local model"):
+        RewardModel(base_url="http://127.0.0.1:1/v1", model="m", batch_invariant=True)
 
 
 def test_prompt_columns_and_requests() -> None:

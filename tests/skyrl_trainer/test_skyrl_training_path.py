@@ -144,6 +144,7 @@ def test_the_readme_command_checks_without_wandb(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB")}
     readme = [
         f"data.train_data=['{tmp_path / 'train.parquet'}']",
+        f"data.val_data=['{tmp_path / 'validation.parquet'}']",
         "environment.env_class=skyrl_rewards",
         "environment.skyrl_gym.skyrl_rewards.pool=vlm_rewards",
         "reward_pool.config=configs/pool.yaml",

@@ -4,10 +4,12 @@ The model is tiny and random, built and saved by the test (no download), with
 a real ``Qwen2_5_VLProcessor`` (:mod:`tiny_vl_reward_model`). Checked:
 
 - rows with different images (sizes, counts, none) scored in one padded batch
-  equal an unpadded forward of transformers' own Qwen2.5-VL base model through
-  the same processor, to 1e-5, in this process and in a pool's reward-model
-  workers; a row whose image cannot be read is masked with its cause while the
-  others score;
+  (their images through the fast image processor in one call, the vision
+  tower's windows packed into a few attention calls) equal an unpadded forward
+  of transformers' own Qwen2.5-VL base model through the checkpoint's
+  processor, to 1e-5, in this process, one row a pass (``batch_invariant``)
+  and in a pool's reward-model workers; a row whose image cannot be read is
+  masked with its cause while the others score;
 - through the ``skyrl_rewards`` SkyRL env a step pays the model's value, and a
   step whose image cannot be read is a masked trajectory (``should_mask``, as
   for the judge's failures);
@@ -31,12 +33,10 @@ from tiny_vl_reward_model import direct_value, save_vl_model
 
 from skyrl_rewards.pool.reward_pool import RewardPool
 from skyrl_rewards.rewards.contract.lanes import REWARD_MODEL_LANE, ModelRequest
-from skyrl_rewards.rewards.models.reward_model import (
-    RewardModelConfig,
-    VisionRewardModelRunner,
-    build_runner,
-)
+from skyrl_rewards.rewards.models.reward_model import RewardModelConfig
 from skyrl_rewards.rewards.models.reward_model_component import RewardModel
+from skyrl_rewards.rewards.models.reward_model_runners import build_runner
+from skyrl_rewards.rewards.models.vl_runner import VisionRewardModelRunner
 from skyrl_rewards.train.env import close_shared_pools
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # trl_helpers, shared with tests/test_trl.py
@@ -113,6 +113,11 @@ def test_one_padded_batch_equals_unpadded_forwards_and_a_broken_image_is_masked(
     assert broken.failure == "model_error"
     assert "payload.images[0]: cannot read image" in broken.message
     assert component.settle(requests[-1], broken).status.value == "error"
+
+    # batch_invariant: every row in a pass of its own (its images processed alone), same values
+    alone = build_runner(RewardModelConfig(model=str(model_dir), batch_invariant=True))
+    assert [o.value for o in alone.score(requests)[:-1]] == pytest.approx(want, abs=1e-5)
+    assert alone.metrics.batches == len(want)
 
 
 def test_a_truncation_the_model_cannot_honour_fails_the_load_with_the_fix(model_dir: Path) -> None:

@@ -7,8 +7,9 @@ processor is a real ``Qwen2_5_VLProcessor`` (the tests' tokenizer, the Qwen2.5-V
 image processor with small pixel bounds, TRL's Qwen2.5-VL chat template), which
 needs torchvision: these tests live in the ``.venv-skyrl`` suite, which has it.
 
-:func:`direct_value` is the reference: one unpadded input through the processor
-and transformers' own Qwen2.5-VL base model (of ``Qwen2_5_VLForConditionalGeneration``) loaded
+:func:`direct_value` is the reference: one unpadded input through the
+checkpoint's processor (its torchvision image processor, as the runner's) and
+transformers' own Qwen2.5-VL base model (of ``Qwen2_5_VLForConditionalGeneration``) loaded
 from the folder, the last
 token's hidden state times the saved ``score.weight``.
 """
@@ -22,12 +23,12 @@ import torch
 from cpu_training_step import qwen2_5_vl_parts
 from PIL import Image
 from safetensors.torch import load_file
-from transformers import (
-    AutoProcessor,
-    Qwen2_5_VLForConditionalGeneration,
-)
+from transformers import Qwen2_5_VLForConditionalGeneration
 
-from skyrl_rewards.rewards.models.vl_reward_model import Qwen2_5_VLForSequenceClassification
+from skyrl_rewards.rewards.models.vl_reward_model import (
+    Qwen2_5_VLForSequenceClassification,
+    fast_processor,
+)
 
 CORPUS = [
     "where is the cat ? the cat sits on a mat in the park while the sun shines",
@@ -53,7 +54,7 @@ def save_vl_model(folder: Path) -> Path:
 
 def direct_value(folder: Path, messages: list[dict[str, Any]], images: list[Image.Image]) -> float:
     """One unpadded forward: the checkpoint's processor, the base model, ``score.weight``."""
-    processor = AutoProcessor.from_pretrained(folder, local_files_only=True)
+    processor = fast_processor(str(folder))
     text = processor.apply_chat_template(messages, tokenize=False)
     inputs = processor(text=[text], images=images or None, return_tensors="pt")
     # the generation model's base (its lm_head, absent here, is not used)

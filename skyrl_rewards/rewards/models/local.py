@@ -41,7 +41,9 @@ def run_requests(
 
             results = run_judge_requests(batch, endpoints)
         elif lane == REWARD_MODEL_LANE:
-            from skyrl_rewards.rewards.models.reward_model import run_reward_model_requests
+            from skyrl_rewards.rewards.models.reward_model_runners import (
+                run_reward_model_requests,
+            )
 
             results = run_reward_model_requests(batch, endpoints)
         else:

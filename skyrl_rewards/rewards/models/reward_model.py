@@ -4,7 +4,8 @@ A :class:`RewardModelRunner` loads ``AutoModelForSequenceClassification`` and
 its tokenizer once, from a local folder (``local_files_only``: never the
 network), and scores :class:`~skyrl_rewards.rewards.contract.lanes.ModelRequest`
 s of the reward-model lane. It is what a pool's reward-model worker holds, and
-what :func:`run_reward_model_requests` keeps, one per endpoint, in this process.
+what :func:`~skyrl_rewards.rewards.models.reward_model_runners.runner_for` keeps,
+one per endpoint, in this process.
 
 Inputs (the request's payload):
 
@@ -18,15 +19,22 @@ Inputs (the request's payload):
 
 A payload's ``images`` (:func:`~skyrl_rewards.rewards.models.reward_model_payload.row_images`) are ignored by a text model. A
 checkpoint whose ``config.json`` names ``Qwen2_5_VLForSequenceClassification``
-is run by :class:`VisionRewardModelRunner` instead (images and text through
-its processor; the model is :mod:`~skyrl_rewards.rewards.models.vl_reward_model`'s;
-:func:`build_runner` picks the runner).
+is run by :class:`~skyrl_rewards.rewards.models.vl_runner.VisionRewardModelRunner`
+instead (images and text through its processor;
+:func:`~skyrl_rewards.rewards.models.reward_model_runners.build_runner` picks
+the runner).
 
 Scoring: inputs are sorted by length (longest first) and packed into batches
 whose padded size (items x longest) stays within ``max_tokens_per_batch``;
 each batch is padded on the right with the model's pad token (the model reads
-the last token that is not padding, so padding changes no value). The value is
-the model's raw logit, in float32; normalisation is the reward component's job.
+the last token that is not padding). In float32 a value then does not depend on
+its batch (to about 1e-6); in bfloat16 it does (the matrix products of a
+larger pass round differently: up to 0.02 on values of size 3 for a tiny model
+on CPU, 0.13 on size 2 for a 6.5B model on a GPU), and ``batch_invariant``
+scores every input alone, unpadded, as a single forward does: its value is
+that forward's, whatever it is scored with, at the cost of batching
+(docs/reward_models.md gives the figures). The value is the model's raw logit,
+in float32; normalisation is the reward component's job.
 An input longer than ``max_length`` tokens is, per ``truncation``, a failure
 (``"error"``, the default) or cut (``"left"`` keeps its end, ``"right"`` its
 start), the cut recorded in the outcome's ``message``.
@@ -46,11 +54,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from skyrl_rewards.rewards.contract.lanes import ModelOutcome, ModelRequest
-from skyrl_rewards.rewards.models.reward_model_payload import InputError, payload_messages, render
+from skyrl_rewards.rewards.models.reward_model_payload import InputError, render
 
 DTYPES = ("bfloat16", "float16", "float32")
 """Values of :attr:`RewardModelConfig.dtype` (``None``: bfloat16 on CUDA, float32 elsewhere)."""
@@ -78,6 +86,8 @@ class RewardModelConfig:
     """Most padded tokens (items x longest item) in one forward pass."""
     truncation: str = "error"
     """An input past ``max_length``: ``"error"`` (a failure), ``"left"`` (keep the end), ``"right"`` (keep the start)."""
+    batch_invariant: bool = False
+    """Score every input in a pass of its own, unpadded: its value does not depend on what it is scored with."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
@@ -92,6 +102,10 @@ class RewardModelConfig:
                 raise ValueError(f"{name}: expected a positive integer, got {value!r}")
         if self.truncation not in TRUNCATIONS:
             raise ValueError(f"truncation: expected one of {TRUNCATIONS}, got {self.truncation!r}")
+        if not isinstance(self.batch_invariant, bool):
+            raise ValueError(
+                f"batch_invariant: expected true or false, got {self.batch_invariant!r}"
+            )
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> RewardModelConfig:
@@ -126,7 +140,10 @@ class RunnerMetrics:
     truncated: int = 0
     oom_splits: int = 0
     failures: int = 0
+    preprocess_s: float = 0.0
+    """Seconds preparing inputs: chat template, tokenizer, a batch's tensors and images."""
     forward_s: float = 0.0
+    """Seconds in the model's forward passes."""
 
 
 class RewardModelRunner:
@@ -241,7 +258,10 @@ class RewardModelRunner:
             self.metrics.failures += len(requests)
             return [_failure(self.load_error) for _ in requests]
         outcomes: list[ModelOutcome | None] = [None] * len(requests)
-        for batch in self._batches(self._items(requests, outcomes)):
+        started = time.perf_counter()
+        items = self._items(requests, outcomes)
+        self.metrics.preprocess_s += time.perf_counter() - started
+        for batch in self._batches(items):
             self._run(batch, outcomes)
         self.metrics.failures += sum(1 for o in outcomes if o is not None and not o.ok)
         assert all(outcome is not None for outcome in outcomes)
@@ -289,8 +309,12 @@ class RewardModelRunner:
         return _Item(index, kept, f"truncated from {len(ids)} to {limit} tokens (kept the {where})")
 
     def _batches(self, items: list[_Item]) -> list[list[_Item]]:
-        """Items, longest first, packed so that items x longest <= max_tokens_per_batch."""
-        if self._pad_id is None:  # the model reads the last position: no padding possible
+        """Items, longest first, packed so that items x longest <= max_tokens_per_batch.
+
+        One item a batch when ``batch_invariant``, or when the model has no pad
+        token (it reads the last position: no padding possible).
+        """
+        if self.config.batch_invariant or self._pad_id is None:
             return [[item] for item in items]
         budget = self.config.max_tokens_per_batch
         batches: list[list[_Item]] = []
@@ -307,7 +331,9 @@ class RewardModelRunner:
 
         started = time.perf_counter()
         try:
-            values = self._forward(batch)
+            inputs = self._prepare(batch)
+            prepared = time.perf_counter()
+            values = self._forward(inputs)
         except (RuntimeError, ValueError, IndexError, TypeError) as error:
             # Only text is kept: the exception's traceback holds the failed pass's tensors,
             # which must be freed before the retries below.
@@ -336,9 +362,11 @@ class RewardModelRunner:
             )
             outcomes[batch[0].index] = _failure(message, tokens_in=len(batch[0].ids))
             return
-        elapsed = time.perf_counter() - started
+        finished = time.perf_counter()
+        elapsed = finished - started
         self.metrics.batches += 1
-        self.metrics.forward_s += elapsed
+        self.metrics.preprocess_s += prepared - started
+        self.metrics.forward_s += finished - prepared
         self.metrics.tokens += sum(len(item.ids) for item in batch)
         self.metrics.padded_tokens += len(batch) * max(len(item.ids) for item in batch)
         for item, value in zip(batch, values, strict=True):
@@ -346,7 +374,8 @@ class RewardModelRunner:
                 value=value, message=item.note, tokens_in=len(item.ids), latency_s=elapsed
             )
 
-    def _forward(self, batch: list[_Item]) -> list[float]:
+    def _prepare(self, batch: list[_Item]) -> dict[str, Any]:
+        """A batch's model inputs on the model's device: ids padded on the right, their mask."""
         import torch
 
         width = max(len(item.ids) for item in batch)
@@ -356,145 +385,18 @@ class RewardModelRunner:
         for row, item in enumerate(batch):
             input_ids[row, : len(item.ids)] = torch.tensor(item.ids, dtype=torch.long)
             attention_mask[row, : len(item.ids)] = 1
+        return {
+            "input_ids": input_ids.to(self._device),
+            "attention_mask": attention_mask.to(self._device),
+        }
+
+    def _forward(self, inputs: dict[str, Any]) -> list[float]:
+        """The first label's logit per row, in float32."""
+        import torch
+
         with torch.inference_mode():
-            logits = self._model(
-                input_ids=input_ids.to(self._device),
-                attention_mask=attention_mask.to(self._device),
-            ).logits
+            logits = self._model(**inputs).logits
         return [float(v) for v in logits[:, 0].float().cpu().tolist()]
-
-
-@dataclass
-class _VisionItem(_Item):
-    """An input with its processor outputs (one row: ids, mask, pixel patches, grids)."""
-
-    features: dict[str, Any] = field(default_factory=dict)
-
-
-class VisionRewardModelRunner(RewardModelRunner):
-    """:class:`RewardModelRunner` for a vision-language classifier (Qwen2.5-VL).
-
-    The checkpoint, its processor and the value are described in
-    :mod:`~skyrl_rewards.rewards.models.vl_reward_model`. A payload's
-    ``images`` (paths, or in-memory images as they are) are read, converted to
-    RGB and downscaled to the judge's cap
-    (:data:`~skyrl_rewards.rewards.models.judge_prompts.MAX_IMAGE_SIDE`; no
-    re-encoding), then put as ``{"type": "image"}`` parts before the text of
-    the last user message; the checkpoint's processor renders the chat and
-    expands each image into its vision tokens. Items are processed one by one
-    and batched as the text runner's (token budget over the expanded ids, OOM
-    halving), padded on the right, their images' patches concatenated
-    (:func:`~skyrl_rewards.rewards.models.vl_reward_model.collate`).
-
-    An input past ``max_length`` is a failure: inputs are never cut (a cut
-    could split an image's tokens), so a ``truncation`` other than ``"error"``
-    is a load error naming the fix.
-    """
-
-    _needs = (
-        "a vision-language reward model needs torch, transformers >= 4.52 and torchvision "
-        "(its processor) where it runs"
-    )
-    _layout = f"{VL_ARCHITECTURE}, with its processor"
-
-    def _load(self) -> None:
-        if self.config.truncation != "error":
-            self.load_error = (
-                f"reward model {self.config.model!r} is a vision-language model, whose inputs "
-                f"are not cut: set truncation: error (got {self.config.truncation!r}) and raise "
-                "max_length if inputs are long"
-            )
-            return
-        super()._load()
-
-    def _from_pretrained(self, path: str, dtype: Any) -> tuple[Any, Any]:
-        """The checkpoint at ``path``: its model in ``dtype`` and its processor."""
-        from transformers import AutoProcessor
-
-        from skyrl_rewards.rewards.models.vl_reward_model import (
-            Qwen2_5_VLForSequenceClassification,
-        )
-
-        processor = AutoProcessor.from_pretrained(path, local_files_only=True)
-        model = Qwen2_5_VLForSequenceClassification.from_pretrained(
-            path, local_files_only=True, dtype=dtype
-        )
-        return model, processor
-
-    def _padding(self, model: Any, tokenizer: Any) -> int | None:
-        """The processor's tokenizer's pad id, else its end (rows are found by their mask)."""
-        pad_id = tokenizer.tokenizer.pad_token_id
-        return tokenizer.tokenizer.eos_token_id if pad_id is None else pad_id
-
-    def _items(
-        self, requests: Sequence[ModelRequest], outcomes: list[ModelOutcome | None]
-    ) -> list[_Item]:
-        items: list[_Item] = []
-        for index, request in enumerate(requests):
-            try:
-                features = self._process(request.payload)
-                ids = features["input_ids"][0].tolist()
-                if len(ids) > self.config.max_length:
-                    raise InputError(
-                        f"input of {len(ids)} tokens (images included) is longer than "
-                        f"max_length={self.config.max_length}; raise max_length"
-                    )
-            except InputError as error:
-                outcomes[index] = _failure(str(error))
-            else:
-                items.append(_VisionItem(index, ids, features=features))
-        return items
-
-    def _process(self, payload: Any) -> dict[str, Any]:
-        """One payload through the processor: a batch of one, as tensors; ``InputError`` when unreadable."""
-        from jinja2 import TemplateError
-
-        if not isinstance(payload, Mapping):
-            raise InputError(f"payload: expected a mapping, got {type(payload).__name__}")
-        images = [
-            self._image(position, ref) for position, ref in enumerate(payload.get("images") or [])
-        ]
-        processor = self._tokenizer
-        try:
-            if "text" in payload and isinstance(payload["text"], str) and not images:
-                text = payload["text"]
-            else:
-                messages: list[dict[str, Any]] = payload_messages(payload)
-                users = [i for i, m in enumerate(messages) if m["role"] == "user"]
-                if images and not users:
-                    raise InputError("payload: images but no user message to put them in")
-                if images:
-                    last = messages[users[-1]]
-                    last["content"] = [
-                        *({"type": "image"} for _ in images),
-                        {"type": "text", "text": last["content"]},
-                    ]
-                text = processor.apply_chat_template(messages, tokenize=False)
-            features = processor(text=[text], images=images or None, return_tensors="pt")
-        except (TemplateError, ValueError, TypeError, KeyError, IndexError) as error:
-            raise InputError(f"processor: {type(error).__name__}: {error}") from error
-        return dict(features)
-
-    def _image(self, position: int, ref: Any) -> Any:
-        from skyrl_rewards.rewards.models.judge_prompts import (
-            MAX_IMAGE_SIDE,
-            downscale,
-            load_image,
-        )
-
-        field_name = f"payload.images[{position}]"
-        try:
-            image = load_image(ref, field_name)
-        except (ValueError, OSError) as error:
-            raise InputError(str(error)) from error
-        return downscale(image.convert("RGB"), MAX_IMAGE_SIDE)
-
-    def _forward(self, batch: list[_Item]) -> list[float]:
-        from skyrl_rewards.rewards.models.vl_reward_model import collate, last_token_values
-
-        rows = [item.features for item in batch if isinstance(item, _VisionItem)]
-        pad = self._pad_id if self._pad_id is not None else 0
-        return last_token_values(self._model, collate(rows, pad))
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
@@ -508,67 +410,3 @@ def _is_out_of_memory(error: BaseException) -> bool:
 def _failure(message: str, *, tokens_in: int = 0) -> ModelOutcome:
     """A ``model_error`` outcome with its cause."""
     return ModelOutcome(failure="model_error", message=message, tokens_in=tokens_in)
-
-
-_RUNNERS: dict[str, RewardModelRunner] = {}
-_RUNNERS_LOCK = threading.Lock()
-
-
-def runner_for(key: str, config: Mapping[str, Any]) -> RewardModelRunner:
-    """This process's runner for endpoint ``key``, built (the model loaded) on first use.
-
-    A runner whose model failed to load is kept too: every later request fails
-    at once with the same message instead of loading again.
-    """
-    with _RUNNERS_LOCK:
-        runner = _RUNNERS.get(key)
-        if runner is None:
-            runner = _RUNNERS[key] = build_runner(RewardModelConfig.from_mapping(config))
-        return runner
-
-
-def build_runner(config: RewardModelConfig) -> RewardModelRunner:
-    """The runner for the checkpoint at ``config.model``.
-
-    A checkpoint whose ``config.json`` names the vision-language classifier
-    (:data:`VL_ARCHITECTURE`) gets a
-    :class:`VisionRewardModelRunner`;
-    any other (or one whose config cannot be read: the runner then says why) a
-    text :class:`RewardModelRunner`.
-    """
-    if _architectures(config.model) == [VL_ARCHITECTURE]:
-        return VisionRewardModelRunner(config)
-    return RewardModelRunner(config)
-
-
-def _architectures(path: str) -> list[str]:
-    """The ``architectures`` of the checkpoint's ``config.json`` (empty when it cannot be read)."""
-    try:
-        from transformers import PretrainedConfig
-
-        config, _ = PretrainedConfig.get_config_dict(path, local_files_only=True)
-    except (ImportError, OSError, ValueError):
-        return []
-    architectures = config.get("architectures")
-    return list(architectures) if isinstance(architectures, list) else []
-
-
-def run_reward_model_requests(
-    requests: Sequence[ModelRequest], endpoints: Mapping[str, Mapping[str, Any]]
-) -> list[ModelOutcome]:
-    """Score reward-model requests in this process: one outcome per request, in order.
-
-    Requests are grouped by endpoint; each endpoint's model is loaded once per
-    process (:func:`runner_for`) and its requests scored in token-budget
-    batches. ``endpoints`` maps each key to a :class:`RewardModelConfig` mapping.
-    """
-    outcomes: list[ModelOutcome | None] = [None] * len(requests)
-    for key in dict.fromkeys(request.endpoint for request in requests):
-        indices = [i for i, request in enumerate(requests) if request.endpoint == key]
-        runner = runner_for(key, endpoints[key])
-        for index, outcome in zip(
-            indices, runner.score([requests[i] for i in indices]), strict=True
-        ):
-            outcomes[index] = outcome
-    assert all(outcome is not None for outcome in outcomes)
-    return outcomes  # type: ignore[return-value]

@@ -129,8 +129,8 @@ def _sigmoid(value: float) -> float:
 class RewardModel(Component):
     """A reward model's scalar for prompt plus completion (see the module doc).
 
-    ``model``, ``device``, ``dtype``, ``max_length``, ``max_tokens_per_batch``
-    and ``truncation`` configure the runner
+    ``model``, ``device``, ``dtype``, ``max_length``, ``max_tokens_per_batch``,
+    ``truncation`` and ``batch_invariant`` configure the runner
     (:class:`~skyrl_rewards.rewards.models.reward_model.RewardModelConfig`);
     ``normalize`` and ``clip`` the score; ``prompt_field`` the prompt column.
     Nothing is loaded here: the model loads where requests run, so a bad path
@@ -154,6 +154,7 @@ class RewardModel(Component):
         max_length: int = 4096,
         max_tokens_per_batch: int = 16384,
         truncation: str = "error",
+        batch_invariant: bool = False,
         normalize: Any = "none",
         clip: Any = None,
         prompt_field: str | None = None,
@@ -173,13 +174,19 @@ class RewardModel(Component):
         self.max_image_side, self.max_image_bytes = max_image_side, max_image_bytes
         self.served: ServedConfig | None = None
         if endpoint is not None or "base_url" in endpoint_fields:
+            if batch_invariant:
+                raise ValueError(
+                    "batch_invariant is for a local model; a served one batches at its server "
+                    "(vLLM: VLLM_BATCH_INVARIANT=1)"
+                )
             self._serve(model, endpoint, endpoint_fields, device, dtype)
             return
         if endpoint_fields:
             raise ValueError(
                 f"unknown parameters {sorted(endpoint_fields)}; a local reward model takes model, "
-                "device, dtype, max_length, max_tokens_per_batch, truncation, normalize, clip, "
-                "prompt_field (a served one: endpoint, or base_url, model, api, ...)"
+                "device, dtype, max_length, max_tokens_per_batch, truncation, batch_invariant, "
+                "normalize, clip, prompt_field (a served one: endpoint, or base_url, model, api, "
+                "...)"
             )
         if images:
             raise ValueError("images: true is for a served reward model (endpoint)")
@@ -195,6 +202,7 @@ class RewardModel(Component):
             max_length=max_length,
             max_tokens_per_batch=max_tokens_per_batch,
             truncation=truncation,
+            batch_invariant=batch_invariant,
         )
         self._endpoint_config = self.config.to_mapping()
         self._endpoint = endpoint_key(self._endpoint_config)
