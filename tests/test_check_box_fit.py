@@ -10,6 +10,7 @@ from PIL import Image
 
 from skyrl_rewards.cli.main import main
 from skyrl_rewards.data.check import check_rows
+from skyrl_rewards.rewards.geometry.box_formats import BoxFormatChoice
 from skyrl_rewards.rewards.mix import RewardMix
 
 REC = RewardMix.from_config({"iou": {"box_format": "original"}, "format_rec": {}})
@@ -59,7 +60,7 @@ def row(image: str, truth: list[int], completion_box: list[float] | None, **colu
                 "outside the 4000x3000 image; it fits original (IoU 1.00): set box_format"
             ],
         ),
-        # a grid from other resize settings: the reward's own dataset error
+        # a grid no resize settings give for the image: the reward's own dataset error
         (
             row(
                 "big.png",
@@ -69,7 +70,7 @@ def row(image: str, truth: list[int], completion_box: list[float] | None, **colu
                 image_grid_thw=[1, 20, 30],
             ),
             [
-                "iou: error: image_grid_thw: the row's grid [1, 20, 30] is not the resize of its "
+                "iou: error: image_grid_thw: the row's grid [1, 20, 30] is not a resize of its "
                 "4000x3000 image"
             ],
         ),
@@ -115,3 +116,31 @@ def test_check_command_exits_1_and_names_the_fitting_format(
     )
     out = capsys.readouterr().out  # now the first row is the one that does not fit
     assert "line 1: box_format" in out and "line 2:" not in out
+
+
+@pytest.mark.parametrize("size", [(4000, 4000), (4000, 3000)])
+def test_rows_from_an_engine_with_other_bounds_get_the_bounds_hint(
+    size: tuple[int, int], tmp_path: Path
+) -> None:
+    """Rows answered at an engine's max_pixels 1,003,520, checked at the reward's default bounds.
+
+    On the square image the 980x980 input is close enough to the 0-1000 grid that
+    relative_1000 fits by coincidence (IoU 0.96): the hint must name the bounds instead. On
+    the 4:3 one nothing else fits, and the row is still reported.
+    """
+    Image.new("L", size).save(tmp_path / "photo.png")
+    width, height = size
+    engine = BoxFormatChoice.build("qwen2_5_vl", max_pixels=1_003_520).default
+    input_w, input_h = engine.resized(width, height)
+    truth = [width // 4, height // 4, 3 * width // 4, height // 2]
+    answer = [round(truth[0] * input_w / width), round(truth[1] * input_h / height)]
+    answer += [round(truth[2] * input_w / width), round(truth[3] * input_h / height)]
+    the_row = row("photo.png", truth, answer)
+    at_default = RewardMix.from_config({"iou": {}, "format_rec": {}})
+    problems = [str(p) for p in check_rows([the_row], tmp_path, at_default)]
+    assert len(problems) == 1, problems
+    assert f"it fits qwen2_5_vl at a {input_w}x{input_h} input (IoU" in problems[0]
+    assert "max_pixels 12845056: give the reward the engine's min_pixels/max_pixels" in problems[0]
+    assert "relative_1000" not in problems[0]
+    at_engine = RewardMix.from_config({"iou": {"max_pixels": 1_003_520}, "format_rec": {}})
+    assert check_rows([the_row], tmp_path, at_engine) == []

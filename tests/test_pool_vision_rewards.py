@@ -21,7 +21,7 @@ def pool(ray_module: None) -> Iterator[RewardPool]:
 
 
 def test_every_vision_reward_scores_in_one_batch(pool: RewardPool) -> None:
-    # One mix of all seven: each row is its own task's and a dataset error for the others
+    # One mix of all nine: each row is its own task's and a dataset error for the others
     # (masked), so the pool's error alarm fires here; a real mix holds one task's rewards.
     samples = [
         {**task["columns"], "task": name, "completion": completion(answer)}

@@ -9,9 +9,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import skyrl_gym
+from PIL import Image
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-from skyrl_rewards.rewards.geometry.box_formats import BoxFormatChoice
+from skyrl_rewards.rewards.geometry.box_formats import FAMILIES, BoxFormatChoice
+from skyrl_rewards.rewards.registry import build_component
 from skyrl_rewards.train.dataset import GROUNDING, prepare_data
+from skyrl_rewards.train.env import ENV_ID
 
 ROOT = Path(__file__).resolve().parents[1]
 REC = ROOT / "skyrl_rewards" / "sample_data" / "rec.jsonl"
@@ -86,3 +91,60 @@ def test_the_script_takes_the_family_and_the_engines_pixel_bounds(tmp_path: Path
     assert refused.returncode == 1
     assert "rec line 1 (id rec-000): image_grid_thw: the row's grid [1, 10, 14]" in refused.stderr
     assert "which is [1, 8, 10]" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("settings", "patch"),
+    [({"max_pixels": 20_000}, 14), ({"patch_size": 16}, 16), ({"min_pixels": 200_000}, 14)],
+)
+def test_prepared_rows_carry_the_engines_settings_and_score_right_with_a_default_reward(
+    settings: dict, patch: int, tmp_path: Path
+) -> None:
+    """Rows without a grid, prepared with the engine's settings; the reward is left at its defaults.
+
+    The answer is the truth in the pixels of the input the real image processor makes at
+    those settings. Without the row's ``image_resize`` the default reward reads it wrong.
+    """
+    rows = [json.loads(line) for line in REC.read_text().splitlines()[:4]]
+    for row in rows:
+        row.pop("image_grid_thw", None)
+    source = tmp_path / "rec.jsonl"
+    (tmp_path / "images").symlink_to(REC.parent / "images")
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    prepared = prepared_rows(tmp_path, BoxFormatChoice.build("qwen2_5_vl", **settings), source)
+    engine = Qwen2VLImageProcessorPil(**{"patch_size": 14, "merge_size": 2, **settings})
+    iou = build_component("iou")  # default bounds, patch 14
+    in_process = {"in_process": True, "rewards": {"iou": {"weight": 1.0}}}
+    changed = 0
+    for row in prepared:
+        assert row["image_resize"]["patch_size"] == patch
+        assert row["image_resize"] == {
+            "patch_size": patch,
+            "merge_size": 2,
+            "min_pixels": settings.get("min_pixels", 3136),
+            "max_pixels": settings.get("max_pixels", 12845056),
+        }
+        image = Image.open(row["image_path"])
+        _, h, w = engine(images=[image], return_tensors="np")["image_grid_thw"][0].tolist()
+        sx, sy = w * patch / image.width, h * patch / image.height
+        truth = json.loads(row["reward_spec"]["ground_truth"].split("<answer>")[1].split("<")[0])
+        answer = [truth[0] * sx, truth[1] * sy, truth[2] * sx, truth[3] * sy]
+        sample = {**row, "solution": row["reward_spec"]["ground_truth"]}
+        sample["completion"] = f"<answer>{[round(v, 3) for v in answer]}</answer>"
+        assert iou.score(sample).value > 0.99, (row["image_path"], answer)
+        # the SkyRL env gets the parquet row's columns as extras, image_resize included
+        extras = {k: v for k, v in row.items() if k not in ("prompt", "data_source")}
+        env = skyrl_gym.make(ENV_ID, env_config=in_process, extras=extras)
+        env.init(row["prompt"])
+        assert env.step(sample["completion"])["reward"] > 0.99
+        without = {k: v for k, v in sample.items() if k != "image_resize"}
+        default_grid = FAMILIES["qwen2_5_vl"].grid(image.width, image.height)
+        if (patch, h, w) != (14, *default_grid[1:]):  # the settings change this image's input
+            assert iou.score(without).value < 0.95
+            changed += 1
+    assert changed >= 2
+
+
+def test_a_relative_family_carries_no_resize(tmp_path: Path) -> None:
+    rows = prepared_rows(tmp_path, BoxFormatChoice.build("qwen3_vl"))
+    assert {row["image_resize"] is None for row in rows} == {True}

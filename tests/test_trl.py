@@ -555,7 +555,8 @@ def test_every_accuracy_method_but_the_judge_scores_through_grpo(
 
 
 def test_every_vision_reward_scores_through_grpo(tokenizer_dir: Path, tmp_path: Path) -> None:
-    """giou, boxes_matched, gui_action, gui_point, count, ocr and anls in one trainer.
+    """giou, boxes_matched, gui_action, gui_point, count, ocr, anls, relaxed_accuracy and
+    vqa_accuracy in one trainer.
 
     One prompt per reward's task, four answers each. Every reward pays its own task's rows;
     on another task's row it gives what it gives outside the trainer (None for a ground truth

@@ -60,6 +60,17 @@ TASKS: dict[str, dict] = {
         "columns": {"solution": '<answer>["12/15/88", "December 15, 1988"]</answer>'},
         "answers": ["12/15/88", "December 15 1988", "12/16/89", "Denver"],
     },
+    "relaxed_accuracy": {
+        "columns": {"solution": "<answer>37.5</answer>"},
+        "answers": ["37.5", "38", "42", "about a third"],
+    },
+    "vqa_accuracy": {
+        "columns": {
+            "solution": '<answer>["red", "red", "red", "dark red", "red", "red", "maroon", '
+            '"red", "red", "dark red"]</answer>'
+        },
+        "answers": ["Red.", "dark red", "maroon", "blue"],
+    },
 }
 
 

@@ -6,7 +6,8 @@ Targets (issue 2): format and repetition under 50 us median for a 2 KB
 completion; no function over 1 s on any adversarial input; IoU reads only the
 image header (compare its cost with decoding the image). Issue 21: the cost
 of one COCO mAP call on a 50-box scene (50 predicted, 50 ground-truth boxes,
-10 labels), for each of the four methods.
+10 labels), for each of the four methods. Issue 42: ``anls`` (the official
+script's rules), ``relaxed_accuracy`` and ``vqa_accuracy`` on the same sample.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from skyrl_rewards import (
     repetition_reward,
 )
 from skyrl_rewards.rewards.boxes.coco_map import MAP_METHODS, coco_map
+from skyrl_rewards.rewards.documents.ocr import anls
+from skyrl_rewards.rewards.documents.relaxed_accuracy import relaxed_accuracy
+from skyrl_rewards.rewards.documents.vqa_accuracy import vqa_accuracy
 from skyrl_rewards.rewards.text.shaping import WordTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "rewards"))
@@ -114,6 +118,7 @@ def functions(image: str) -> dict[str, Callable[[str, str], object]]:
     """Each reward as ``f(content, solution)``."""
     tokenizer = WordTokenizer()
     det_sol = '<answer>```json [{"bbox_2d": [0, 0, 40, 40], "label": "cat"}]```</answer>'
+    vqa_sol = json.dumps(["red"] * 6 + ["dark red"] * 3 + ["maroon"])
     return {
         "default_accuracy_reward": lambda c, s: default_accuracy_reward(c, s),
         "iou_reward (header read)": lambda c, s: iou_reward(
@@ -128,6 +133,9 @@ def functions(image: str) -> dict[str, Callable[[str, str], object]]:
         "repetition_reward": lambda c, s: repetition_reward(c),
         "format_reward": lambda c, s: format_reward([c]),
         "format_reward_rec": lambda c, s: format_reward_rec([c]),
+        "anls": lambda c, s: anls(c, '["12/15/88", "December 15, 1988"]'),
+        "relaxed_accuracy": lambda c, s: relaxed_accuracy(c, "<answer>37.5%</answer>"),
+        "vqa_accuracy": lambda c, s: vqa_accuracy(c, vqa_sol),
     }
 
 

@@ -5,7 +5,10 @@
 
 For a vision-language policy, name its box format: every row then carries
 ``box_format`` (which the box rewards read) and the family's grounding
-instruction, and rows' ``image_grid_thw`` are checked against its resize:
+instruction; a resized-pixel row (``qwen2_5_vl``) also carries the engine's
+processor settings given here (``image_resize``), which the box rewards use
+for it, so the reward needs no second copy of them; a row's
+``image_grid_thw`` that no pixel bounds give for its image is refused:
 
     python scripts/data/prepare_skyrl_data.py --input rec.jsonl --out-dir out/data/rec --box-format qwen3_vl
     python scripts/data/prepare_skyrl_data.py --input rec.jsonl --out-dir out/data/rec \
@@ -40,15 +43,22 @@ def main() -> None:
     )
     parser.add_argument("--min-pixels", type=int, help="the engine processor's min_pixels")
     parser.add_argument("--max-pixels", type=int, help="the engine processor's max_pixels")
+    parser.add_argument(
+        "--patch-size", type=int, help="the vision tower's patch size (14 for Qwen2.5-VL, 16)"
+    )
     args = parser.parse_args()
+    settings = (args.min_pixels, args.max_pixels, args.patch_size)
     box_format = None
-    if args.box_format is not None:
-        box_format = BoxFormatChoice.build(
-            args.box_format, min_pixels=args.min_pixels, max_pixels=args.max_pixels
-        )
-    elif args.min_pixels is not None or args.max_pixels is not None:
-        parser.error("--min-pixels/--max-pixels need --box-format")
+    if args.box_format is None and any(value is not None for value in settings):
+        parser.error("--min-pixels/--max-pixels/--patch-size need --box-format")
     try:
+        if args.box_format is not None:
+            box_format = BoxFormatChoice.build(
+                args.box_format,
+                min_pixels=args.min_pixels,
+                max_pixels=args.max_pixels,
+                patch_size=args.patch_size,
+            )
         paths = prepare_data(
             args.input,
             args.out_dir,

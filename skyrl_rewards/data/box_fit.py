@@ -8,10 +8,13 @@ the rows where the numbers say the format is wrong:
   original-image pixels, whatever the policy's format);
 - a reference ``completion`` whose box, read in the declared format, lies
   outside the image, or overlaps the ground truth poorly (IoU below 0.5)
-  while another coordinate system puts it on the ground truth (IoU 0.9 or
-  more): the row names the system that fits.
+  while another reading puts it on the ground truth (IoU 0.9 or more): the
+  row names what fits. For a resized-pixel format, a resize under other
+  pixel bounds (an engine's ``max_pixels``) is tried first: the family is
+  right there and the fix is the bounds, so that is the hint, not another
+  coordinate system that fits by coincidence.
 
-A grid that disagrees with the computed resize is a dataset error of the
+A grid that no pixel bounds give for the image is a dataset error of the
 reward itself (``image_grid_thw``), reported with the others by
 :mod:`~skyrl_rewards.data.check`.
 """
@@ -33,6 +36,7 @@ from skyrl_rewards.rewards.geometry.box_formats import (
     RESIZED_PIXELS,
     BoxComponent,
     BoxFormat,
+    grid_is_possible,
     row_image_size,
 )
 from skyrl_rewards.rewards.geometry.boxes import Box, iou, predicted_box
@@ -45,6 +49,9 @@ OUTSIDE_TOLERANCE = 0.02
 POOR_IOU = 0.5
 FITTING_IOU = 0.9
 """Below :data:`POOR_IOU` in the declared format and at least :data:`FITTING_IOU` in another: reported."""
+
+MAX_IMPLIED_FACTORS = 10_000
+"""An implied input past this many factors a side is no resize (a degenerate ground truth)."""
 
 
 def box_fit_problems(sample: Mapping[str, Any], mix: RewardMix) -> list[tuple[str, str]]:
@@ -110,7 +117,7 @@ def _completion_fit(
             (
                 "box_format",
                 f"the completion's box {_show(outside[0])} read as {fmt.name} lies outside the "
-                f"{width}x{height} image{_fits_hint(predicted, truths, fmt, size)}",
+                f"{width}x{height} image{_hint(predicted, truths, fmt, size)}",
             )
         ]
     if len(predicted) != 1 or len(truths) != 1:
@@ -118,7 +125,7 @@ def _completion_fit(
     declared = iou(converted[0], truths[0])
     if declared >= POOR_IOU:
         return []
-    hint = _fits_hint(predicted, truths, fmt, size)
+    hint = _hint(predicted, truths, fmt, size)
     if not hint:
         return []
     return [
@@ -128,6 +135,51 @@ def _completion_fit(
             f"truth at IoU {declared:.2f}{hint}",
         )
     ]
+
+
+def _hint(predicted: list[Box], truths: list[Box], fmt: BoxFormat, size: tuple[int, int]) -> str:
+    """The resize under other bounds that fits (:func:`_bounds_hint`), else another system (:func:`_fits_hint`)."""
+    return _bounds_hint(predicted, truths, fmt, size) or _fits_hint(predicted, truths, fmt, size)
+
+
+def _bounds_hint(
+    predicted: list[Box], truths: list[Box], fmt: BoxFormat, size: tuple[int, int]
+) -> str:
+    """``"; it fits qwen2_5_vl at a WxH input ..."`` when a resize under other pixel bounds fits, or ``""``.
+
+    The input size the box implies (its extent over the truth's, times the
+    image's) is rounded to the factor; the possible resizes within two
+    factors of it are tried.
+    """
+    if fmt.coords != RESIZED_PIXELS or len(predicted) != 1 or len(truths) != 1:
+        return ""
+    box, truth = predicted[0], truths[0]
+    width, height = size
+    extents = (box[2] - box[0], box[3] - box[1], truth[2] - truth[0], truth[3] - truth[1])
+    if min(extents) <= 0:
+        return ""
+    factor = fmt.factor
+    rows = (extents[1] * height / extents[3]) / factor
+    cols = (extents[0] * width / extents[2]) / factor
+    if max(rows, cols) > MAX_IMPLIED_FACTORS:
+        return ""
+    best, best_iou = None, 0.0
+    for a in range(max(1, round(rows) - 2), round(rows) + 3):
+        for b in range(max(1, round(cols) - 2), round(cols) + 3):
+            if not grid_is_possible((a * fmt.merge_size, b * fmt.merge_size), size, fmt):
+                continue
+            resized = (b * factor, a * factor)
+            overlap = iou(fmt.to_original(box, size, resized), truth)
+            if overlap > best_iou:
+                best, best_iou = resized, overlap
+    if best is None or best_iou < FITTING_IOU or best == fmt.resized(width, height):
+        return ""
+    return (
+        f"; it fits {fmt.name} at a {best[0]}x{best[1]} input (IoU {best_iou:.2f}), the resize "
+        f"under other pixel bounds than min_pixels {fmt.min_pixels}, max_pixels "
+        f"{fmt.max_pixels}: give the reward the engine's min_pixels/max_pixels, or prepare the "
+        "rows with them (prepare_skyrl_data.py --max-pixels)"
+    )
 
 
 def _fits_hint(

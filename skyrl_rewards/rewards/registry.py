@@ -6,7 +6,8 @@ accuracy it depends on), ``repetition``, ``format``, ``format_rec``,
 ``giou`` (GIoU or IoU² of one box), ``boxes_matched`` (Hungarian matching of many
 boxes), ``gui_action`` (GUI-R1's action accuracy), ``gui_point`` (GUI-G2's Gaussian
 grounding), ``count`` (the stated number against the count), ``ocr`` (1 - CER or
-1 - WER), ``anls`` (DocVQA's ANLS), ``judge`` (a chat-model judge, :mod:`~skyrl_rewards.rewards.models.judge`),
+1 - WER), ``anls`` (DocVQA's ANLS), ``relaxed_accuracy`` (ChartQA's), ``vqa_accuracy``
+(VQAv2's), ``judge`` (a chat-model judge, :mod:`~skyrl_rewards.rewards.models.judge`),
 ``reward_model`` (a sequence-classification reward model, see
 :mod:`~skyrl_rewards.rewards.models.reward_model_component`).
 
@@ -31,6 +32,8 @@ from skyrl_rewards.rewards.boxes.rec import Iou
 from skyrl_rewards.rewards.contract.component_base import Component
 from skyrl_rewards.rewards.documents.counting import Count
 from skyrl_rewards.rewards.documents.ocr import Anls, Ocr
+from skyrl_rewards.rewards.documents.relaxed_accuracy import RelaxedAccuracy
+from skyrl_rewards.rewards.documents.vqa_accuracy import VqaAccuracy
 from skyrl_rewards.rewards.gui.gui import GuiAction, GuiPoint
 from skyrl_rewards.rewards.models.judge import Judge
 from skyrl_rewards.rewards.models.reward_model_component import RewardModel
@@ -54,6 +57,8 @@ COMPONENTS: dict[str, type[Component]] = {
     "count": Count,
     "ocr": Ocr,
     "anls": Anls,
+    "relaxed_accuracy": RelaxedAccuracy,
+    "vqa_accuracy": VqaAccuracy,
     "judge": Judge,
     "reward_model": RewardModel,
 }

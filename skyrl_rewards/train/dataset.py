@@ -13,8 +13,13 @@ With a box format (``box_format``: a model family such as ``qwen3_vl`` or
 gets a ``box_format`` column (a row's own wins), which the box rewards read,
 and its question ends with the family's grounding instruction (the box in
 JSON, in the coordinates that family answers in: :data:`GROUNDING`). A
-row's ``image_grid_thw`` is checked against the family's resize then, so a
-dataset prepared with other processor settings fails here, naming the line.
+resized-pixel row also gets an ``image_resize`` column: the processor
+settings it was prepared with (the engine's ``min_pixels``/``max_pixels``,
+``patch_size``, ``merge_size``), which the box rewards use for that row, so
+the reward needs no second copy of them (``None`` for other formats). A
+row's ``image_grid_thw`` must be the resize at those settings (the engine
+that trains is the one described; a grid of another engine is stale): a
+mismatch fails here, naming the line.
 """
 
 from __future__ import annotations
@@ -27,12 +32,14 @@ from typing import Any
 from skyrl_rewards.data.jsonl import line_label, read_numbered_rows, resolve_image_path
 from skyrl_rewards.rewards.geometry.box_formats import (
     BOX_FORMAT_COLUMN,
+    IMAGE_RESIZE_COLUMN,
     ORIGINAL,
+    PROCESSOR_SETTINGS,
     RELATIVE_1,
     RELATIVE_1000,
     RESIZED_PIXELS,
+    BoxFormat,
     BoxFormatChoice,
-    check_row_grid,
     row_image_size,
 )
 from skyrl_rewards.rewards.geometry.boxes import grid_thw
@@ -119,18 +126,36 @@ def skyrl_record(
 
 
 def _grounding(columns: dict[str, Any], box_format: BoxFormatChoice) -> str:
-    """The row's grounding instruction; sets its ``box_format`` column and checks its grid."""
+    """The row's grounding instruction; sets its ``box_format`` and ``image_resize`` columns, checks its grid."""
     fmt = box_format.for_row(columns)
     columns[BOX_FORMAT_COLUMN] = fmt.name
+    columns[IMAGE_RESIZE_COLUMN] = None
     found = row_image_size(columns)
-    if fmt.coords == RESIZED_PIXELS and found is not None:
+    if fmt.coords == RESIZED_PIXELS:
+        columns[IMAGE_RESIZE_COLUMN] = {name: getattr(fmt, name) for name in PROCESSOR_SETTINGS}
         grid = columns.get("image_grid_thw")
-        check_row_grid(None if grid is None else grid_thw(grid), found[0], fmt, found[1])
+        if found is not None and grid is not None:
+            _check_prepared_grid(grid_thw(grid), found[0], fmt, found[1])
     if fmt.coords == ORIGINAL:
         if found is None:
             raise ValueError("image_path: missing; box_format 'original' tells the image's size")
         return GROUNDING[ORIGINAL].format(width=found[0][0], height=found[0][1])
     return GROUNDING[fmt.coords]
+
+
+def _check_prepared_grid(
+    grid: tuple[int, int, int], size: tuple[int, int], fmt: BoxFormat, column: str
+) -> None:
+    """Nothing when ``grid`` is ``fmt``'s resize of an image of ``size``; else ``ValueError`` naming ``image_grid_thw``."""
+    expected = fmt.grid(*size)
+    if grid[1:] != expected[1:]:
+        raise ValueError(
+            f"image_grid_thw: the row's grid {list(grid)} is not the resize of its "
+            f"{size[0]}x{size[1]} image ({column}) at the settings given (patch {fmt.patch_size}, "
+            f"merge {fmt.merge_size}, min_pixels {fmt.min_pixels}, max_pixels {fmt.max_pixels}), "
+            f"which is {list(expected)}: prepare with the engine's --min-pixels/--max-pixels/"
+            "--patch-size, or drop the column (the row carries the settings)"
+        )
 
 
 def write_parquet(records: Sequence[Mapping[str, Any]], path: Path) -> None:

@@ -143,6 +143,11 @@ def test_no_reward_raises_for_model_output(content: object, image: str) -> None:
     for name in ("accuracy", "detection"):
         (value,) = make_reward(name)(completions, solution=[SOLUTIONS[name]])
         assert _finite_in(value, 0.0, 1.0)
+    (relaxed,) = make_reward("relaxed_accuracy")(completions, solution=["<answer>12.5%</answer>"])
+    assert relaxed in (0.0, 1.0)
+    golds = '<answer>["2", "2", "two", "2", "3", "2", "2", "2", "2", "2"]</answer>'
+    (vqa,) = make_reward("vqa_accuracy")(completions, solution=[golds])
+    assert _finite_in(vqa, 0.0, 1.0)
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,8 @@ def test_every_batch_reward_pickles_and_keeps_its_name(name: str) -> None:
         solution = ['<answer>{"action": "click", "bbox": [0, 0, 10, 10]}</answer>']
     if name == "gui_point":
         solution = ["<answer>[1, 2, 3, 4]</answer>"]
+    if name == "vqa_accuracy":
+        solution = ['<answer>["4", "4", "4", "4", "4", "4", "4", "4", "4", "four"]</answer>']
     content = completions[0][0]["content"]
     expected = {
         "iou": 1.0,
@@ -49,6 +51,8 @@ def test_every_batch_reward_pickles_and_keeps_its_name(name: str) -> None:
         "count": 1.0,  # the last number of "[1, 2, 3, 4]" is the count, 4
         "ocr": 0.0,  # "[1, 2, 3, 4]" against "4": more edits than characters
         "anls": 0.0,  # far past the 0.5 threshold
+        "relaxed_accuracy": 0.0,  # "[1, 2, 3, 4]" is no number and not "4"
+        "vqa_accuracy": 0.0,  # "[1, 2, 3, 4]" normalises to "1 2 3 4", no gold answer
         "accuracy": default_accuracy_reward(content, solution[0]),
         "format": 1.0,
         "repetition": 0.0,

@@ -95,7 +95,7 @@ def test_unknown_metric_is_named(metric: object) -> None:
         ("<answer>12/15/89</answer>", "12/15/88", 1 - 1 / 8),  # one character of 8
         ("<answer>Dear dr. Lobo</answer>", '["Dear Dr. Lobo", "Dr. Lobo"]', 1.0),  # the best
         ("<answer>Dr Lobo</answer>", '["Dear Dr. Lobo", "Dr. Lobo"]', 1 - 1 / 8),
-        ("<answer>abcd</answer>", "abxy", 0.0),  # NL = 0.5: not below the threshold
+        ("<answer>abcd</answer>", "abxy", 0.5),  # 1 - NL = 0.5: kept at the threshold
         ("<answer>abcde</answer>", "abxye", 1 - 2 / 5),  # NL = 0.4
         ("<answer>cat</answer>", "elephant", 0.0),  # far
         ("<answer>4 pm</answer>", ["4 PM", "16:00"], 1.0),  # a list column
@@ -108,16 +108,34 @@ def test_anls(content: str, sol: object, expected: float) -> None:
 
 
 @pytest.mark.parametrize(
-    ("threshold", "expected"),
+    ("rules", "threshold", "expected"),
     [
-        (0.5, 0.0),  # NL = 0.5 is not below 0.5
-        (0.51, 0.5),
-        (1.0, 0.5),
-        (0.25, 0.0),
+        ("official", 0.5, 0.5),  # 1 - NL = 0.5 is kept at 0.5
+        ("official", 0.51, 0.0),
+        ("official", 1.0, 0.0),
+        ("official", 0.25, 0.5),
+        ("normalized", 0.5, 0.0),  # NL = 0.5 is not below 0.5
+        ("normalized", 0.51, 0.5),
+        ("normalized", 1.0, 0.5),
+        ("normalized", 0.25, 0.0),
     ],
 )
-def test_anls_threshold(threshold: float, expected: float) -> None:
-    assert anls("<answer>abcd</answer>", "abxy", threshold=threshold) == expected
+def test_anls_threshold(rules: str, threshold: float, expected: float) -> None:
+    assert anls("<answer>abcd</answer>", "abxy", threshold=threshold, rules=rules) == expected
+
+
+def test_official_anls_divides_by_the_raw_lengths() -> None:
+    """The official script's length is of the texts as given; ours of the normalised ones."""
+    golds = '["The  Invoice   Total"]'  # 20 characters as written, 17 normalised
+    assert anls("<answer>the invoice tota</answer>", golds) == pytest.approx(1 - 1 / 20)
+    assert anls("<answer>the invoice tota</answer>", golds, rules="normalized") == pytest.approx(
+        1 - 1 / 17
+    )
+
+
+def test_unknown_anls_rules_are_named() -> None:
+    with pytest.raises(ValueError, match="^rules: expected one of"):
+        anls("<answer>a</answer>", "a", rules="lmms")
 
 
 @pytest.mark.parametrize("threshold", [0, -0.5, 1.5, float("nan"), float("inf"), True, "0.5", None])
@@ -290,25 +308,26 @@ def rrc_anls_score(prediction: str, gold_labels: list[str], threshold: float = 0
     return max(scores)
 
 
-# ANLS, lmms-eval (lmms_eval/api/metrics.py anls, EvolvingLMMs-Lab/lmms-eval 75571cf, after
-# Qwen-VL's infographicsvqa_eval.py): the distance on normalised strings, but the length
-# max(len(raw gold.upper()), len(raw prediction.upper())) of the raw texts; 1 - min(NL),
-# zeroed when below the threshold (so NL = 0.5 scores 0.5 there).
+# ANLS, the official script (DocVQA / InfographicVQA, Robust Reading Competition; copies in
+# QwenLM/Qwen-VL eval_mm/infographicsvqa_eval.py and lmms-eval's metrics.anls), per question:
+# for each gold answer, the distance between the normalised texts (stripped, lower-cased,
+# whitespace runs joined by one space) over max(len(gold.upper()), len(prediction.upper())) of
+# the texts as given (0.0 when that is 0); the result 1 - min of those, 0 when below the
+# threshold.
 
 
-def lmms_eval_anls(references: list[str], predictions: list[str], thresh_hold: float = 0.5):
+def official_anls(gold_answers: list[str], prediction: str, threshold: float = 0.5) -> float:
     values = []
-    pred = predictions[0]
-    for answer in references:
+    for answer in gold_answers:
         gt_answer = " ".join(answer.strip().lower().split())
-        det_answer = " ".join(pred.strip().lower().split())
+        det_answer = " ".join(prediction.strip().lower().split())
         dist = rrc_levenshtein(gt_answer, det_answer)
-        length = max(len(answer.upper()), len(pred.upper()))
+        length = max(len(answer.upper()), len(prediction.upper()))
         values.append(0.0 if length == 0 else float(dist) / float(length))
     question_result = 1 - min(values)
-    if question_result < thresh_hold:
+    if question_result < threshold:
         question_result = 0
-    return {"anls": question_result}
+    return question_result
 
 
 # --- generated cases
@@ -406,8 +425,30 @@ def anls_case(rng: random.Random) -> tuple[str, list[str]]:
     return answer, golds
 
 
-def test_differential_rrc_anls() -> None:
-    """Equal to the reference ANLS script on every generated case, gold as a JSON list or a list."""
+def test_differential_official_anls() -> None:
+    """Equal to the official script's rules on every generated case, at three thresholds.
+
+    The script is handed what the reward reads as the prediction: the answer span, stripped.
+    """
+    import json
+
+    rng = random.Random("anls")
+    partial = 0
+    for index in range(900):
+        answer, golds = anls_case(rng)
+        if not " ".join(answer.split()):
+            continue  # an empty answer: unparseable, 0.0 here
+        threshold = (0.5, 0.3, 0.8)[index % 3]
+        expected = official_anls(golds, answer.strip(), threshold)
+        for sol in (f"<answer>{json.dumps(golds)}</answer>", golds):
+            got = anls(f"<think>x</think><answer>{answer}</answer>", sol, threshold=threshold)
+            assert got == expected, (answer, golds, threshold)
+        partial += 0.0 < expected < 1.0
+    assert partial > 150
+
+
+def test_differential_normalized_anls() -> None:
+    """``rules="normalized"`` equals the ``anls`` package's script on every generated case."""
     import json
 
     rng = random.Random("anls")
@@ -418,35 +459,30 @@ def test_differential_rrc_anls() -> None:
             continue  # the script divides by zero on two empty strings; we score 0.0
         expected = rrc_anls_score(answer, golds)
         for sol in (f"<answer>{json.dumps(golds)}</answer>", golds):
-            assert anls(f"<think>x</think><answer>{answer}</answer>", sol) == expected
+            got = anls(f"<think>x</think><answer>{answer}</answer>", sol, rules="normalized")
+            assert got == expected
         partial += 0.0 < expected < 1.0
     assert partial > 80
 
 
-def test_differential_lmms_eval_anls() -> None:
-    """Equal to lmms-eval's ANLS except where its two quirks apply, each checked here.
-
-    - it divides by the raw lengths (before whitespace is collapsed and the ends
-      stripped), so an answer with extra spaces gets a smaller NL there;
-    - its threshold keeps ``1 - NL >= 0.5``: NL exactly 0.5 scores 0.5 there, 0 here
-      (and in the reference script).
-    """
+def test_the_two_rules_differ_where_the_official_script_says() -> None:
+    """Where the rules differ, the lengths differ or 1 - NL sits exactly at the threshold."""
     rng = random.Random("lmms-anls")
     differences = 0
     for _ in range(500):
         answer, golds = anls_case(rng)
         if not " ".join(answer.split()):
             continue
-        expected = lmms_eval_anls(golds, [answer])["anls"]
-        got = anls(f"<answer>{answer}</answer>", golds)
-        if got == expected:
+        official = anls(f"<answer>{answer}</answer>", golds)
+        normalized = anls(f"<answer>{answer}</answer>", golds, rules="normalized")
+        if official == normalized:
             continue
         differences += 1
-        raw_differs = any(" ".join(t.split()) != t for t in (answer, *golds))
+        raw_differs = any(" ".join(t.split()) != t for t in (answer.strip(), *golds))
         half = any(
             rrc_levenshtein(" ".join(answer.lower().split()), " ".join(g.lower().split())) * 2
             == max(len(" ".join(answer.split())), len(" ".join(g.split())))
             for g in golds
         )
-        assert raw_differs or half, (answer, golds, got, expected)
+        assert raw_differs or half, (answer, golds, official, normalized)
     assert differences > 0

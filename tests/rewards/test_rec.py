@@ -93,21 +93,25 @@ def test_image_without_grid_computes_the_resize(image_column: str, image_640x480
     assert iou_reward(SCALED, solution=TRUTH, **{image_column: [value]}) == [pytest.approx(1.0)]
 
 
-def test_a_grid_from_other_resize_settings_is_a_dataset_error(
+def test_a_grid_from_other_resize_settings_is_the_size_the_model_saw(
     image_640x480: str, monkeypatch
 ) -> None:
-    # an engine started with max_pixels 200,704 resizes 640x480 to 504x364: grid 26 x 36
+    # an engine started with max_pixels 200,704 resizes 640x480 to 504x364: grid 26 x 36;
+    # VLM-R1 reads the grid as the model's input, whatever the reward's bounds
     row = {"image_grid_thw": [[1, 26, 36]], "image_path": [image_640x480]}
     box = ["<answer>[126, 91, 252, 182]</answer>"]  # TRUTH in 504x364 pixels
-    assert iou_reward(box, solution=TRUTH, **row) == [None]  # the default bound gives 34 x 46
+    assert iou_reward(box, solution=TRUTH, **row) == [pytest.approx(1.0)]
     assert iou_reward(box, solution=TRUTH, max_pixels=200_704, **row) == [pytest.approx(1.0)]
+    # a grid no bounds give for a 4:3 image (26 x 46 patches is wider than any resize of it)
+    impossible = {"image_grid_thw": [[1, 26, 46]], "image_path": [image_640x480]}
+    assert iou_reward(box, solution=TRUTH, **impossible) == [None]
     monkeypatch.setenv("SKYRL_REWARDS_ON_ERROR", "raise")
     with pytest.raises(
         ValueError,
-        match=r"sample 0: image_grid_thw: the row's grid \[1, 26, 36\] .*max_pixels 12845056\), "
-        r"which is \[1, 34, 46\]",
+        match=r"sample 0: image_grid_thw: the row's grid \[1, 26, 46\] is not a resize of its "
+        r"640x480 image .* under any pixel bounds .*max_pixels 12845056 it is \[1, 34, 46\]",
     ):
-        iou_reward(box, solution=TRUTH, **row)
+        iou_reward(box, solution=TRUTH, **impossible)
 
 
 @pytest.mark.parametrize("image_column", ["image", "images"])

@@ -25,6 +25,7 @@ from skyrl_rewards.rewards.geometry.box_formats import (
     BOX_FORMAT_COLUMN,
     BOX_FORMAT_PARAMS,
     IMAGE_COLUMNS,
+    IMAGE_RESIZE_COLUMN,
     BoxComponent,
     BoxFormatChoice,
     row_converter,
@@ -87,8 +88,10 @@ def iou_reward(completions: list[Any], solution: list[Any], **kwargs: Any) -> li
 
     kwargs: the original image as ``image_path[i]`` (a path or list of
     paths), ``image[i]`` or ``images[i]`` (PIL images, as TRL passes them),
-    optionally ``image_grid_thw[i]`` (checked against the computed resize)
-    and a ``box_format`` column (a list: each row's own format). A string
+    optionally ``image_grid_thw[i]`` (the model's input when some pixel
+    bounds give it for the image, else a dataset error), a ``box_format``
+    column (a list: each row's own format) and an ``image_resize`` column
+    (each row's processor settings, as ``prepare_skyrl_data.py`` writes them). A string
     ``box_format`` is the reward's format (default ``qwen2_5_vl``; see
     :mod:`~skyrl_rewards.rewards.geometry.box_formats`); the processor's
     ``min_pixels``/``max_pixels``/``patch_size``/``merge_size`` and the
@@ -121,7 +124,7 @@ def iou_reward(completions: list[Any], solution: list[Any], **kwargs: Any) -> li
     return rewards
 
 
-ROW_COLUMNS = ("image_grid_thw", BOX_FORMAT_COLUMN)
+ROW_COLUMNS = ("image_grid_thw", BOX_FORMAT_COLUMN, IMAGE_RESIZE_COLUMN)
 """Per-row columns a box reward reads besides the image."""
 
 

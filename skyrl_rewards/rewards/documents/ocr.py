@@ -3,8 +3,12 @@
 - ``ocr``: 1 - CER or 1 - WER of the completion's answer span against the
   solution's, clamped to [0, 1] (ROLL's OCR reward is 1 - WER).
 - ``anls``: Average Normalized Levenshtein Similarity of one answer, as
-  DocVQA and InfographicVQA score it: the best over the gold answers of
-  ``1 - NL`` when ``NL < threshold``, else 0.
+  the official DocVQA / InfographicVQA (Robust Reading Competition) script
+  scores it (``rules="official"``, default): the distance between the
+  normalised texts over the longer *raw* text, ``1 - min NL`` over the gold
+  answers, kept when it is at least ``threshold``. ``rules="normalized"``
+  divides by the normalised lengths and keeps ``1 - NL`` when
+  ``NL < threshold`` (the ``anls`` package's rules).
 
 Both use python-Levenshtein on capped text. Its distance is quadratic in the
 worst case and holds the GIL, so a ground truth longer than
@@ -39,7 +43,10 @@ OCR_METRICS = ("cer", "wer")
 """Values of the ``ocr`` reward's ``metric``: character or word error rate."""
 
 DEFAULT_ANLS_THRESHOLD = 0.5
-"""ANLS's tau: a normalized distance at or above it scores 0 (ST-VQA, DocVQA)."""
+"""ANLS's tau: a similarity below it scores 0 (ST-VQA, DocVQA)."""
+
+ANLS_RULES = ("official", "normalized")
+"""Values of the ``anls`` reward's ``rules`` (module docstring)."""
 
 
 def ocr_similarity(
@@ -96,31 +103,72 @@ def ocr_score(
     return ComponentScore(max(0.0, min(1.0, 1 - distance / reference_length)))
 
 
-def anls(content: str, sol: Any, *, threshold: float = DEFAULT_ANLS_THRESHOLD) -> float:
+def anls(
+    content: str,
+    sol: Any,
+    *,
+    threshold: float = DEFAULT_ANLS_THRESHOLD,
+    rules: str = "official",
+) -> float:
     """ANLS of ``content``'s answer span against the gold answers of ``sol``, in [0, 1].
 
     Gold answers: ``sol``'s answer span, one answer or a JSON list of
-    answers (``["4 pm", "4:00 pm"]``), or a list of strings. Each side is
-    stripped, lower-cased and its whitespace runs made one space; then per
-    gold answer ``NL = lev(pred, gold) / max(len(pred), len(gold))``, scoring
-    ``1 - NL`` when ``NL < threshold`` else 0; the best over the gold answers.
+    answers (``["4 pm", "4:00 pm"]``), or a list of strings. Both sides are
+    normalised for the distance: stripped, lower-cased, whitespace runs made
+    one space. ``rules="official"`` (the DocVQA / RRC script): per gold
+    answer ``NL = lev(pred, gold) / max(len(raw gold), len(raw pred))``
+    (lengths of the texts as given, upper-cased, before normalising; the
+    prediction is the stripped answer span); the score is ``1 - min NL``,
+    0 when below ``threshold``. ``rules="normalized"``: ``NL`` over the
+    normalised lengths, ``1 - NL`` when ``NL < threshold`` else 0, the best
+    over the gold answers.
 
     >>> anls("<answer>Dear dr. Lobo</answer>", '["Dear Dr. Lobo", "Dr. Lobo"]')
     1.0
+    >>> anls("<answer>ab  cd</answer>", "abxd"), anls("<answer>ab  cd</answer>", "abxd", rules="normalized")
+    (0.6666666666666667, 0.6)
     """
-    return anls_score(content, sol, threshold=threshold).value
+    return anls_score(content, sol, threshold=threshold, rules=rules).value
 
 
 def anls_score(
-    content: str, sol: Any, *, threshold: float = DEFAULT_ANLS_THRESHOLD
+    content: str,
+    sol: Any,
+    *,
+    threshold: float = DEFAULT_ANLS_THRESHOLD,
+    rules: str = "official",
 ) -> ComponentScore:
     """:func:`anls` with its outcome: ``unparseable`` when the answer is empty."""
     threshold = check_anls_threshold(threshold)
-    golds = gold_answers(sol)
-    student = normalize(answer_span(content), lowercase=True, collapse_whitespace=True)
+    check_anls_rules(rules)
+    raw_golds = gold_answer_texts(sol)
+    golds = gold_answers(raw_golds)
+    raw = answer_span(content)
+    student = normalize(raw, lowercase=True, collapse_whitespace=True)
     if not student:
         return ComponentScore(0.0, Status.UNPARSEABLE, "empty answer")
-    return ComponentScore(max(_similarity(student, gold, threshold) for gold in golds))
+    if rules == "normalized":
+        return ComponentScore(max(_similarity(student, gold, threshold) for gold in golds))
+    distances = [
+        _official_nl(student, gold, max(len(raw_gold.upper()), len(raw.upper())), threshold)
+        for gold, raw_gold in zip(golds, raw_golds, strict=True)
+    ]
+    score = 1 - min(distances)
+    return ComponentScore(score if score >= threshold else 0.0)
+
+
+def _official_nl(student: str, gold: str, length: int, threshold: float) -> float:
+    """The official script's NL, or 1.0 where it cannot reach ``1 - NL >= threshold``.
+
+    Only distances up to ``(1 - threshold) * length`` can keep a score, so
+    the distance is computed with that cutoff (and a length gap past it
+    skips it): a value past the cutoff scores 0 either way.
+    """
+    cutoff = math.floor((1 - threshold) * length) + 1
+    if abs(len(student) - len(gold)) > cutoff:  # the distance is at least the length gap
+        return 1.0
+    distance = Levenshtein.distance(student, gold, score_cutoff=cutoff)
+    return distance / length if distance <= cutoff else 1.0
 
 
 def _similarity(student: str, gold: str, threshold: float) -> float:
@@ -135,14 +183,28 @@ def _similarity(student: str, gold: str, threshold: float) -> float:
 def gold_answers(sol: Any) -> list[str]:
     """The normalised gold answers of an ANLS ground truth (see :func:`anls`).
 
-    A span that starts with ``[`` is read as a JSON list of strings: a gold
-    answer that itself starts with ``[`` is written inside a list. Raises
-    ``ValueError`` naming ``solution`` for malformed JSON, an empty list, a
-    non-string item, or an answer that is empty or longer than
-    :data:`MAX_REFERENCE_CHARS`.
+    Raises ``ValueError`` naming ``solution`` as :func:`gold_answer_texts`
+    does, or for an answer that is empty or longer than
+    :data:`MAX_REFERENCE_CHARS` once normalised.
 
     >>> gold_answers("<answer>[\\"4  PM\\", \\"16:00\\"]</answer>")
     ['4 pm', '16:00']
+    """
+    answers = gold_answer_texts(sol)
+    return [_reference(normalize(answer, True, True), "gold answer") for answer in answers]
+
+
+def gold_answer_texts(sol: Any) -> list[str]:
+    """The gold answers of a ground truth as written: one answer, a JSON list, or a list.
+
+    ``sol``'s answer span is one answer, or, when it starts with ``[``, a
+    JSON list of strings (a gold answer that itself starts with ``[`` is
+    written inside a list); a list column is the answers. Raises
+    ``ValueError`` naming ``solution`` for malformed JSON, an empty list or a
+    non-string item.
+
+    >>> gold_answer_texts('<answer>["4  PM", "16:00"]</answer>')
+    ['4  PM', '16:00']
     """
     if isinstance(sol, str):
         span = answer_span(sol)
@@ -163,7 +225,7 @@ def gold_answers(sol: Any) -> list[str]:
         raise ValueError("solution: expected a non-empty list of gold answers")
     if not all(isinstance(answer, str) for answer in answers):
         raise ValueError(f"solution: every gold answer must be a string, got {answers!r:.80}")
-    return [_reference(normalize(answer, True, True), "gold answer") for answer in answers]
+    return answers
 
 
 def normalize(text: str, lowercase: bool, collapse_whitespace: bool) -> str:
@@ -178,6 +240,13 @@ def check_metric(metric: Any) -> str:
     if metric not in OCR_METRICS:
         raise ValueError(f"metric: expected one of {OCR_METRICS}, got {metric!r:.80}")
     return metric
+
+
+def check_anls_rules(rules: Any) -> str:
+    """``rules`` when it is one of :data:`ANLS_RULES`; else ``ValueError`` naming it."""
+    if rules not in ANLS_RULES:
+        raise ValueError(f"rules: expected one of {ANLS_RULES}, got {rules!r:.80}")
+    return rules
 
 
 def check_anls_threshold(threshold: Any) -> float:
@@ -233,15 +302,21 @@ class Ocr(Component):
 
 
 class Anls(Component):
-    """ANLS against the row's gold answers (one, or a JSON list; see ocr), ``threshold`` 0.5."""
+    """ANLS against the row's gold answers (one, or a JSON list; see ocr), ``threshold`` 0.5.
+
+    ``rules``: ``official`` (the DocVQA / RRC script, default) or ``normalized``.
+    """
 
     name = "anls"
 
-    def __init__(self, threshold: float = DEFAULT_ANLS_THRESHOLD) -> None:
+    def __init__(self, threshold: float = DEFAULT_ANLS_THRESHOLD, rules: str = "official") -> None:
         self.threshold = check_anls_threshold(threshold)
+        self.rules = check_anls_rules(rules)
 
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
-        return anls_score(content, sample_solution(sample), threshold=self.threshold)
+        return anls_score(
+            content, sample_solution(sample), threshold=self.threshold, rules=self.rules
+        )
 
     def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
         return answer_work_key(self.name, sample)

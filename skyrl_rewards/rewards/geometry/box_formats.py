@@ -18,13 +18,29 @@ format                 the model's box is in                to original pixels
 ``original``           original pixels                       as written
 =====================  ===================================  ==============================
 
-InternVL2.5 answers on the 0-1000 grid too (``relative_1000``). For a
-resized-pixel format the resize is computed from the image's size and the
-processor's parameters (the engine's settings win: give the reward the same
-``min_pixels``/``max_pixels`` as ``vllm serve --mm-processor-kwargs``); a row
-that carries ``image_grid_thw`` is checked against it, and a mismatch is a
-dataset error naming both. A row may name its own format in a ``box_format``
-column (a dataset that mixes families); it wins over the reward's.
+InternVL2.5 answers on the 0-1000 grid too (``relative_1000``). A reward
+clamps relative coordinates to their grid (0-1000 or 0-1) before converting
+(:meth:`BoxFormat.clamped`): Qwen3-VL writes 0-999 and at times past 1000
+(QwenLM/Qwen3-VL#1741), and a box past the image's edge is the edge.
+
+For a resized-pixel format the size the model saw comes from the row:
+
+- a row's ``image_grid_thw`` is that size (``grid * patch_size``, as VLM-R1
+  reads it) when :func:`smart_resize` gives it for the image under *some*
+  pixel bounds (:func:`grid_is_possible`: an engine may run other bounds
+  than the reward's); a grid no bounds give for that image is a dataset
+  error naming both;
+- without a grid, the resize is computed from the image's size and the
+  processor's parameters: the row's ``image_resize`` column (written by
+  ``prepare_skyrl_data.py``) when it has one, else the reward's (give it the
+  engine's ``min_pixels``/``max_pixels``, as ``vllm serve
+  --mm-processor-kwargs``).
+
+An image the Qwen-VL processors refuse (aspect ratio past
+:data:`MAX_ASPECT_RATIO`) is a dataset error for every answer of a Qwen
+family, whatever the answer holds: the policy never saw it. A row may name
+its own format in a ``box_format`` column (a dataset that mixes families);
+it wins over the reward's.
 """
 
 from __future__ import annotations
@@ -63,6 +79,13 @@ IMAGE_COLUMNS = ("image_path", "image", "images")
 BOX_FORMAT_COLUMN = "box_format"
 """A row's own format, for datasets that mix model families."""
 
+IMAGE_RESIZE_COLUMN = "image_resize"
+"""A row's processor settings (``{"min_pixels": .., "max_pixels": .., "patch_size": .., "merge_size": ..}``,
+any subset), written by ``prepare_skyrl_data.py``; they win over the reward's for resized-pixel formats."""
+
+PROCESSOR_SETTINGS = ("patch_size", "merge_size", "min_pixels", "max_pixels")
+"""The processor settings a resized-pixel format carries (:class:`BoxFormat`'s fields)."""
+
 
 @dataclass(frozen=True)
 class BoxFormat:
@@ -84,6 +107,8 @@ class BoxFormat:
     """Fewest pixels of the resized input (the processor's ``min_pixels`` / ``shortest_edge``)."""
     max_pixels: int = QWEN2_VL_MAX_PIXELS
     """Most pixels of the resized input (the processor's ``max_pixels`` / ``longest_edge``)."""
+    qwen_processor: bool = False
+    """The family's processor resizes with :func:`smart_resize`, so it refuses an aspect past :data:`MAX_ASPECT_RATIO`."""
 
     @property
     def factor(self) -> int:
@@ -100,30 +125,56 @@ class BoxFormat:
         w, h = self.resized(width, height)
         return 1, h // self.patch_size, w // self.patch_size
 
-    def to_original(self, box: Box, image_size: tuple[int, int]) -> Box:
+    def to_original(
+        self, box: Box, image_size: tuple[int, int], resized: tuple[int, int] | None = None
+    ) -> Box:
         """``box`` in this format, in pixels of an original image of ``(width, height)``.
 
-        Raises ``ValueError`` for an image :func:`smart_resize` refuses (resized pixels only).
+        ``resized``: the model input's ``(width, height)`` (resized pixels; by
+        default :meth:`resized`). Raises ``ValueError`` for an image
+        :func:`smart_resize` refuses (resized pixels without ``resized`` only).
         """
         width, height = image_size
         if self.coords == ORIGINAL:
             return box
         if self.coords == RESIZED_PIXELS:
-            resized_w, resized_h = self.resized(width, height)
+            resized_w, resized_h = resized or self.resized(width, height)
             sx, sy = width / resized_w, height / resized_h
         else:
-            unit = 1000.0 if self.coords == RELATIVE_1000 else 1.0
+            unit = self.relative_unit
             sx, sy = width / unit, height / unit
         return box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy
 
+    @property
+    def relative_unit(self) -> float:
+        """The grid's extent of a relative format (1000 or 1); 0.0 for pixel formats."""
+        return {RELATIVE_1000: 1000.0, RELATIVE_1: 1.0}.get(self.coords, 0.0)
+
+    def clamped(self, box: Box) -> Box:
+        """A relative box with each coordinate clamped to its grid (``[0, 1000]`` or ``[0, 1]``); others as given.
+
+        >>> FAMILIES["qwen3_vl"].clamped((-3, 10, 1004, 999))
+        (0.0, 10, 1000.0, 999)
+        """
+        unit = self.relative_unit
+        if not unit:
+            return box
+        x1, y1, x2, y2 = (min(unit, max(0.0, coord)) for coord in box)
+        return x1, y1, x2, y2
+
 
 FAMILIES: dict[str, BoxFormat] = {
-    "qwen2_5_vl": BoxFormat("qwen2_5_vl", RESIZED_PIXELS),
-    "qwen2_vl": BoxFormat("qwen2_vl", RELATIVE_1000),
+    "qwen2_5_vl": BoxFormat("qwen2_5_vl", RESIZED_PIXELS, qwen_processor=True),
+    "qwen2_vl": BoxFormat("qwen2_vl", RELATIVE_1000, qwen_processor=True),
     "qwen3_vl": BoxFormat(
-        "qwen3_vl", RELATIVE_1000, patch_size=16, min_pixels=65_536, max_pixels=16_777_216
+        "qwen3_vl",
+        RELATIVE_1000,
+        patch_size=16,
+        min_pixels=65_536,
+        max_pixels=16_777_216,
+        qwen_processor=True,
     ),
-    RESIZED_PIXELS: BoxFormat(RESIZED_PIXELS, RESIZED_PIXELS),
+    RESIZED_PIXELS: BoxFormat(RESIZED_PIXELS, RESIZED_PIXELS, qwen_processor=True),
     RELATIVE_1000: BoxFormat(RELATIVE_1000, RELATIVE_1000),
     RELATIVE_1: BoxFormat(RELATIVE_1, RELATIVE_1),
     ORIGINAL: BoxFormat(ORIGINAL, ORIGINAL),
@@ -180,6 +231,45 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
+def processor_settings(values: Mapping[str, Any], prefix: str = "") -> dict[str, int]:
+    """The given (not ``None``) :data:`PROCESSOR_SETTINGS` of ``values``, checked.
+
+    Raises ``ValueError`` naming the setting (after ``prefix``) for one that
+    is not a positive integer, or for ``min_pixels`` above ``max_pixels``.
+
+    >>> processor_settings({"max_pixels": 401408, "patch_size": None})
+    {'max_pixels': 401408}
+    """
+    settings = {
+        name: _positive_int(prefix + name, values[name])
+        for name in PROCESSOR_SETTINGS
+        if values.get(name) is not None
+    }
+    if settings.get("min_pixels", 0) > settings.get("max_pixels", math.inf):
+        raise ValueError(
+            f"{prefix}min_pixels: {settings['min_pixels']} is above max_pixels "
+            f"{settings['max_pixels']}; give the engine's processor settings "
+            "(vllm serve --mm-processor-kwargs)"
+        )
+    return settings
+
+
+def row_resize_settings(value: Any) -> dict[str, int]:
+    """A row's ``image_resize`` column as processor settings; ``ValueError`` naming it when bad."""
+    field = f"{IMAGE_RESIZE_COLUMN}."
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"{IMAGE_RESIZE_COLUMN}: expected an object with any of {', '.join(PROCESSOR_SETTINGS)}, "
+            f"got {value!r:.80}"
+        )
+    unknown = sorted(str(key) for key in value if key not in PROCESSOR_SETTINGS)
+    if unknown:
+        raise ValueError(
+            f"{field}{unknown[0]}: unknown setting; known: {', '.join(PROCESSOR_SETTINGS)}"
+        )
+    return processor_settings(value, prefix=field)
+
+
 @dataclass(frozen=True)
 class BoxFormatChoice:
     """A reward's box format, and every named format as a row may name it, with its processor settings.
@@ -197,12 +287,16 @@ class BoxFormatChoice:
     def for_row(self, columns: Mapping[str, Any]) -> BoxFormat:
         """The row's format: its ``box_format`` column when set, else the reward's.
 
-        Raises ``ValueError`` naming ``box_format`` for an unknown name.
+        A resized-pixel format takes the row's ``image_resize`` settings
+        (:data:`IMAGE_RESIZE_COLUMN`) over the reward's. Raises ``ValueError``
+        naming ``box_format`` for an unknown name, ``image_resize`` for bad settings.
         """
         name = columns.get(BOX_FORMAT_COLUMN)
-        if name is None:
-            return self.default
-        return self.formats[format_named(name).name]
+        fmt = self.default if name is None else self.formats[format_named(name).name]
+        settings = columns.get(IMAGE_RESIZE_COLUMN)
+        if settings is None or fmt.coords != RESIZED_PIXELS:
+            return fmt
+        return dataclasses.replace(fmt, **row_resize_settings(settings))
 
     @classmethod
     def build(
@@ -236,21 +330,14 @@ class BoxFormatChoice:
                     f"(box_coords is the former name of box_format: {', '.join(FAMILIES)})"
                 )
             box_format = LEGACY_BOX_COORDS[box_coords]
-        overrides = {
-            name: _positive_int(name, value)
-            for name, value in (
-                ("patch_size", patch_size),
-                ("merge_size", merge_size),
-                ("min_pixels", min_pixels),
-                ("max_pixels", max_pixels),
-            )
-            if value is not None
-        }
-        if overrides.get("min_pixels", 0) > overrides.get("max_pixels", math.inf):
-            raise ValueError(
-                f"min_pixels: {min_pixels} is above max_pixels {max_pixels}; give the engine's "
-                "processor settings (vllm serve --mm-processor-kwargs)"
-            )
+        overrides = processor_settings(
+            {
+                "patch_size": patch_size,
+                "merge_size": merge_size,
+                "min_pixels": min_pixels,
+                "max_pixels": max_pixels,
+            }
+        )
         formats = FAMILIES
         if overrides:
             formats = {
@@ -304,8 +391,10 @@ def row_converter(columns: Mapping[str, Any], fmt: BoxFormat) -> Callable[[Box],
     ``None`` for ``original``, and for a resized-pixel row with neither an
     image nor ``image_grid_thw`` (nothing to convert by). ``ValueError``
     naming the field for: a relative format without an image (its size is
-    needed), a grid without an image, a bad or unreadable one, or a row's
-    ``image_grid_thw`` that is not the processor's grid for its image.
+    needed), a grid without an image, a bad or unreadable one, a row's
+    ``image_grid_thw`` that no pixel bounds give for its image
+    (:func:`model_input_size`), or an image a Qwen family's processor refuses
+    (whatever the answer: the row cannot be scored).
     """
     if fmt.coords == ORIGINAL:
         return None
@@ -326,29 +415,89 @@ def row_converter(columns: Mapping[str, Any], fmt: BoxFormat) -> Callable[[Box],
             "image or images) is needed to scale the predicted box"
         )
     size, column = found
-    if fmt.coords == RESIZED_PIXELS:
-        check_row_grid(grid, size, fmt, column)
-    return lambda box: fmt.to_original(box, size)
+    if fmt.qwen_processor:
+        check_aspect(size, column)
+    if fmt.coords != RESIZED_PIXELS:
+        return lambda box: fmt.to_original(fmt.clamped(box), size)
+    resized = model_input_size(grid, size, fmt, column)
+    return lambda box: fmt.to_original(box, size, resized)
 
 
-def check_row_grid(
+def aspect_refused(size: tuple[int, int]) -> bool:
+    """True when the Qwen-VL processors refuse an image of ``(width, height)`` (aspect past :data:`MAX_ASPECT_RATIO`)."""
+    return max(size) / min(size) > MAX_ASPECT_RATIO
+
+
+def check_aspect(size: tuple[int, int], column: str) -> None:
+    """Nothing when the Qwen-VL processors accept an image of ``size``; else ``ValueError`` naming ``column``."""
+    width, height = size
+    if aspect_refused(size):
+        raise ValueError(
+            f"{column}: the {width}x{height} image has an aspect ratio past {MAX_ASPECT_RATIO}, "
+            "which the Qwen-VL processors (transformers, vLLM) refuse: the policy never saw it. "
+            "Drop the row, or crop or pad the image"
+        )
+
+
+def grid_is_possible(grid_hw: tuple[int, int], size: tuple[int, int], fmt: BoxFormat) -> bool:
+    """True when :func:`smart_resize` gives ``grid_hw`` (patches) for an image of ``size`` under some pixel bounds.
+
+    ``fmt``'s patch and merge sizes decide the factor; its bounds do not.
+    Either the rounded size is within the bounds, or some ``max_pixels``
+    shrinks the image to it (``floor(side * s)`` factors per side for one
+    scale ``s``), or some ``min_pixels`` grows it (``ceil(side * s)``): each
+    is an interval of ``s``, and the grid is possible when one is not empty.
+
+    >>> grid_is_possible((10, 20), (280, 140), FAMILIES["qwen2_5_vl"])
+    True
+    >>> grid_is_possible((10, 10), (280, 140), FAMILIES["qwen2_5_vl"])
+    False
+    """
+    width, height = size
+    if aspect_refused(size):
+        return False
+    factor = fmt.factor
+    h, w = grid_hw[0] * fmt.patch_size, grid_hw[1] * fmt.patch_size
+    if h % factor or w % factor:
+        return False
+    a, b = h // factor, w // factor
+    h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
+    if (h, w) == (h_bar, w_bar):
+        return True  # within the bounds
+    # the scale at which the area reaches the rounded area, in factors per pixel
+    pivot = math.sqrt(h_bar * w_bar / (height * width)) / factor
+    shrink_low = max(0.0 if a == 1 else a / height, 0.0 if b == 1 else b / width)
+    shrink_high = min((a + 1) / height, (b + 1) / width, pivot)
+    grow_low = max((a - 1) / height, (b - 1) / width, pivot)
+    grow_high = min(a / height, b / width)
+    return shrink_low < shrink_high or grow_low < grow_high
+
+
+def model_input_size(
     grid: tuple[int, int, int] | None, size: tuple[int, int], fmt: BoxFormat, column: str
-) -> None:
-    """Nothing when ``grid`` (the row's ``image_grid_thw``, read by :func:`grid_thw`) is ``None`` or ``fmt``'s grid for an image of ``size``.
+) -> tuple[int, int]:
+    """The model input's ``(width, height)`` for a row: its grid's size, or ``fmt``'s resize without one.
 
-    Raises ``ValueError`` naming ``image_grid_thw``, both grids and the fix otherwise.
+    ``grid`` is the row's ``image_grid_thw`` (read by :func:`grid_thw`) or
+    ``None``. A grid that some pixel bounds give for an image of ``size``
+    (:func:`grid_is_possible`) is what the model saw, whatever ``fmt``'s
+    bounds; one no bounds give raises ``ValueError`` naming
+    ``image_grid_thw``, both grids and the fix. Without a grid the resize is
+    ``fmt``'s (``ValueError`` for an image it refuses).
     """
     if grid is None:
-        return
+        return fmt.resized(*size)
+    if grid_is_possible((grid[1], grid[2]), size, fmt):
+        return grid[2] * fmt.patch_size, grid[1] * fmt.patch_size
     expected = fmt.grid(*size)
-    if grid[1:] != expected[1:]:
-        raise ValueError(
-            f"image_grid_thw: the row's grid {list(grid)} is not the resize of its "
-            f"{size[0]}x{size[1]} image ({column}) by {fmt.name} (patch {fmt.patch_size}, merge "
-            f"{fmt.merge_size}, min_pixels {fmt.min_pixels}, max_pixels {fmt.max_pixels}), which "
-            f"is {list(expected)}. Give the reward the engine's min_pixels/max_pixels, or drop "
-            "the column and the reward computes the grid"
-        )
+    raise ValueError(
+        f"image_grid_thw: the row's grid {list(grid)} is not a resize of its "
+        f"{size[0]}x{size[1]} image ({column}) by {fmt.name} under any pixel bounds (patch "
+        f"{fmt.patch_size}, merge {fmt.merge_size}; at min_pixels {fmt.min_pixels}, max_pixels "
+        f"{fmt.max_pixels} it is {list(expected)}). The grid belongs to another image or "
+        "another patch size: fix the row, give the reward the engine's patch_size, or drop the "
+        "column and the reward computes the grid"
+    )
 
 
 def _has_value(value: Any) -> bool:
@@ -416,6 +565,7 @@ class BoxComponent(Component):
             *parts,
             repr(sample.get("image_path")),
             repr(sample.get("image_grid_thw")),
+            repr(sample.get(IMAGE_RESIZE_COLUMN)),
         )
 
     def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:

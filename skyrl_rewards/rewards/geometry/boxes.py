@@ -22,6 +22,14 @@ MAX_BOX_SEARCH_CHARS = 10_000
 
 _NUMBER = r"\s*(-?\d+(?:\.\d+)?)\s*"
 _BOX = re.compile(r"\[" + ",".join([_NUMBER] * 4) + r"\]")
+_CORNER_PAIR = re.compile(
+    r"\(" + ",".join([_NUMBER] * 2) + r"\)\s*,\s*\(" + ",".join([_NUMBER] * 2) + r"\)"
+)
+"""Qwen2-VL's native box: ``(x1,y1),(x2,y2)``, between ``<|box_start|>`` and ``<|box_end|>`` or decoded without them."""
+
+EXIF_ORIENTATION = 0x0112
+EXIF_TRANSPOSED = frozenset({5, 6, 7, 8})
+"""EXIF orientations that swap width and height (a quarter turn, possibly mirrored)."""
 
 
 def is_finite_number(value: Any) -> bool:
@@ -87,10 +95,21 @@ def iou(box1: Sequence[float], box2: Sequence[float]) -> float:
 
 
 def predicted_box(content: str) -> Box | None:
-    """The first ``[a, b, c, d]`` of numbers in the answer span of ``content``, or ``None``."""
-    match = _BOX.search(cap(answer_span(content), MAX_BOX_SEARCH_CHARS))
-    if match is None:
+    """The first box in the answer span of ``content``, or ``None``.
+
+    A box is ``[a, b, c, d]`` of numbers (JSON ``bbox_2d``, and InternVL's
+    ``<box>[[a, b, c, d]]</box>``) or Qwen2-VL's corner pair ``(a,b),(c,d)``
+    (its native ``<|box_start|>(a,b),(c,d)<|box_end|>``, and the same with the
+    special tokens decoded away: ``label(a,b),(c,d)``); the earliest wins.
+
+    >>> predicted_box("<|object_ref_start|>cat<|object_ref_end|><|box_start|>(10,20),(30,40)<|box_end|>")
+    (10.0, 20.0, 30.0, 40.0)
+    """
+    span = cap(answer_span(content), MAX_BOX_SEARCH_CHARS)
+    found = [m for m in (_BOX.search(span), _CORNER_PAIR.search(span)) if m is not None]
+    if not found:
         return None
+    match = min(found, key=lambda m: m.start())
     return as_box([float(group) for group in match.groups()])
 
 
@@ -122,7 +141,12 @@ def image_path(value: Any, field: str = "image_path") -> str:
 
 @functools.lru_cache(maxsize=65_536)
 def image_size(path: str, field: str = "image_path") -> tuple[int, int]:
-    """``(width, height)`` of the image at ``path``, read from its header only.
+    """``(width, height)`` of the image at ``path`` as shown, read from its header only.
+
+    An EXIF orientation that turns the image a quarter (5 to 8) swaps the
+    stored sides: vLLM (``normalize_image``) and transformers (``load_image``)
+    both apply ``ImageOps.exif_transpose`` before the processor, so that is the
+    image the policy saw and the one its boxes are on.
 
     Raises ``ValueError`` naming ``field`` and the path when it is missing,
     unreadable, not a regular file (a FIFO or device would block the read for
@@ -142,6 +166,21 @@ def image_size(path: str, field: str = "image_path") -> tuple[int, int]:
     with os.fdopen(descriptor, "rb") as file:
         try:
             with Image.open(file) as image:
-                return image.size
+                width, height = image.size
+                if _orientation(image) in EXIF_TRANSPOSED:
+                    return height, width
+                return width, height
         except (OSError, Image.DecompressionBombError, SyntaxError, ValueError) as error:
             raise ValueError(f"{field}: cannot read image {path!r}: {error}") from error
+
+
+def _orientation(image: Image.Image) -> int | None:
+    """The EXIF orientation of an opened image, from its header only (``None`` without one).
+
+    A PNG's ``eXIf`` chunk is read when it precedes the pixel data, as the PNG
+    specification asks; Pillow would decode the whole image to look past it.
+    """
+    if image.format == "PNG" and "exif" not in image.info:
+        return None
+    orientation = image.getexif().get(EXIF_ORIENTATION)
+    return orientation if isinstance(orientation, int) else None

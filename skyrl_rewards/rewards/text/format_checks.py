@@ -17,6 +17,11 @@ _THINK_CLOSE_ANSWER = re.compile(r"</think>\s*<answer>")
 _INT_BOX = re.compile(r"\[\d+,\s*\d+,\s*\d+,\s*\d+\]")
 _DECIMAL = r"\d+(?:\.\d+)?"
 _DECIMAL_BOX = re.compile(r"\[" + r",\s*".join([_DECIMAL] * 4) + r"\]")
+_NATIVE_BOX = re.compile(
+    r"<box>\s*\[\[\s*\d+\s*,\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\]\]\s*</box>"
+    r"|\(\s*\d+\s*,\s*\d+\s*\)\s*,\s*\(\s*\d+\s*,\s*\d+\s*\)"
+)
+"""A family's native box: InternVL's ``<box>[[x1, y1, x2, y2]]</box>`` or Qwen2-VL's ``(x1,y1),(x2,y2)``."""
 
 
 def has_think_answer_format(content: str) -> bool:
@@ -34,14 +39,20 @@ def has_think_answer_format(content: str) -> bool:
 
 
 def has_rec_format(content: str, *, decimals: bool = False) -> bool:
-    """True when ``content`` contains a think block, then an answer block holding ``{ ... [n, n, n, n] ... }``.
+    """True when ``content`` contains a think block, then an answer block holding a box.
 
-    Same acceptance as VLM-R1's ``<think>.*?</think>\\s*<answer>.*?\\{.*\\[\\d+,
-    \\s*\\d+,\\s*\\d+,\\s*\\d+\\].*\\}.*?</answer>`` searched with DOTALL, in
-    linear time. With ``decimals`` the four numbers may have a fractional part
-    (boxes in 0-1 fractions, box format ``relative_1``).
+    The box: ``{ ... [n, n, n, n] ... }``, VLM-R1's acceptance
+    (``<think>.*?</think>\\s*<answer>.*?\\{.*\\[\\d+,\\s*\\d+,\\s*\\d+,\\s*\\d+\\].*\\}.*?</answer>``
+    searched with DOTALL, in linear time), or a family's native box in the
+    answer: InternVL2.5's ``<ref>..</ref><box>[[n, n, n, n]]</box>`` (VLM-R1's
+    InternVL module accepts it) or Qwen2-VL's ``(n,n),(n,n)``, with or
+    without ``<|box_start|>``/``<|box_end|>``. With ``decimals`` the four
+    numbers of the JSON form may have a fractional part (boxes in 0-1
+    fractions, box format ``relative_1``).
 
     >>> has_rec_format('<think>x</think><answer>{"bbox": [1, 2, 3, 4]}</answer>')
+    True
+    >>> has_rec_format("<think>x</think><answer><ref>cat</ref><box>[[1, 2, 3, 4]]</box></answer>")
     True
     """
     first_think = content.find("<think>")
@@ -52,6 +63,8 @@ def has_rec_format(content: str, *, decimals: bool = False) -> bool:
     answer_end = content.rfind("</answer>")
     if opening is None or answer_end < opening.end():
         return False
+    if _NATIVE_BOX.search(content, opening.end(), answer_end) is not None:
+        return True
     brace = content.find("{", opening.end(), answer_end)
     if brace == -1:
         return False
