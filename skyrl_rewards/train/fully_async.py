@@ -51,7 +51,8 @@ def _live_trajectories(output: dict[str, Any]) -> int:
     """Trajectories of a group's output whose loss mask is not all zero (a step-wise
     trajectory counts once, on its last row; every row of a masked one is masked)."""
     last = output.get("is_last_step") or [True] * len(output["loss_masks"])
-    return sum(1 for mask, is_last in zip(output["loss_masks"], last, strict=True) if is_last and any(mask))
+    masks = output["loss_masks"]
+    return sum(1 for mask, is_last in zip(masks, last, strict=True) if is_last and any(mask))
 
 
 def masked_share(groups: Sequence[GeneratedOutputGroup]) -> float:

@@ -1,15 +1,15 @@
 """Real SkyRL 0.4 ``FullyAsyncRayPPOTrainer`` steps on CPU, through this project's experiment.
 
-``python tests/skyrl_trainer/cpu_fully_async_step.py text OUT_DIR`` builds what
+``python tests/skyrl_trainer/cpu_fully_async_step.py {text,rec_qwen3} OUT_DIR`` builds what
 ``cpu_training_step.py`` builds (a tiny random Qwen2 policy and its tokenizer, this project's
 rows, a ``TrainConfig`` as ``python -m skyrl_rewards.train`` parses it, the stand-ins of
 ``stand_ins.py`` for the GPU parts only) with ``trainer.fully_async.enabled=true``, and runs
-``RewardsPPOExp(cfg).run()`` for three training steps of two groups each: SkyRL's
-generation workers call the generator once per group, concurrently, while the policy trains;
-each step pauses generation at the engine, syncs the weights and resumes it.
+``RewardsPPOExp(cfg).run()`` for three training steps: SkyRL's generation workers call the
+generator once per group, concurrently, while the policy trains; each step pauses generation
+at the engine, syncs the weights and resumes it.
 
-One dataset, both envs (SkyRL routes each row to the ``env_class`` it names), six groups of
-two samples:
+``text``: one dataset, both envs (SkyRL routes each row to the ``env_class`` it names), six
+groups of two samples, two groups a step:
 
 - three tau-bench retail tasks that write data (backend tau2), the user played by a model
   behind a real OpenAI-compatible chat endpoint on loopback (``tests/models/judge_server.py``,
@@ -25,6 +25,11 @@ two samples:
 Fully async settings: ``policy_mini_batch_size=2`` groups, ``max_staleness_steps=1``, four
 generation workers (SkyRL's bound: ``2 <= workers <= 2 * (1 + 1)``), policy loss ``rollout_is``.
 
+``rec_qwen3``: ``cpu_training_step``'s REC rows for a tiny random Qwen3-VL (three prompts,
+three samples: the gold box, a wrong box, a sample; the third row's solution malformed, so
+masked) through ``MaskingVLMGymGenerator`` and a reward pool started from
+``configs/rec.yaml``; one group a step, two generation workers.
+
 It writes ``OUT_DIR/summary.json``: every group the generator returned (its trajectories,
 rewards, masks, stop reasons, the step it was scheduled at, its start and end), each training
 step's groups and staleness, the trainer's logged metrics, the engine's event log (generations,
@@ -36,6 +41,7 @@ masked rows alone (advantages forced to 1.0), with the same rows unmasked as the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -49,16 +55,26 @@ sys.path[:0] = [str(HERE), str(ROOT), str(HERE.parent / "models"), str(ROOT / "s
 from cpu_training_step import (  # noqa: E402 - installs the CPU stand-ins before torch
     ENGINE,
     MAX_NEW_TOKENS,
+    REC_FAMILIES,
     SEED,
     build_policy,
+    build_vision_policy,
     corpus,
     exported_checksum,
     masked_rows_gradient,
     math_data,
+    rec_data,
     start_ray,
     train_config,
 )
-from stand_ins import NAMESPACE, StandInEngine, StandInEngineClient, weights_checksum  # noqa: E402
+from stand_ins import (  # noqa: E402
+    NAMESPACE,
+    StandInEngine,
+    StandInEngineClient,
+    VisionStandInEngine,
+    VisionStandInEngineClient,
+    weights_checksum,
+)
 
 USER_FIRST = "Hi, I need help with my order."
 STOP = "###STOP###"
@@ -122,7 +138,30 @@ def user_endpoint(failing_instruction: str) -> Any:
     return JudgeServer(reply=reply, plan=plan)
 
 
-def overrides(user_url: str) -> list[str]:
+FULLY_ASYNC_TEXT = [
+    "trainer.train_batch_size=2",
+    "trainer.policy_mini_batch_size=2",
+    "trainer.max_training_steps=3",
+    "trainer.fully_async.enabled=true",
+    "trainer.fully_async.max_staleness_steps=1",
+    "trainer.fully_async.num_parallel_generation_workers=4",
+    "trainer.algorithm.policy_loss_type=rollout_is",
+]
+"""Three steps of two groups, staleness 1: four groups may start before step 1 trains."""
+
+FULLY_ASYNC_REC = [
+    "trainer.train_batch_size=1",
+    "trainer.policy_mini_batch_size=1",
+    "trainer.max_training_steps=3",
+    "trainer.fully_async.enabled=true",
+    "trainer.fully_async.max_staleness_steps=1",
+    "trainer.fully_async.num_parallel_generation_workers=2",
+    "trainer.algorithm.policy_loss_type=rollout_is",
+]
+"""Three steps of one group of three, staleness 1: two groups may start before step 1 trains."""
+
+
+def text_overrides(user_url: str) -> list[str]:
     return [
         "environment.env_class=tau_bench_env",
         "environment.skyrl_gym.tau_bench_env.backend=tau2",
@@ -139,13 +178,7 @@ def overrides(user_url: str) -> list[str]:
         "generator.max_turns=30",
         "generator.max_input_length=400000",
         "trainer.max_prompt_length=400000",
-        "trainer.train_batch_size=2",
-        "trainer.policy_mini_batch_size=2",
-        "trainer.max_training_steps=3",
-        "trainer.fully_async.enabled=true",
-        "trainer.fully_async.max_staleness_steps=1",
-        "trainer.fully_async.num_parallel_generation_workers=4",
-        "trainer.algorithm.policy_loss_type=rollout_is",
+        *FULLY_ASYNC_TEXT,
     ]
 
 
@@ -211,7 +244,9 @@ def experiment(cfg: Any, client: StandInEngineClient, seen: Observed) -> Any:
                     {
                         "step": trainer.global_step,
                         "uids": [g.uid for g in groups],
-                        "staleness": [trainer.global_step - g.global_step_when_scheduled for g in groups],
+                        "staleness": [
+                            trainer.global_step - g.global_step_when_scheduled for g in groups
+                        ],
                     }
                 )
                 return convert(groups, dropped)
@@ -233,6 +268,24 @@ def experiment(cfg: Any, client: StandInEngineClient, seen: Observed) -> Any:
     return StandInEngineExp(cfg)
 
 
+RAY_START_ATTEMPTS = 3
+
+
+def start_ray_when_it_comes_up(cfg: Any) -> None:
+    """``start_ray``, tried again when Ray's node misses its fixed 30 s start-up deadline (a
+    loaded machine: other Ray clusters and test runs starting at the same moment)."""
+    import ray
+
+    for attempt in range(1, RAY_START_ATTEMPTS + 1):
+        try:
+            start_ray(cfg)
+            return
+        except Exception as error:  # Ray raises a bare Exception for it
+            if "timed out during startup" not in str(error) or attempt == RAY_START_ATTEMPTS:
+                raise
+            ray.shutdown()
+
+
 def masked_gradient(trainer: Any, batches: list[Any]) -> dict[str, float]:
     """SkyRL's loss and grad norm on the masked rows of the first batch that has some."""
     for batch in batches:
@@ -242,22 +295,8 @@ def masked_gradient(trainer: Any, batches: list[Any]) -> dict[str, float]:
     return {}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("task", choices=["text"])
-    parser.add_argument("out", type=Path)
-    args = parser.parse_args(argv)
-    out: Path = args.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-
-    import ray
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from skyrl_rewards.train.entrypoint import start_reward_pool
-    from skyrl_rewards.train.env import shared_pool
-    from skyrl_rewards.train.registration import register_installed_envs
-
-    started = time.perf_counter()
+def text_setup(out: Path, stack: contextlib.ExitStack) -> dict[str, Any]:
+    """The tau + math run: rows, replies, policy, overrides (the user endpoint on ``stack``)."""
     tau, replies, instructions = tau_rows(out)
     (math,), math_replies, _ = math_data(out)
     offset = 3  # the math rows follow the three tau rows in the dataset (their uids)
@@ -265,20 +304,64 @@ def main(argv: list[str] | None = None) -> int:
         f"{int(k.split('_')[0]) + offset}_{k.split('_')[1]}": v for k, v in math_replies.items()
     }
     data = [tau, math]
-    policy = build_policy(out / "policy", corpus(data, replies))
-    initial = weights_checksum(AutoModelForCausalLM.from_pretrained(policy).state_dict())
-    with user_endpoint(instructions[1]) as user:
-        cfg = train_config(policy, data, out, overrides(user.url))
-        start_ray(cfg)
+    user = stack.enter_context(user_endpoint(instructions[1]))
+    return {
+        "data": data,
+        "replies": replies,
+        "overrides": text_overrides(user.url),
+        "policy": build_policy(out / "policy", corpus(data, replies)),
+        "vision": False,
+        "user": user,
+    }
+
+
+def rec_setup(out: Path, task: str) -> dict[str, Any]:
+    """The REC run: ``cpu_training_step``'s rows for the family, fully async."""
+    data, replies, overrides, gold = rec_data(out, task)
+    return {
+        "data": data,
+        "replies": replies,
+        "overrides": [*overrides, *FULLY_ASYNC_REC],
+        "policy": build_vision_policy(out / "policy", REC_FAMILIES[task], corpus(data, replies)),
+        "vision": True,
+        "gold": gold,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("task", choices=["text", "rec_qwen3"])
+    parser.add_argument("out", type=Path)
+    args = parser.parse_args(argv)
+    out: Path = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+
+    import ray
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+
+    from skyrl_rewards.train.entrypoint import start_reward_pool
+    from skyrl_rewards.train.env import shared_pool
+    from skyrl_rewards.train.registration import register_installed_envs
+
+    started = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        setup = text_setup(out, stack) if args.task == "text" else rec_setup(out, args.task)
+        vision, policy = setup["vision"], setup["policy"]
+        auto_model = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+        engine_cls = VisionStandInEngine if vision else StandInEngine
+        client_cls = VisionStandInEngineClient if vision else StandInEngineClient
+        initial = weights_checksum(auto_model.from_pretrained(policy).state_dict())
+        cfg = train_config(policy, setup["data"], out, setup["overrides"])
+        start_ray_when_it_comes_up(cfg)
         pool = start_reward_pool(cfg)
         try:
             register_installed_envs()
             engine = (
-                ray.remote(StandInEngine)
+                ray.remote(engine_cls)
                 .options(name=ENGINE, namespace=NAMESPACE, num_cpus=0)
-                .remote(str(policy), replies, SEED)
+                .remote(str(policy), setup["replies"], SEED)
             )
-            client = StandInEngineClient(
+            client = client_cls(
                 ENGINE,
                 AutoTokenizer.from_pretrained(policy),
                 max_new_tokens=MAX_NEW_TOKENS,
@@ -292,18 +375,28 @@ def main(argv: list[str] | None = None) -> int:
             trainer = exp.trainer
             engine_report = ray.get(engine.report.remote())
             engine_now = ray.get(engine.checksum.remote())
-            exported = exported_checksum(trainer, out / "exported", AutoModelForCausalLM)
+            exported = exported_checksum(trainer, out / "exported", auto_model)
             gradient = masked_gradient(trainer, seen.batches)
             pool_tasks = shared_pool("step_pool").metrics().get("tasks")
         finally:
             pool.shutdown()
-        user_calls, user_errors = user.calls, user.errors
+        user = setup.get("user")
+        user_endpoint_seen = {"calls": user.calls, "errors": user.errors} if user else {}
     summary = {
+        "task": args.task,
         "groups": seen.groups,
         "steps": seen.steps,
         "batch_loss_tokens": [[int(row.sum()) for row in b["loss_mask"]] for b in seen.batches],
+        "batch_image_rows": [
+            [list(t.shape) for t in b["pixel_values"].tensors] if vision else []
+            for b in seen.batches
+        ],
         "logs": seen.logs,
-        "engine": {"events": engine_report["events"], "generated": engine_report["generated"]},
+        "engine": {
+            "events": engine_report["events"],
+            "generated": engine_report["generated"],
+            "rendered_images": engine_report.get("rendered_images"),
+        },
         "weights": {
             "initial": initial,
             "engine_syncs": engine_report["synced"],
@@ -312,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
         },
         "masked_rows_gradient": gradient,
         "pool_tasks": pool_tasks,
-        "user_endpoint": {"calls": user_calls, "errors": user_errors},
+        "user_endpoint": user_endpoint_seen,
+        "gold": setup.get("gold", {}),
         "run_s": round(run_s, 2),
         "total_s": round(time.perf_counter() - started, 2),
     }

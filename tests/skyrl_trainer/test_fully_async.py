@@ -53,7 +53,7 @@ def test_a_fully_async_config_checks(capsys: pytest.CaptureFixture[str]) -> None
         ("trainer.placement.colocate_all=true", "colocate_all is not supported for async training"),
         ("generator.batched=true", "batched is not supported for fully async training"),
         ("trainer.algorithm.policy_loss_type=regular", "Fully async training should use rollout"),
-        ("trainer.fully_async.num_parallel_generation_workers=9", "Invalid num_parallel_generation"),
+        ("trainer.fully_async.num_parallel_generation_workers=9", "Invalid num_parallel_gen"),
         ("trainer.train_batch_size=8", "train_batch_size must equal policy_mini_batch_size"),
         ("trainer.fully_async.sample_full_batch=true", "requires trainer.algorithm.zero_variance"),
         # what the trainer leaves to the first training step
@@ -142,6 +142,7 @@ def sync_brackets(events: list[list[Any]]) -> list[list[str]]:
 @pytest.mark.timeout(1500)
 def test_fully_async_training_on_tau_retail_and_math(tmp_path: Path) -> None:
     summary, wall, peak = run_step("text", tmp_path, script="cpu_fully_async_step.py")
+    assert summary["user_endpoint"]["calls"] > 0  # the user simulator was the endpoint
     report({k: v for k, v in summary.items() if k not in ("logs", "engine")}, wall, peak)
     groups = {g["uid"]: g for g in summary["groups"]}
     assert sorted(groups) == [str(i) for i in range(6)]  # every group generated once
@@ -154,6 +155,10 @@ def test_fully_async_training_on_tau_retail_and_math(tmp_path: Path) -> None:
     }
     # several groups in flight at once; SkyRL's four workers, one group each
     assert 2 <= overlapping(summary["groups"]) <= 4
+    # each concurrent generate() call timed its own env steps (the refused task had none)
+    for g in summary["groups"]:
+        env_s = g["metrics"]["generate/env_step_wall_s"]
+        assert (env_s == 0.0) if g["uid"] == "2" else (0.0 < env_s <= g["end"] - g["start"])
     # tau retail, the user a model behind a real chat endpoint: gold 1.0, goodbye 0.0
     assert by_id["0_0"][:2] == (1.0, False) and by_id["0_1"][:2] == (0.0, False)
     # task 1: the user endpoint failed the goodbye (one 500, counted there): masked, imputed
@@ -187,15 +192,46 @@ def test_fully_async_training_on_tau_retail_and_math(tmp_path: Path) -> None:
     gradient = summary["masked_rows_gradient"]
     assert gradient["masked_loss"] == 0.0 and gradient["masked_grad_norm"] == 0.0
     assert gradient["unmasked_grad_norm"] > 0.0
-    # the weight syncs: the initial policy, then one per step, each between a pause and a
-    # resume with no generation in between; the engine ends with what the policy exports
-    weights = summary["weights"]
-    assert len(weights["engine_syncs"]) == 4
-    assert weights["engine_syncs"][0] == weights["initial"] != weights["engine_syncs"][-1]
-    assert weights["engine_now"] == weights["policy_export_after_training"]
-    assert weights["engine_now"] == weights["engine_syncs"][-1]
-    brackets = sync_brackets(summary["engine"]["events"])
-    assert brackets == [["load"]] * 4
+    check_weight_syncs(summary, 3)
     # generation went on between syncs: some group generated on weights of a later step
     versions = {e[2] for e in summary["engine"]["events"] if e[0] == "generate"}
     assert max(versions) >= 2
+
+
+def check_weight_syncs(summary: dict[str, Any], steps: int) -> None:
+    """The initial policy, then one sync per step, each between a pause and a resume with no
+    generation in between; the engine ends with what the policy exports."""
+    weights = summary["weights"]
+    assert len(weights["engine_syncs"]) == steps + 1
+    assert weights["engine_syncs"][0] == weights["initial"] != weights["engine_syncs"][-1]
+    assert weights["engine_now"] == weights["policy_export_after_training"]
+    assert weights["engine_now"] == weights["engine_syncs"][-1]
+    assert sync_brackets(summary["engine"]["events"]) == [["load"]] * (steps + 1)
+
+
+@pytest.mark.timeout(1500)
+def test_fully_async_training_on_rec_with_a_qwen3_vl_policy(tmp_path: Path) -> None:
+    summary, wall, peak = run_step("rec_qwen3", tmp_path, script="cpu_fully_async_step.py")
+    report({k: v for k, v in summary.items() if k not in ("logs", "engine")}, wall, peak)
+    assert sorted(g["uid"] for g in summary["groups"]) == ["0", "1", "2"]
+    assert overlapping(summary["groups"]) == 2  # SkyRL's two workers, one group each
+    by_id = {
+        t: (r, m, n)
+        for g in summary["groups"]
+        for t, r, m, n in zip(g["trajectories"], g["rewards"], g["masked"], g["loss_tokens"])
+    }
+    for trajectory, gold in summary["gold"].items():  # the pool's iou + format_rec
+        assert by_id[trajectory][0] == pytest.approx(1.0 + gold["iou"], abs=1e-4)
+    assert by_id["0_1"][0] == by_id["1_1"][0] == 1.0  # a wrong box in the right format
+    assert all(by_id[f"2_{k}"][1] and by_id[f"2_{k}"][2] == 0 for k in range(3))
+    assert summary["pool_tasks"] == 18  # 9 samples x 2 rewards, counted at the pool
+    steps = summary["steps"]
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    assert all(0 <= st <= 1 for s in steps for st in s["staleness"])
+    # every trained row carried its image: pixel rows per row of each step's batch
+    assert [len(rows) for rows in summary["batch_image_rows"]] == [3, 3, 3]
+    assert summary["engine"]["rendered_images"] >= 9
+    gradient = summary["masked_rows_gradient"]
+    assert gradient["masked_loss"] == 0.0 and gradient["masked_grad_norm"] == 0.0
+    assert gradient["unmasked_grad_norm"] > 0.0
+    check_weight_syncs(summary, 3)
