@@ -138,7 +138,14 @@ def user_endpoint(failing_instruction: str) -> Any:
     return JudgeServer(reply=reply, plan=plan)
 
 
+NO_GPU_METRICS = [
+    "generator.inference_engine.enable_ray_prometheus_stats=false",
+    "trainer.enable_ray_gpu_monitor=false",
+]
+"""No GPUs to monitor and no vLLM metrics to scrape (they poll the cluster every 5 s)."""
+
 FULLY_ASYNC_TEXT = [
+    *NO_GPU_METRICS,
     "trainer.train_batch_size=2",
     "trainer.policy_mini_batch_size=2",
     "trainer.max_training_steps=3",
@@ -150,6 +157,7 @@ FULLY_ASYNC_TEXT = [
 """Three steps of two groups, staleness 1: four groups may start before step 1 trains."""
 
 FULLY_ASYNC_REC = [
+    *NO_GPU_METRICS,
     "trainer.train_batch_size=1",
     "trainer.policy_mini_batch_size=1",
     "trainer.max_training_steps=3",

@@ -102,7 +102,15 @@ def group(rewards: list[float], loss_masks: list[list[int]], masked: list[bool])
 def test_masked_trajectories_and_zero_variance_filtering_agree(
     rewards: list[float], loss_masks: list[list[int]], masked: list[bool], kept: bool
 ) -> None:
-    cfg = parse_config([*FULLY_ASYNC, "trainer.algorithm.zero_variance_filter=true"])
+    cfg = parse_config(
+        [
+            *FULLY_ASYNC,
+            "trainer.algorithm.zero_variance_filter=true",
+            # collectors that ask a running Ray for its nodes; none runs here
+            "generator.inference_engine.enable_ray_prometheus_stats=false",
+            "trainer.enable_ray_gpu_monitor=false",
+        ]
+    )
     trainer = _ConfigOnlyTrainer(
         cfg=cfg,
         tracker=None,
@@ -174,18 +182,17 @@ def test_fully_async_training_on_tau_retail_and_math(tmp_path: Path) -> None:
     assert by_id["3_0"][:2] == (2.0, False) and by_id["4_0"][:2] == (2.0, False)
     assert by_id["5_0"][1] and by_id["5_1"][1]
     assert summary["pool_tasks"] == 12  # 6 math samples x 2 rewards, counted at the pool
-    # three steps, two groups each, every group trained once, none staler than SkyRL allows
+    # three steps, two groups each, every group trained once
     steps = summary["steps"]
     assert [s["step"] for s in steps] == [1, 2, 3]
     assert sorted(u for s in steps for u in s["uids"]) == sorted(groups)
-    assert all(0 <= st <= 1 for s in steps for st in s["staleness"])
-    # SkyRL's capacity: (max_staleness 1 + step 1) x 2 groups may start before step 1 trains
-    scheduled = [g["scheduled_step"] for g in summary["groups"]]
-    assert scheduled.count(1) <= 4 and max(scheduled) >= 2
+    check_staleness(summary, mini_batch=2)
     logged = [log for log in summary["logs"] if "async/staleness_max" in log]
-    assert len(logged) == 3
-    assert all(log["async/staleness_violation_count"] == 0 for log in logged)
-    assert all(0.0 <= log["generate/masked_share"] <= 1.0 for log in logged)
+    masked_by_step = [
+        sum(groups[u]["masked"].count(True) for u in s["uids"]) / (2 * len(s["uids"]))
+        for s in steps
+    ]  # the mini-batch's share, not SkyRL's sum of its groups' shares
+    assert [log["generate/masked_share"] for log in logged] == pytest.approx(masked_by_step)
     # the masked trajectories reached the loss with no tokens, and give no gradient
     masked_rows = sum(tokens == 0 for batch in summary["batch_loss_tokens"] for tokens in batch)
     assert masked_rows == 5  # 1_1, 2_0, 2_1, 5_0, 5_1
@@ -196,6 +203,23 @@ def test_fully_async_training_on_tau_retail_and_math(tmp_path: Path) -> None:
     # generation went on between syncs: some group generated on weights of a later step
     versions = {e[2] for e in summary["engine"]["events"] if e[0] == "generate"}
     assert max(versions) >= 2
+
+
+def check_staleness(summary: dict[str, Any], mini_batch: int, max_staleness: int = 1) -> None:
+    """SkyRL's staleness control as it documents it: a group starts only while fewer than
+    ``(max_staleness + step) * mini_batch`` groups are accepted or running, so at most
+    ``(max_staleness + 1) * mini_batch`` start before step 1 trains and the rest wait for a
+    slot; a group that still ends up staler (a long episode) is trained on and counted in
+    ``async/staleness_violation_count``."""
+    scheduled = [g["scheduled_step"] for g in summary["groups"]]
+    assert scheduled.count(1) == (max_staleness + 1) * mini_batch  # every slot taken at once
+    assert max(scheduled) >= 2  # the others waited for step 1
+    logged = [log for log in summary["logs"] if "async/staleness_max" in log]
+    assert len(logged) == len(summary["steps"])
+    for step, log in zip(summary["steps"], logged, strict=True):
+        stale = [s for s in step["staleness"] if s > max_staleness]
+        assert log["async/staleness_violation_count"] == len(stale)
+        assert log["async/staleness_max"] == max(step["staleness"])
 
 
 def check_weight_syncs(summary: dict[str, Any], steps: int) -> None:
@@ -227,7 +251,7 @@ def test_fully_async_training_on_rec_with_a_qwen3_vl_policy(tmp_path: Path) -> N
     assert summary["pool_tasks"] == 18  # 9 samples x 2 rewards, counted at the pool
     steps = summary["steps"]
     assert [s["step"] for s in steps] == [1, 2, 3]
-    assert all(0 <= st <= 1 for s in steps for st in s["staleness"])
+    check_staleness(summary, mini_batch=1)
     # every trained row carried its image: pixel rows per row of each step's batch
     assert [len(rows) for rows in summary["batch_image_rows"]] == [3, 3, 3]
     assert summary["engine"]["rendered_images"] >= 9
