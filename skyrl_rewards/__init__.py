@@ -29,24 +29,24 @@ _EXPORTS: dict[str, str] = {
     "make_reward": "skyrl_rewards.rewards.batch",
     "repetition_batch_reward": "skyrl_rewards.rewards.batch",
     "default_accuracy_reward": "skyrl_rewards.rewards.accuracy",
-    "extract_choice": "skyrl_rewards.rewards.choice",
-    "detection_score": "skyrl_rewards.rewards.detection",
-    "format_reward": "skyrl_rewards.rewards.format_checks",
-    "format_reward_rec": "skyrl_rewards.rewards.format_checks",
-    "iou": "skyrl_rewards.rewards.geometry",
+    "extract_choice": "skyrl_rewards.rewards.text.choice",
+    "detection_score": "skyrl_rewards.rewards.boxes.detection",
+    "format_reward": "skyrl_rewards.rewards.text.format_checks",
+    "format_reward_rec": "skyrl_rewards.rewards.text.format_checks",
+    "iou": "skyrl_rewards.rewards.geometry.boxes",
     "RewardMix": "skyrl_rewards.rewards.mix",
     "RewardSpec": "skyrl_rewards.rewards.mix",
-    "iou_reward": "skyrl_rewards.rewards.rec",
+    "iou_reward": "skyrl_rewards.rewards.boxes.rec",
     "COMPONENTS": "skyrl_rewards.rewards.registry",
-    "ComponentScore": "skyrl_rewards.rewards.result",
-    "RewardResult": "skyrl_rewards.rewards.result",
-    "Status": "skyrl_rewards.rewards.result",
-    "CosineSchedule": "skyrl_rewards.rewards.shaping",
-    "cosine_reward": "skyrl_rewards.rewards.shaping",
-    "repetition_reward": "skyrl_rewards.rewards.shaping",
-    "answer_span": "skyrl_rewards.rewards.text",
-    "clean": "skyrl_rewards.rewards.text",
-    "completion_text": "skyrl_rewards.rewards.text",
+    "ComponentScore": "skyrl_rewards.rewards.contract.result",
+    "RewardResult": "skyrl_rewards.rewards.contract.result",
+    "Status": "skyrl_rewards.rewards.contract.result",
+    "CosineSchedule": "skyrl_rewards.rewards.text.shaping",
+    "cosine_reward": "skyrl_rewards.rewards.text.shaping",
+    "repetition_reward": "skyrl_rewards.rewards.text.shaping",
+    "answer_span": "skyrl_rewards.rewards.contract.text",
+    "clean": "skyrl_rewards.rewards.contract.text",
+    "completion_text": "skyrl_rewards.rewards.contract.text",
     "RewardPool": "skyrl_rewards.pool.reward_pool",
     "SkyRLRewardEnv": "skyrl_rewards.train.env",
 }
@@ -90,16 +90,16 @@ if TYPE_CHECKING:
         make_reward,
         repetition_batch_reward,
     )
-    from skyrl_rewards.rewards.choice import extract_choice
-    from skyrl_rewards.rewards.detection import detection_score
-    from skyrl_rewards.rewards.format_checks import format_reward, format_reward_rec
-    from skyrl_rewards.rewards.geometry import iou
+    from skyrl_rewards.rewards.boxes.detection import detection_score
+    from skyrl_rewards.rewards.boxes.rec import iou_reward
+    from skyrl_rewards.rewards.contract.result import ComponentScore, RewardResult, Status
+    from skyrl_rewards.rewards.contract.text import answer_span, clean, completion_text
+    from skyrl_rewards.rewards.geometry.boxes import iou
     from skyrl_rewards.rewards.mix import RewardMix, RewardSpec
-    from skyrl_rewards.rewards.rec import iou_reward
     from skyrl_rewards.rewards.registry import COMPONENTS
-    from skyrl_rewards.rewards.result import ComponentScore, RewardResult, Status
-    from skyrl_rewards.rewards.shaping import CosineSchedule, cosine_reward, repetition_reward
-    from skyrl_rewards.rewards.text import answer_span, clean, completion_text
+    from skyrl_rewards.rewards.text.choice import extract_choice
+    from skyrl_rewards.rewards.text.format_checks import format_reward, format_reward_rec
+    from skyrl_rewards.rewards.text.shaping import CosineSchedule, cosine_reward, repetition_reward
     from skyrl_rewards.train.env import SkyRLRewardEnv
 
 

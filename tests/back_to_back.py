@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 
 from skyrl_rewards.pool.reward_pool import RewardPool
-from skyrl_rewards.rewards.result import RewardResult
+from skyrl_rewards.rewards.contract.result import RewardResult
 
 
 class BackToBack:

@@ -379,7 +379,7 @@ def test_outputs_never_hold_negative_zero(tmp_path: Path) -> None:
     # issue 11: "repetition": -0.0 appeared in outputs
     from skyrl_rewards.cli.summary import format_table, summarize
     from skyrl_rewards.data.jsonl import write_rows
-    from skyrl_rewards.rewards.result import ComponentScore, RewardResult
+    from skyrl_rewards.rewards.contract.result import ComponentScore, RewardResult
 
     result = RewardResult.from_components({"repetition": ComponentScore(-0.0)}, {"repetition": 1.0})
     output = tmp_path / "o.jsonl"
@@ -404,7 +404,7 @@ def test_floor_share_and_histogram_floor_bar_agree(values: list[float], at_floor
     import matplotlib.pyplot as plt
 
     from skyrl_rewards.cli.summary import draw_histogram, summarize
-    from skyrl_rewards.rewards.result import ComponentScore, RewardResult
+    from skyrl_rewards.rewards.contract.result import ComponentScore, RewardResult
 
     results = [
         RewardResult.from_components({"length": ComponentScore(v)}, {"length": 1.0}) for v in values

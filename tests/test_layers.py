@@ -5,6 +5,9 @@ tau_bench_env: ``cli`` -> ``evaluation`` -> ``rescoring`` -> ``episode`` -> ``us
 ``backends`` -> ``data_model`` -> ``config``. Between the packages: ``tau_bench_env`` may
 import ``skyrl_rewards``, never the other way round. Inside a layer too, no two modules import
 each other, however indirectly (a constant or contract both need lives in a module below both).
+Inside ``rewards``, folders by family: a family imports only the contract, the shared geometry
+and its own folder (:func:`family_offences`); no module is over :data:`MAX_MODULE_LINES` lines
+without saying why in its docstring.
 """
 
 from __future__ import annotations
@@ -168,6 +171,94 @@ def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
     assert import_circles(import_graph([package])) == []
 
 
+# rewards/: room -> the rooms its modules may import (their own included). "" is the top of
+# rewards/ (the registry, the cross-family accuracy, mix, batch): it may import every room.
+REWARD_FAMILIES = ("text", "boxes", "gui", "documents", "models")
+REWARD_ROOMS = {
+    "contract": {"contract"},
+    "geometry": {"geometry", "contract"},
+    **{family: {family, "geometry", "contract"} for family in REWARD_FAMILIES},
+}
+REWARD_TOP = {"__init__", "accuracy", "registry", "mix", "batch"}
+"""The modules at the top of rewards/, above the families."""
+MAX_MODULE_LINES = 600
+"""Modules longer than this say why they stay whole: "stays whole" in their docstring."""
+
+
+def reward_room(module: str, folders: set[str]) -> str:
+    """The room of a module of ``<package>.rewards``: its folder, or ``""`` at the top."""
+    parts = module.split(".")[2:]  # past "<package>.rewards"
+    return parts[0] if parts and (len(parts) > 1 or parts[0] in folders) else ""
+
+
+def family_offences(package: Path) -> list[str]:
+    """Every module of ``package``'s ``rewards/`` outside the rooms, and every import that
+    crosses from one room to a room it may not import (a family to another, the contract up).
+    """
+    prefix = f"{package.name}.rewards"
+    graph = import_graph([package])
+    folders = {p.parent.name for p in (package / "rewards").glob("*/__init__.py")}
+    offences = []
+    for module in sorted(m for m in graph if m == prefix or m.startswith(prefix + ".")):
+        room = reward_room(module, folders)
+        if room == "":
+            name = module.rpartition(".")[2] if module != prefix else "__init__"
+            if name not in REWARD_TOP:
+                offences.append(f"{module} is in no family folder")
+            continue
+        if room not in REWARD_ROOMS:
+            offences.append(f"{module} is in an unknown folder {room!r}")
+            continue
+        for target in sorted(graph[module]):
+            if not target.startswith(prefix + "."):
+                continue
+            if reward_room(target, folders) not in REWARD_ROOMS[room]:
+                offences.append(f"{module} imports {target}")
+    return offences
+
+
+def test_reward_families_import_only_the_contract_the_geometry_and_themselves() -> None:
+    assert family_offences(PACKAGE) == []
+    found = {p.parent.name for p in (PACKAGE / "rewards").glob("*/__init__.py")}
+    assert found == set(REWARD_ROOMS)
+
+
+def test_the_family_check_finds_a_crossing(tmp_path: Path) -> None:
+    # gui imports boxes (one family another), the contract imports a model, and a module
+    # sits at the top of rewards/ outside the registry's company
+    rewards = tmp_path / "pkg" / "rewards"
+    for room in ("contract", "geometry", "boxes", "gui", "models"):
+        (rewards / room).mkdir(parents=True)
+        (rewards / room / "__init__.py").write_text("")
+    (rewards.parent / "__init__.py").write_text("")
+    (rewards / "__init__.py").write_text("")
+    (rewards / "registry.py").write_text("from pkg.rewards.gui import point\n")
+    (rewards / "components.py").write_text("")
+    (rewards / "contract" / "base.py").write_text(
+        "def f():\n    from pkg.rewards.models import m\n"
+    )
+    (rewards / "models" / "m.py").write_text("from pkg.rewards.contract import base\n")
+    (rewards / "geometry" / "shapes.py").write_text("from pkg.rewards.contract import base\n")
+    (rewards / "boxes" / "iou.py").write_text("from pkg.rewards.geometry import shapes\n")
+    (rewards / "gui" / "point.py").write_text("from pkg.rewards.boxes.iou import f\n")
+    assert family_offences(tmp_path / "pkg") == [
+        "pkg.rewards.components is in no family folder",
+        "pkg.rewards.contract.base imports pkg.rewards.models.m",
+        "pkg.rewards.gui.point imports pkg.rewards.boxes.iou",
+    ]
+
+
+def test_long_modules_say_why_they_stay_whole() -> None:
+    offences = []
+    for package in (PACKAGE, TAU_PACKAGE):
+        for path in sorted(package.rglob("*.py")):
+            lines = len(path.read_text().splitlines())
+            docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
+            if lines > MAX_MODULE_LINES and "stays whole" not in docstring:
+                offences.append(f"{path.relative_to(package.parent)}: {lines} lines")
+    assert offences == []
+
+
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))
 def test_layer_imports_point_one_way(layer: str) -> None:
     offences = [
@@ -308,7 +399,7 @@ def modules_loaded_by(code: str) -> list[str]:
         # the package itself, and the pool's settings (read by the env and the CLI)
         "import skyrl_rewards, skyrl_rewards.pool.config, skyrl_rewards.train",
         # what the math child process imports
-        "import skyrl_rewards.rewards.math_child",
+        "import skyrl_rewards.rewards.text.math_child",
     ],
 )
 def test_reward_functions_import_without_the_runtime(code: str) -> None:

@@ -21,9 +21,9 @@ from transformers import PreTrainedTokenizerFast
 
 from skyrl_rewards.pool.replay_log import read_replay_log
 from skyrl_rewards.pool.reward_pool import PoolClosedError, RewardPool
-from skyrl_rewards.rewards.math_check import too_complex
+from skyrl_rewards.rewards.contract.result import RewardResult
 from skyrl_rewards.rewards.mix import RewardMix
-from skyrl_rewards.rewards.result import RewardResult
+from skyrl_rewards.rewards.text.math_screen import too_complex
 
 pytestmark = pytest.mark.slow
 

@@ -11,10 +11,11 @@ from skyrl_rewards.pool.batching import MicroBatcher
 from skyrl_rewards.pool.config import PoolConfig, load_pool_config
 from skyrl_rewards.pool.metrics import ErrorRateAlarm, PoolMetrics
 from skyrl_rewards.pool.replay_log import ReplayLog, read_replay_log
-from skyrl_rewards.pool.scheduler import _LRU, SECOND_PASS_S
+from skyrl_rewards.pool.tasks import WorkCache
 from skyrl_rewards.pool.worker import FIRST_PASS_MAX_S, RewardWorker, first_pass_cap
+from skyrl_rewards.pool.worker_calls import SECOND_PASS_S
+from skyrl_rewards.rewards.contract.result import ComponentScore
 from skyrl_rewards.rewards.mix import RewardMix
-from skyrl_rewards.rewards.result import ComponentScore
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -140,7 +141,7 @@ def test_replay_log_writes_one_json_line_per_event(tmp_path: Path) -> None:
 def test_work_cache_is_bounded_by_bytes_not_by_answer_length() -> None:
     # issue 11: 6,000 distinct 50 KB completions grew the driver by 50 MB per 1,000 items
     mix = RewardMix.from_config({"accuracy": {}})
-    cache = _LRU(1000)
+    cache = WorkCache(1000)
     for i in range(2000):
         sample = {"completion": f"{i} " + "x" * 50_000, "solution": "<answer>1</answer>"}
         cache.put(("accuracy", mix.work_key("accuracy", sample)), ComponentScore(0.0))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from skyrl_rewards.rewards.box_formats import BoxFormatChoice
+from skyrl_rewards.rewards.geometry.box_formats import BoxFormatChoice
 from skyrl_rewards.train.dataset import GROUNDING, prepare_data
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -32,9 +32,9 @@ from trl.chat_template_utils import add_response_schema, qwen3_chat_template  # 
 
 from skyrl_rewards.rewards.accuracy import accuracy_score  # noqa: E402
 from skyrl_rewards.rewards.batch import accuracy_reward, make_reward  # noqa: E402
-from skyrl_rewards.rewards.format_checks import format_reward  # noqa: E402
-from skyrl_rewards.rewards.rec import iou_reward  # noqa: E402
-from skyrl_rewards.rewards.text import completion_text  # noqa: E402
+from skyrl_rewards.rewards.boxes.rec import iou_reward  # noqa: E402
+from skyrl_rewards.rewards.contract.text import completion_text  # noqa: E402
+from skyrl_rewards.rewards.text.format_checks import format_reward  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent / "models"))
 from judge_server import JudgeServer, Response  # noqa: E402
@@ -237,7 +237,7 @@ def test_a_bad_row_is_masked_and_training_goes_on(
         processing_class=tokenizer,
         rollout_func=fixed_rollout(tokenizer, FIXED),
     )
-    with caplog.at_level(logging.WARNING, logger="skyrl_rewards.rewards.masking"):
+    with caplog.at_level(logging.WARNING, logger="skyrl_rewards.rewards.contract.masking"):
         trainer.train()
     assert trainer.state.global_step == 2
     assert all(math.isfinite(loss) for loss in logged(trainer, "loss"))

@@ -28,6 +28,7 @@ process per side (``benchlib.compare_sides``), and prints each side's report.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import random
@@ -42,6 +43,9 @@ from typing import Any
 import benchlib
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep a local Ray on loopback
+
+OLD_MATH_CHECK = "skyrl_rewards.rewards.math_check"
+"""Where the math check lived before the rewards/ family folders (older checkouts)."""
 
 REWARDS = {
     "accuracy": {"weight": 1.0},
@@ -269,9 +273,11 @@ def _start_math_process() -> tuple[float, int, Any]:
 
     started = time.monotonic()
     try:
-        from skyrl_rewards.rewards.math_check import server_command
-    except ImportError:  # older checkouts: one interpreter per child
-        from skyrl_rewards.rewards.math_check import child_command  # type: ignore[attr-defined]
+        from skyrl_rewards.rewards.text.math_children import server_command
+    except ImportError:  # checkouts before the rewards/ family folders
+        server_command = getattr(importlib.import_module(OLD_MATH_CHECK), "server_command", None)
+    if server_command is None:  # older checkouts: one interpreter per child
+        child_command = importlib.import_module(OLD_MATH_CHECK).child_command
 
         child = subprocess.Popen(
             child_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -309,7 +315,10 @@ def bench_child(starts_count: int, timeouts: int) -> dict[str, Any]:
         starts.append(ready_s)
         rss.append(rss_kb)
         close()
-    from skyrl_rewards.rewards.math_check import check_equal
+    try:
+        from skyrl_rewards.rewards.text.math_check import check_equal
+    except ImportError:  # checkouts before the rewards/ family folders
+        check_equal = importlib.import_module(OLD_MATH_CHECK).check_equal
 
     def timed(student: str, timeout_s: float = 3.0) -> float:
         started = time.monotonic()

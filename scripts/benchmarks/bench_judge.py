@@ -64,9 +64,9 @@ from judge_texts import (  # noqa: E402
     tokens_endpoint,
 )
 
+from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE, ModelRequest  # noqa: E402
 from skyrl_rewards.rewards.models import limits  # noqa: E402
 from skyrl_rewards.rewards.models.judge_client import EndpointConfig, JudgeClient  # noqa: E402
-from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelRequest  # noqa: E402
 
 
 def request(i: int) -> ModelRequest:

@@ -51,8 +51,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE, REWARD_MODEL_LANE, ModelRequest
 from skyrl_rewards.rewards.models.judge_client import judge_metrics, run_judge_requests
-from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, REWARD_MODEL_LANE, ModelRequest
 from skyrl_rewards.rewards.models.reward_model import RewardModelRunner
 from skyrl_rewards.rewards.models.served_reward_model import ServedConfig
 

@@ -32,8 +32,8 @@ from skyrl_rewards import (
     iou_reward,
     repetition_reward,
 )
-from skyrl_rewards.rewards.coco_map import MAP_METHODS, coco_map
-from skyrl_rewards.rewards.components import WordTokenizer
+from skyrl_rewards.rewards.boxes.coco_map import MAP_METHODS, coco_map
+from skyrl_rewards.rewards.text.shaping import WordTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "rewards"))
 import benchlib  # noqa: E402

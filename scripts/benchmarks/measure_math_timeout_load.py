@@ -28,6 +28,7 @@ on standard output; the load average is recorded beside every figure.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import os
@@ -113,10 +114,18 @@ def busy(processes: Sequence[tuple[str, int | None]]) -> Iterator[None]:
             process.wait()
 
 
+def _math_module(name: str) -> Any:
+    """``math_check`` or ``math_child`` of the checkout on ``PYTHONPATH``, whichever layout it has."""
+    try:
+        return importlib.import_module(f"skyrl_rewards.rewards.text.{name}")
+    except ImportError:  # checkouts before the rewards/ family folders
+        return importlib.import_module(f"skyrl_rewards.rewards.{name}")
+
+
 def _one_check(args: tuple[int | None, int]) -> tuple[bool, float, float]:
     """In a fresh forked process: (equal, CPU seconds, wall seconds) of one check, parsers warm."""
     cpu, exponent = args
-    from skyrl_rewards.rewards.math_child import verify_inline
+    verify_inline = _math_module("math_child").verify_inline
 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
@@ -172,8 +181,9 @@ def inflation(exponent: int, rounds: int) -> dict[str, Any]:
 
 def outcome_side(exponent: int, threads: int, burners: int, limit_s: float) -> dict[str, Any]:
     """One side of ``outcome``: ``threads`` scores at once next to busy processes."""
-    from skyrl_rewards.rewards import math_check
     from skyrl_rewards.rewards.accuracy import default_accuracy_score
+
+    math_check = _math_module("math_check")
 
     sol = f"<answer>{GOLD}</answer>"
     usage = getattr(math_check, "last_check_usage", None)  # absent before the margin

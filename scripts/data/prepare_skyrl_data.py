@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from skyrl_rewards.rewards.box_formats import FAMILIES, BoxFormatChoice
+from skyrl_rewards.rewards.geometry.box_formats import FAMILIES, BoxFormatChoice
 from skyrl_rewards.train.dataset import prepare_data
 
 

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from skyrl_rewards.rewards.text import clean
+from skyrl_rewards.rewards.contract.text import clean
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000

@@ -60,7 +60,7 @@ from skyrl_rewards.cli.judge_server import DEFAULT_MODEL as DEFAULT_JUDGE_MODEL
 from skyrl_rewards.cli.judge_server import DEFAULT_PORT as DEFAULT_JUDGE_PORT
 from skyrl_rewards.data.jsonl import check_writable, read_numbered_rows, to_samples, write_rows
 from skyrl_rewards.pool.config import PoolConfig, load_pool_config
-from skyrl_rewards.rewards.result import RewardResult
+from skyrl_rewards.rewards.contract.result import RewardResult
 
 PROGRESS_CHUNK = 16
 INTERRUPTED = 130
@@ -203,7 +203,7 @@ def unjudged_warning(mix: Any, samples: Sequence[Mapping[str, Any]], input_path:
     config scores by rules alone and the judge is never asked.
     """
     from skyrl_rewards.bundled import SAMPLE_DATA
-    from skyrl_rewards.rewards.models.lanes import JUDGE_LANE
+    from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE
 
     judged = [name for name in mix.names if JUDGE_LANE in mix.component(name).lanes()]
     if not judged or any(

@@ -2,7 +2,7 @@
 
 Only judgements enter the statistics. A component whose status is
 ``timeout`` or ``error`` holds a fallback value, not a judgement (see
-:mod:`skyrl_rewards.rewards.result`): it is left out of that component's
+:mod:`skyrl_rewards.rewards.contract.result`): it is left out of that component's
 mean, spread, floor share and histogram, and counted instead. For ``total``,
 a row is left out when it should be masked (any component timed out or
 errored); ``unparseable`` values are judgements (the model wrote nothing
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skyrl_rewards.rewards.result import MASKING_VALUES, RewardResult, Status
+from skyrl_rewards.rewards.contract.result import MASKING_VALUES, RewardResult, Status
 
 TOTAL = "total"
 FLOORS: Mapping[str, float] = {"repetition": -1.0, "length": -0.5}
@@ -136,7 +136,7 @@ def summarize(
 
     ``weights`` (the mix's, name -> weight) place the floor of ``total``.
 
-    >>> from skyrl_rewards.rewards.result import ComponentScore
+    >>> from skyrl_rewards.rewards.contract.result import ComponentScore
     >>> ok = RewardResult.from_components({"format": ComponentScore(1.0)}, {"format": 1.0})
     >>> bad = RewardResult.from_components(
     ...     {"format": ComponentScore(0.0, Status.ERROR, "x")}, {"format": 1.0})

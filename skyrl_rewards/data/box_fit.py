@@ -22,21 +22,22 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from skyrl_rewards.rewards.box_formats import (
+from skyrl_rewards.rewards.boxes.detection import ground_truth_detections, predicted_detections
+from skyrl_rewards.rewards.boxes.rec import ground_truth_box
+from skyrl_rewards.rewards.contract.text import completion_text
+from skyrl_rewards.rewards.geometry.box_formats import (
     FAMILIES,
     ORIGINAL,
     RELATIVE_1,
     RELATIVE_1000,
     RESIZED_PIXELS,
+    BoxComponent,
     BoxFormat,
     row_image_size,
 )
-from skyrl_rewards.rewards.components import BoxComponent, FormatRec
-from skyrl_rewards.rewards.detection import ground_truth_detections, predicted_detections
-from skyrl_rewards.rewards.geometry import Box, iou, predicted_box
+from skyrl_rewards.rewards.geometry.boxes import Box, iou, predicted_box
 from skyrl_rewards.rewards.mix import RewardMix
-from skyrl_rewards.rewards.rec import ground_truth_box
-from skyrl_rewards.rewards.text import completion_text
+from skyrl_rewards.rewards.text.format_checks import FormatRec
 
 OUTSIDE_TOLERANCE = 0.02
 """A box may pass the image's edge by this share of its side (rounding, off-by-one pixels)."""

@@ -29,8 +29,8 @@ from PIL import Image, UnidentifiedImageError
 
 from skyrl_rewards.data.box_fit import box_fit_problems
 from skyrl_rewards.data.jsonl import resolve_image_path
+from skyrl_rewards.rewards.contract.result import MASKING_STATUSES, Status
 from skyrl_rewards.rewards.mix import RewardMix
-from skyrl_rewards.rewards.result import MASKING_STATUSES, Status
 
 
 @dataclass(frozen=True)

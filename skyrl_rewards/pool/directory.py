@@ -30,7 +30,7 @@ from ray.actor import ActorHandle
 from skyrl_rewards.pool.config import PoolConfig
 from skyrl_rewards.pool.model_lanes import JudgeLane, RewardModelWorker
 from skyrl_rewards.pool.worker import CONCURRENCY_GROUPS, RewardWorker
-from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, LANES, REWARD_MODEL_LANE
+from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE, LANES, REWARD_MODEL_LANE
 
 _STRATEGIES = {"spread": "SPREAD", "default": "DEFAULT"}
 MAX_NICENESS = 19

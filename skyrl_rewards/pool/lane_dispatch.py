@@ -34,8 +34,8 @@ from ray.exceptions import RayTaskError
 
 from skyrl_rewards.pool.metrics import PoolMetrics
 from skyrl_rewards.pool.ray_errors import WORKER_LOST
-from skyrl_rewards.rewards.models.lanes import JUDGE_LANE
-from skyrl_rewards.rewards.result import MASKING_STATUSES, ComponentScore, Status
+from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE
+from skyrl_rewards.rewards.contract.result import MASKING_STATUSES, ComponentScore, Status
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The actors of a pool's model lanes: the judge lane and the reward-model workers.
 
 Both score ``(sample_index, component_name)`` tasks of components whose
-:meth:`~skyrl_rewards.rewards.component_base.Component.lane` names their lane, and
+:meth:`~skyrl_rewards.rewards.contract.component_base.Component.lane` names their lane, and
 answer one ``(value, status, error)`` per task, in order, never raising for a
 sample: the component builds the request, the lane runs it, the component
 settles the outcome (a failure settles masked, with its cause).
@@ -26,14 +26,14 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from skyrl_rewards.rewards.mix import RewardMix
-from skyrl_rewards.rewards.models.lanes import (
+from skyrl_rewards.rewards.contract.lanes import (
     JUDGE_LANE,
     REWARD_MODEL_LANE,
     ModelOutcome,
     ModelRequest,
 )
-from skyrl_rewards.rewards.result import ComponentScore, Status
+from skyrl_rewards.rewards.contract.result import ComponentScore, Status
+from skyrl_rewards.rewards.mix import RewardMix
 
 ScoreTuple = tuple[float, str, str]
 """``(value, status, error)``: a :class:`ComponentScore` as it crosses Ray."""

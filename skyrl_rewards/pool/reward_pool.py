@@ -11,7 +11,7 @@ process of the cluster, :meth:`~RewardPool.score` / :meth:`~RewardPool.score_asy
 score, :meth:`~RewardPool.metrics` reports, :meth:`~RewardPool.shutdown` ends.
 
 Guarantees: every submitted sample gets exactly one
-:class:`~skyrl_rewards.rewards.result.RewardResult`, in submission order, also when a
+:class:`~skyrl_rewards.rewards.contract.result.RewardResult`, in submission order, also when a
 worker hangs (the pool kills it after ``timeout_s``: signals play no part),
 crashes, or its node goes away. Calls from many threads are gathered into
 batches before they cross to Ray. See docs/pool.md for the design.
@@ -47,9 +47,9 @@ from skyrl_rewards.pool.lane_dispatch import LaneStartError
 from skyrl_rewards.pool.metrics import ErrorRateAlarm, PoolMetrics
 from skyrl_rewards.pool.replay_log import ReplayLog
 from skyrl_rewards.pool.scheduler import Item, Scheduler, record_results
+from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE, REWARD_MODEL_LANE
+from skyrl_rewards.rewards.contract.result import RewardResult
 from skyrl_rewards.rewards.mix import RewardMix
-from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, REWARD_MODEL_LANE
-from skyrl_rewards.rewards.result import RewardResult
 
 logger = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from skyrl_rewards.pool.cluster import (
 from skyrl_rewards.pool.config import PoolConfig
 from skyrl_rewards.pool.directory import PoolDirectory
 from skyrl_rewards.pool.reward_pool import PoolStartError, refuse_taken_name
+from skyrl_rewards.rewards.contract.lanes import REWARD_MODEL_LANE
 from skyrl_rewards.rewards.mix import RewardMix
-from skyrl_rewards.rewards.models.lanes import REWARD_MODEL_LANE
 from skyrl_rewards.suggest import did_you_mean
 
 __all__ = ["NoClusterError", "NoPoolError", "PoolStartError", "start", "status", "stop"]

@@ -23,7 +23,7 @@ So when a stream goes quiet, the stuck task lies between the first unreported
 task and the next fenced one.
 
 Math-verify runs in a math child process with a CPU-time limit
-(:mod:`skyrl_rewards.rewards.math_check`), so a math hang never hangs the
+(:mod:`skyrl_rewards.rewards.text.math_check`), so a math hang never hangs the
 worker. With ``first_pass_s`` set, every math check of the call is capped at
 that many CPU seconds; a task that needs more is reported with status
 :data:`DEFERRED` (its value meaningless) for the pool to score again later,
@@ -43,9 +43,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.rewards.math_check import first_pass, low_priority, recent_check_cpu_s
+from skyrl_rewards.rewards.contract.result import ComponentScore
 from skyrl_rewards.rewards.mix import RewardMix
-from skyrl_rewards.rewards.result import ComponentScore
+from skyrl_rewards.rewards.text.math_check import first_pass, low_priority, recent_check_cpu_s
 
 WARMUP_SAMPLE = {
     "completion": "<think>1</think><answer>1</answer>",

@@ -4,22 +4,32 @@ Each ``*_score`` function returns a :class:`ComponentScore` (value plus
 outcome); the public ``*_reward`` functions return just the float. They never
 raise because of what the model wrote; they raise :class:`ValueError` when the
 ground truth itself is unusable.
+
+This module sits above the family folders, beside the registry, and stays
+there: a row's ``accu_reward_method`` picks math or choice checking
+(``text``), COCO mAP or detection (``boxes``) or a judge (``models``), so the
+accuracy reward and the length shaping that depends on it (:class:`Length`)
+are the one place that reads across families.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import Levenshtein
 
-from skyrl_rewards.rewards.choice import extract_choice
-from skyrl_rewards.rewards.coco_map import MAP_METHODS, coco_map_score
-from skyrl_rewards.rewards.math_check import DEFAULT_TIMEOUT_S, MathGuard, MathStatus, check_equal
-from skyrl_rewards.rewards.result import ComponentScore, Status
-from skyrl_rewards.rewards.text import answer_span, cap, clean
+from skyrl_rewards.rewards.boxes.coco_map import MAP_METHODS, coco_map_score
+from skyrl_rewards.rewards.contract.component_base import Component, sample_solution, work_digest
+from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE, ModelOutcome, ModelRequest
+from skyrl_rewards.rewards.contract.result import ComponentScore, Status
+from skyrl_rewards.rewards.contract.text import answer_span, cap, clean, completion_text
+from skyrl_rewards.rewards.text.choice import extract_choice
+from skyrl_rewards.rewards.text.math_check import DEFAULT_TIMEOUT_S, MathGuard, check_equal
+from skyrl_rewards.rewards.text.math_children import MathStatus
+from skyrl_rewards.rewards.text.shaping import CosineSchedule, cosine_reward, load_tokenizer
 
 MAX_FUZZY_CHARS = 5_000
 """Both sides of a Levenshtein ratio are cut to this length (the ratio is quadratic)."""
@@ -52,7 +62,7 @@ def default_accuracy_reward(content: str, sol: str, **kwargs: Any) -> float:
     ground truth has a digit, float equality or a Levenshtein ratio; when it
     is a choice letter, letter equality; otherwise a Levenshtein ratio.
     kwargs ``math_guard`` and ``math_timeout_s`` choose how math-verify's time
-    is bounded (see :mod:`skyrl_rewards.rewards.math_check`); others are ignored.
+    is bounded (see :mod:`skyrl_rewards.rewards.text.math_check`); others are ignored.
 
     >>> default_accuracy_reward("<answer>\\\\frac{1}{2}</answer>", "<answer>0.5</answer>")
     1.0
@@ -197,7 +207,7 @@ def weighted_sum_score(content: str, sol: str) -> ComponentScore:
     When the cleaned ground truth is ``none`` (nothing to detect), 1.0 iff the
     cleaned answer is ``none`` too.
     """
-    from skyrl_rewards.rewards.detection import detection_score_with_status
+    from skyrl_rewards.rewards.boxes.detection import detection_score_with_status
 
     if clean(_gold_span(sol)) == "none":
         return ComponentScore(1.0 if clean(content) == "none" else 0.0)
@@ -230,3 +240,125 @@ def accuracy_score(
             f"accu_reward_method: unknown method {method!r}; expected one of {ACCURACY_METHODS}"
         )
     return scorers[method]()
+
+
+class Accuracy(Component):
+    """Answer accuracy, dispatched on the row's ``accu_reward_method`` (default: ``default``).
+
+    Rows whose method is ``llm`` are scored by a chat-model judge (``judge``:
+    the parameters of a :class:`~skyrl_rewards.rewards.models.judge.Judge`,
+    whose template defaults to VLM-R1's ``llm`` prompt and parser to
+    ``binary``) through the judge lane; without ``judge`` such a row is a
+    configuration error (masked), never a string comparison.
+    """
+
+    name = "accuracy"
+
+    def __init__(
+        self,
+        math_guard: MathGuard | None = None,
+        math_timeout_s: float = DEFAULT_TIMEOUT_S,
+        judge: Mapping[str, Any] | None = None,
+    ) -> None:
+        if math_guard not in (None, "subprocess", "inline"):
+            raise ValueError(f"math_guard: expected 'subprocess' or 'inline', got {math_guard!r}")
+        if not isinstance(math_timeout_s, (int, float)) or math_timeout_s <= 0:
+            raise ValueError(f"math_timeout_s: expected a positive number, got {math_timeout_s!r}")
+        self.math_guard = math_guard
+        self.math_timeout_s = float(math_timeout_s)
+        self.judge: Component | None = None
+        if judge is not None:
+            if not isinstance(judge, Mapping):
+                raise ValueError(f"judge: expected the judge's parameters, got {judge!r:.80}")
+            from skyrl_rewards.rewards.models.judge import Judge
+
+            try:
+                self.judge = Judge(**judge)
+            except TypeError as error:
+                raise ValueError(f"judge: bad parameters: {error}") from error
+            except ValueError as error:
+                raise ValueError(f"judge.{error}") from error
+
+    def _judged(self, sample: Mapping[str, Any]) -> bool:
+        return self.judge is not None and sample.get("accu_reward_method") == "llm"
+
+    def lanes(self) -> frozenset[str]:
+        return frozenset({JUDGE_LANE}) if self.judge is not None else frozenset()
+
+    def lane(self, sample: Mapping[str, Any]) -> str | None:
+        return JUDGE_LANE if self._judged(sample) else None
+
+    def lane_request(self, sample: Mapping[str, Any]) -> ModelRequest:
+        if self.judge is None:
+            raise ValueError(LLM_NEEDS_JUDGE)
+        return self.judge.lane_request(sample)
+
+    def run_lane(self, request: ModelRequest) -> ModelOutcome:
+        if self.judge is None:
+            raise ValueError(LLM_NEEDS_JUDGE)
+        return self.judge.run_lane(request)
+
+    def settle(self, request: ModelRequest, outcome: ModelOutcome) -> ComponentScore:
+        if self.judge is None:
+            raise ValueError(LLM_NEEDS_JUDGE)
+        return self.judge.settle(request, outcome)
+
+    def endpoints(self) -> dict[str, dict[str, Any]]:
+        return self.judge.endpoints() if self.judge is not None else {}
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        method = sample.get("accu_reward_method")
+        if method is not None and method not in ACCURACY_METHODS:
+            raise ValueError(
+                f"accu_reward_method: unknown method {method!r}; expected one of {ACCURACY_METHODS}"
+            )
+        return accuracy_score(
+            content,
+            sample_solution(sample),
+            method,
+            guard=self.math_guard,
+            timeout_s=self.math_timeout_s,
+        )
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        if self._judged(sample):
+            return self.judge.work_key(sample)  # type: ignore[union-attr]
+        solution = sample.get("solution")
+        if not isinstance(solution, str):
+            return None
+        method = sample.get("accu_reward_method")
+        content = completion_text(sample.get("completion"))
+        if method not in MAP_METHODS:  # these read more: map the whole text, od_* the answer tag
+            content = answer_span(content)
+        return work_digest(self.name, repr(method), solution, content)
+
+
+class Length(Component):
+    """Cosine length shaping driven by this sample's accuracy."""
+
+    name = "length"
+
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        math_guard: MathGuard | None = None,
+        math_timeout_s: float = DEFAULT_TIMEOUT_S,
+        **schedule: Any,
+    ) -> None:
+        self.tokenizer = load_tokenizer(tokenizer)
+        try:
+            self.schedule = CosineSchedule(**schedule)
+        except TypeError as error:
+            raise ValueError(f"length: unknown parameter ({error})") from error
+        self.accuracy = Accuracy(math_guard, math_timeout_s)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        if sample.get("accu_reward_method") == "llm":
+            raise ValueError(
+                "length: accu_reward_method 'llm' is not supported (the length shaping needs its "
+                "accuracy in the same step; a judged accuracy runs in the judge lane); use another "
+                "method for these rows, or the accuracy reward with a judge and no length reward"
+            )
+        accuracy = self.accuracy.compute(content, sample)
+        value = cosine_reward(content, self.tokenizer, accuracy.value, schedule=self.schedule)
+        return ComponentScore(value, accuracy.status, accuracy.error)

@@ -1,13 +1,13 @@
 """Batch reward functions in the TRL / VLM-R1 convention, for ``GRPOTrainer(reward_funcs=...)``.
 
 A batch reward takes ``completions`` (any form TRL produces: see
-:func:`~skyrl_rewards.rewards.text.completion_text`), ``solution`` and dataset
+:func:`~skyrl_rewards.rewards.contract.text.completion_text`), ``solution`` and dataset
 columns as keyword lists, and returns one value per completion: a float, or
 ``None`` for a row that cannot be scored (a dataset error such as a missing
 image, or a timeout), which TRL leaves out of training. Such rows are warned
 about once per cause and counted through TRL's ``log_metric``; with
 ``on_error="raise"`` (or ``SKYRL_REWARDS_ON_ERROR=raise``) the first one raises
-instead (see :mod:`skyrl_rewards.rewards.masking`). What a model wrote never
+instead (see :mod:`skyrl_rewards.rewards.contract.masking`). What a model wrote never
 raises; a bug in our code raises as itself.
 """
 
@@ -16,14 +16,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from skyrl_rewards.rewards.components import Component
-from skyrl_rewards.rewards.debug_log import log_rewards
-from skyrl_rewards.rewards.masking import MaskedRows, check_on_error
-from skyrl_rewards.rewards.models.lanes import ModelRequest
+from skyrl_rewards.rewards.contract.component_base import Component
+from skyrl_rewards.rewards.contract.debug_log import log_rewards
+from skyrl_rewards.rewards.contract.lanes import ModelRequest
+from skyrl_rewards.rewards.contract.masking import MaskedRows, check_on_error
+from skyrl_rewards.rewards.contract.result import ComponentScore, Status
+from skyrl_rewards.rewards.contract.text import completion_text
 from skyrl_rewards.rewards.models.local import run_requests
 from skyrl_rewards.rewards.registry import build_component
-from skyrl_rewards.rewards.result import ComponentScore, Status
-from skyrl_rewards.rewards.text import completion_text
 
 _TRL_ARGUMENTS = frozenset(
     {"prompts", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}

@@ -14,7 +14,7 @@ A *sample* is a mapping with ``completion`` (str or message list),
 
 :meth:`RewardMix.score` never raises for what a model wrote or for a bad row:
 every component is caught and turned into a :class:`ComponentScore` with a
-status (see :mod:`skyrl_rewards.rewards.result`).
+status (see :mod:`skyrl_rewards.rewards.contract.result`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyrl_rewards.rewards.components import Component
+from skyrl_rewards.rewards.contract.component_base import Component
+from skyrl_rewards.rewards.contract.result import ComponentScore, RewardResult, Status
 from skyrl_rewards.rewards.registry import build_component
-from skyrl_rewards.rewards.result import ComponentScore, RewardResult, Status
 
 
 @dataclass(frozen=True)

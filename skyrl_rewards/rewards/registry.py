@@ -9,6 +9,11 @@ grounding), ``count`` (the stated number against the count), ``ocr`` (1 - CER or
 1 - WER), ``anls`` (DocVQA's ANLS), ``judge`` (a chat-model judge, :mod:`~skyrl_rewards.rewards.models.judge`),
 ``reward_model`` (a sequence-classification reward model, see
 :mod:`~skyrl_rewards.rewards.models.reward_model_component`).
+
+:data:`COMPONENTS` is the explicit table: each family folder (``text``, ``boxes``, ``gui``,
+``documents``, ``models``) keeps its components beside the scoring they wrap, and this
+module collects them by name. A new reward is one module (or one class) in its family's
+folder and one line here.
 """
 
 from __future__ import annotations
@@ -17,32 +22,26 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from skyrl_rewards.rewards.components import (
-    Accuracy,
-    Anls,
-    BoxesMatched,
-    CocoMap,
-    Component,
-    Count,
-    Detection,
-    Format,
-    FormatRec,
-    Giou,
-    GuiAction,
-    GuiPoint,
-    Iou,
-    Length,
-    Ocr,
-    Repetition,
-)
+from skyrl_rewards.rewards.accuracy import Accuracy, Length
+from skyrl_rewards.rewards.boxes.box_matching import BoxesMatched
+from skyrl_rewards.rewards.boxes.coco_map import CocoMap
+from skyrl_rewards.rewards.boxes.detection import DetectionReward
+from skyrl_rewards.rewards.boxes.giou import Giou
+from skyrl_rewards.rewards.boxes.rec import Iou
+from skyrl_rewards.rewards.contract.component_base import Component
+from skyrl_rewards.rewards.documents.counting import Count
+from skyrl_rewards.rewards.documents.ocr import Anls, Ocr
+from skyrl_rewards.rewards.gui.gui import GuiAction, GuiPoint
 from skyrl_rewards.rewards.models.judge import Judge
 from skyrl_rewards.rewards.models.reward_model_component import RewardModel
+from skyrl_rewards.rewards.text.format_checks import Format, FormatRec
+from skyrl_rewards.rewards.text.shaping import Repetition
 from skyrl_rewards.suggest import did_you_mean
 
 COMPONENTS: dict[str, type[Component]] = {
     "accuracy": Accuracy,
     "iou": Iou,
-    "detection": Detection,
+    "detection": DetectionReward,
     "coco_map": CocoMap,
     "length": Length,
     "repetition": Repetition,

@@ -9,7 +9,7 @@ columns as top-level fields (``image_path`` made absolute), which SkyRL hands
 to the env as ``extras``. ``scripts/data/prepare_skyrl_data.py`` is the command.
 
 With a box format (``box_format``: a model family such as ``qwen3_vl`` or
-``qwen2_5_vl``, see :mod:`~skyrl_rewards.rewards.box_formats`) every row
+``qwen2_5_vl``, see :mod:`~skyrl_rewards.rewards.geometry.box_formats`) every row
 gets a ``box_format`` column (a row's own wins), which the box rewards read,
 and its question ends with the family's grounding instruction (the box in
 JSON, in the coordinates that family answers in: :data:`GROUNDING`). A
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from skyrl_rewards.data.jsonl import line_label, read_numbered_rows, resolve_image_path
-from skyrl_rewards.rewards.box_formats import (
+from skyrl_rewards.rewards.geometry.box_formats import (
     BOX_FORMAT_COLUMN,
     ORIGINAL,
     RELATIVE_1,
@@ -35,7 +35,7 @@ from skyrl_rewards.rewards.box_formats import (
     check_row_grid,
     row_image_size,
 )
-from skyrl_rewards.rewards.geometry import grid_thw
+from skyrl_rewards.rewards.geometry.boxes import grid_thw
 
 NOT_COLUMNS = frozenset({"problem", "solution", "completion"})
 QUESTION_TEMPLATE = (

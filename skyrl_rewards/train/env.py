@@ -55,8 +55,8 @@ from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from skyrl_rewards.gym_registration import ENTRY_POINT, ENV_ID
 from skyrl_rewards.pool.config import PoolConfig
+from skyrl_rewards.rewards.contract.result import RewardResult
 from skyrl_rewards.rewards.mix import RewardMix
-from skyrl_rewards.rewards.result import RewardResult
 from skyrl_rewards.train.registration import register_env
 
 if TYPE_CHECKING:

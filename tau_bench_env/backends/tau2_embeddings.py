@@ -46,7 +46,7 @@ def endpoint_config(embeddings: Mapping[str, Any]) -> Any:
     Raises ``ValueError`` naming the field (``tokens_per_minute`` is refused: the
     client counts chat messages, which an embeddings request has none of).
     """
-    module = importlib.import_module("skyrl_rewards.rewards.models.chat_client")
+    module = importlib.import_module("skyrl_rewards.rewards.models.endpoint_config")
     config = module.EndpointConfig.from_mapping(embeddings)
     if config.tokens_per_minute is not None:
         raise ValueError(
@@ -100,7 +100,7 @@ class EndpointSearch:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embeddings of ``texts`` (one request per :data:`BATCH`); raises
         :class:`ServiceUnavailableError` naming the cause when the endpoint gives none."""
-        module = importlib.import_module("skyrl_rewards.rewards.models.chat_client")
+        module = importlib.import_module("skyrl_rewards.rewards.models.chat_loop")
         key = "embeddings:" + module.endpoint_key(dataclasses.asdict(self.config))
         loop = module.loop_thread()
         parts = []

@@ -29,7 +29,7 @@ with the keys ``runs``, ``success_rate``, ``agreement``, ``pass_hat_k``,
 printed in brackets after each figure), ``gold_checks`` (how many of the scored tasks have a gold run
 that does not replay or is not paid 1.0: ``tau-bench-env check-tasks``) and
 ``task_set`` (see
-:func:`tau_bench_env.rescoring.rescore.summarize` and :func:`task_set_summary`).
+:func:`tau_bench_env.rescoring.figures.summarize` and :func:`task_set_summary`).
 ``--review-user`` asks the judge, for each failed scored run, whether the
 user simulator broke the task (:mod:`tau_bench_env.episode.user_review`):
 the share of failures it caused, overall and per task, with the judge's
@@ -60,6 +60,7 @@ from tau_bench_env.cli.eval import add_eval_parser, check_served, run_eval
 from tau_bench_env.config import OFFICIAL_TAU2_BACKENDS
 from tau_bench_env.episode.user_review import review_lines
 from tau_bench_env.rescoring.compare import compare, compare_lines, task_rewards
+from tau_bench_env.rescoring.figures import summarize
 from tau_bench_env.rescoring.gold_check import (
     affected_line,
     affected_summary,
@@ -68,13 +69,7 @@ from tau_bench_env.rescoring.gold_check import (
     scored_tasks,
 )
 from tau_bench_env.rescoring.intervals import interval_text, method_line
-from tau_bench_env.rescoring.rescore import (
-    FORMATS,
-    REWARDS,
-    detect_format,
-    rescore,
-    summarize,
-)
+from tau_bench_env.rescoring.rescore import FORMATS, REWARDS, detect_format, rescore
 from tau_bench_env.rescoring.results_file import DEFAULT_MAX_MIB, ResultsFileError, load_results
 from tau_bench_env.rescoring.tau2_results import recorded_domain, recorded_trials
 from tau_bench_env.rescoring.user_review_runs import REVIEW_KEY, review_rescored

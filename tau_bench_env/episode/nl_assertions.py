@@ -35,8 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE, ModelRequest, endpoint_key
 from skyrl_rewards.rewards.models.judge_client import run_judge_requests
-from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelRequest, endpoint_key
 
 SYSTEM_PROMPT = """
         TASK
@@ -181,7 +181,7 @@ def judge_many(
 
 
 def _verdict(outcome: Any) -> NLVerdict:
-    """The verdict of one judge outcome (:class:`~skyrl_rewards.rewards.models.lanes.ModelOutcome`)."""
+    """The verdict of one judge outcome (:class:`~skyrl_rewards.rewards.contract.lanes.ModelOutcome`)."""
     if not outcome.ok:
         return NLVerdict(met=False, failure=f"judge {outcome.failure}: {outcome.message}"[:500])
     try:

@@ -32,8 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE, ModelRequest, endpoint_key
 from skyrl_rewards.rewards.models.judge_client import run_judge_requests
-from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelRequest, endpoint_key
 
 CATEGORIES = {
     "ended_early": "ended early",
@@ -195,7 +195,7 @@ def review_many(cases: Sequence[ReviewCase], judge: Mapping[str, Any]) -> list[U
 
 
 def _review(outcome: Any) -> UserReview:
-    """The review of one judge outcome (:class:`~skyrl_rewards.rewards.models.lanes.ModelOutcome`)."""
+    """The review of one judge outcome (:class:`~skyrl_rewards.rewards.contract.lanes.ModelOutcome`)."""
     if not outcome.ok:
         return UserReview(failure=f"judge {outcome.failure}: {outcome.message}"[:500])
     try:

@@ -1,7 +1,7 @@
 """The agent under evaluation: a policy behind an OpenAI-compatible chat endpoint.
 
 :class:`ChatPolicy` posts the conversation to ``<base_url>/chat/completions``
-(on the judge's chat client, :func:`skyrl_rewards.rewards.models.chat_client.post_chat`)
+(on the judge's chat client, :func:`skyrl_rewards.rewards.models.chat_loop.post_chat`)
 and turns the reply into the text the env's ``step`` parses:
 
 - ``tool_mode="native"`` sends the tool schemas as ``tools=`` and reads the
@@ -28,7 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.rewards.models.chat_client import caller_endpoint, message_problem, post_chat
+from skyrl_rewards.rewards.models.chat_client import message_problem
+from skyrl_rewards.rewards.models.chat_loop import post_chat
+from skyrl_rewards.rewards.models.endpoint_config import caller_endpoint
 
 TOOL_MODES = ("native", "text")
 

@@ -28,7 +28,7 @@ from tau_bench_env.rescoring.intervals import (
     percentile_interval,
     task_pass_hat_k,
 )
-from tau_bench_env.rescoring.rescore import SUCCESS_TOLERANCE
+from tau_bench_env.rescoring.run_score import SUCCESS_TOLERANCE
 
 BEYOND = "differ beyond noise"
 WITHIN = "within noise"

@@ -32,7 +32,8 @@ from tau_bench_env.data_model.tasks import RESPOND, Task
 from tau_bench_env.episode.episode import Episode
 from tau_bench_env.episode.nl_assertions import NLVerdict
 from tau_bench_env.episode.nvidia_tau2_reward import needs_judge, score_tau2
-from tau_bench_env.rescoring.rescore import RunScore, fresh_tasks, tau2_task
+from tau_bench_env.rescoring.rescore import fresh_tasks, tau2_task
+from tau_bench_env.rescoring.run_score import RunScore
 from tau_bench_env.rescoring.tau2_results import read_simulations
 
 ERROR_PREFIXES = ("Error", "Unknown action")
@@ -199,7 +200,7 @@ def scored_tasks(
     """The tasks of a results file's scored runs (each once, in file order), as ``rescore``
     scored them: a tau2 file's own tasks (or ``domain``'s with ``fresh``), a tau-bench
     run's ``info.task``. ``scores`` are :func:`~tau_bench_env.rescoring.rescore.rescore`'s;
-    a run is scored as :func:`~tau_bench_env.rescoring.rescore.summarize` counts it."""
+    a run is scored as :func:`~tau_bench_env.rescoring.figures.summarize` counts it."""
     counted = {
         str(s.task_id) for s in scores if not s.left_out and (keep_diverged or not s.diverged)
     }

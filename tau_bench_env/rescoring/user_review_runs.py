@@ -17,7 +17,8 @@ from typing import Any
 
 from tau_bench_env.data_model.tasks import task_from_dict
 from tau_bench_env.episode.user_review import ReviewCase, review_many, summarize_reviews
-from tau_bench_env.rescoring.rescore import SUCCESS_TOLERANCE, RunScore, tau2_task
+from tau_bench_env.rescoring.rescore import tau2_task
+from tau_bench_env.rescoring.run_score import SUCCESS_TOLERANCE, RunScore
 from tau_bench_env.rescoring.tau2_results import read_simulations
 
 REVIEW_KEY = "user_review"

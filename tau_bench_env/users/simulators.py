@@ -159,7 +159,7 @@ class OpenAIUser:
     The API key is read from the environment variable named ``api_key_env``
     (no key is sent when it is unset, as local servers need none). Requests go
     through the judge's chat client
-    (:func:`skyrl_rewards.rewards.models.chat_client.post_chat`, imported on the
+    (:func:`skyrl_rewards.rewards.models.chat_loop.post_chat`, imported on the
     first request; never cached). Each call has a timeout of ``timeout_s`` and is
     retried ``max_retries`` times on connection errors, timeouts and 5xx/429
     answers, the first wait bounded by ``backoff_s`` seconds and the bound
@@ -286,11 +286,9 @@ class OpenAIUser:
             body["tools"] = list(self._tools)
             if tool_choice_none:
                 body["tool_choice"] = "none"
-        from skyrl_rewards.rewards.models.chat_client import (
-            caller_endpoint,
-            message_problem,
-            post_chat,
-        )
+        from skyrl_rewards.rewards.models.chat_client import message_problem
+        from skyrl_rewards.rewards.models.chat_loop import post_chat
+        from skyrl_rewards.rewards.models.endpoint_config import caller_endpoint
 
         endpoint = caller_endpoint(
             self._base_url,

@@ -21,7 +21,7 @@ from ray import cloudpickle
 from ray.cluster_utils import Cluster
 
 from skyrl_rewards.pool.reward_pool import RewardPool
-from skyrl_rewards.rewards.result import RewardResult
+from skyrl_rewards.rewards.contract.result import RewardResult
 
 
 def grader(body: dict[str, Any]) -> str:

@@ -43,8 +43,8 @@ from typing import Any
 
 from loopback_server import Response, ScriptedHandler, ScriptedServer, Turn
 
+from skyrl_rewards.rewards.contract.lanes import ModelOutcome, ModelRequest
 from skyrl_rewards.rewards.models.judge_client import EndpointConfig, JudgeClient
-from skyrl_rewards.rewards.models.lanes import ModelOutcome, ModelRequest
 
 
 def complete_all(

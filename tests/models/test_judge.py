@@ -15,13 +15,13 @@ from judge_server import JudgeServer, Response
 from PIL import Image
 
 from skyrl_rewards.rewards.batch import make_reward
+from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE
+from skyrl_rewards.rewards.contract.result import Status
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.rewards.models.judge_client import judge_metrics, run_judge_requests
 from skyrl_rewards.rewards.models.judge_prompts import VLM_R1_INSTRUCTIONS, JudgeTemplate
-from skyrl_rewards.rewards.models.lanes import JUDGE_LANE
 from skyrl_rewards.rewards.models.verdicts import UnparseableVerdict, Verdict
 from skyrl_rewards.rewards.registry import build_component
-from skyrl_rewards.rewards.result import Status
 
 _STUDENT = re.compile(r"Student's response: (.*)\nCorrect solution: (.*)\nOutput only", re.DOTALL)
 

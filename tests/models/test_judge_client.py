@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from judge_server import JudgeServer, Response, complete_all
 
+from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE, ModelOutcome, ModelRequest
 from skyrl_rewards.rewards.models.judge_client import EndpointConfig, JudgeClient
-from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelOutcome, ModelRequest
 
 
 def config(server: JudgeServer, **fields: Any) -> EndpointConfig:

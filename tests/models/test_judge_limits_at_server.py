@@ -16,8 +16,8 @@ import pytest
 from judge_server import JudgeServer, complete_all
 from judge_texts import SCRIPTS, load_tokenizer, messages, save_tokenizer, text, tokens_endpoint
 
+from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE, ModelRequest
 from skyrl_rewards.rewards.models.judge_client import EndpointConfig
-from skyrl_rewards.rewards.models.lanes import JUDGE_LANE, ModelRequest
 from skyrl_rewards.rewards.models.token_count import byte_count
 
 TOKENS_PER_MINUTE = 120_000.0  # 2,000 a second: a few seconds per case

@@ -31,8 +31,8 @@ from judge_texts import load_tokenizer, save_tokenizer
 
 from skyrl_rewards.pool import service
 from skyrl_rewards.pool.reward_pool import RewardPool
-from skyrl_rewards.rewards.models.lanes import JUDGE_LANE
-from skyrl_rewards.rewards.result import Status
+from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE
+from skyrl_rewards.rewards.contract.result import Status
 
 pytestmark = pytest.mark.slow
 

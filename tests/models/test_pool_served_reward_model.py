@@ -21,7 +21,7 @@ from ray import cloudpickle
 from reward_model_server import Response, RewardModelServer, expected_score
 
 from skyrl_rewards.pool.reward_pool import RewardPool
-from skyrl_rewards.rewards.result import Status
+from skyrl_rewards.rewards.contract.result import Status
 
 pytestmark = pytest.mark.slow
 

@@ -21,11 +21,11 @@ from reward_model_server import (
 )
 
 from skyrl_rewards.rewards.batch import make_reward
+from skyrl_rewards.rewards.contract.lanes import JUDGE_LANE
+from skyrl_rewards.rewards.contract.result import Status
 from skyrl_rewards.rewards.models.judge_client import judge_metrics
-from skyrl_rewards.rewards.models.lanes import JUDGE_LANE
 from skyrl_rewards.rewards.models.local import run_requests
 from skyrl_rewards.rewards.registry import build_component
-from skyrl_rewards.rewards.result import Status
 
 FAST_RETRIES = {"max_retries": 2, "backoff_base_s": 0.01, "backoff_max_s": 0.05}
 

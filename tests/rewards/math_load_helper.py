@@ -15,7 +15,8 @@ import sys
 import time
 from typing import Any
 
-from skyrl_rewards.rewards.math_check import MathStatus, check_equal, last_check_usage
+from skyrl_rewards.rewards.text.math_check import check_equal, last_check_usage
+from skyrl_rewards.rewards.text.math_children import MathStatus
 
 GOLD = "$\\frac{1}{2}$"
 HANG = "$(x+1)^{99999} - (x-1)^{99999}$"

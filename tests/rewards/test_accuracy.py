@@ -6,7 +6,7 @@ import pytest
 
 from skyrl_rewards import accuracy_reward, default_accuracy_reward
 from skyrl_rewards.rewards.accuracy import accuracy_score, default_accuracy_score, fuzzy_ratio
-from skyrl_rewards.rewards.result import Status
+from skyrl_rewards.rewards.contract.result import Status
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from skyrl_rewards import (
     make_reward,
     repetition_reward,
 )
-from skyrl_rewards.rewards.components import WordTokenizer
+from skyrl_rewards.rewards.text.shaping import WordTokenizer
 
 BIG = 10_000_000
 

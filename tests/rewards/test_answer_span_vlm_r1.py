@@ -26,9 +26,9 @@ from collections.abc import Callable
 import pytest
 
 from skyrl_rewards.rewards.accuracy import accuracy_score
-from skyrl_rewards.rewards.choice import extract_choice
+from skyrl_rewards.rewards.contract.text import answer_span, clean, tagged_answer
 from skyrl_rewards.rewards.models.judge_prompts import JudgeTemplate
-from skyrl_rewards.rewards.text import answer_span, clean, tagged_answer
+from skyrl_rewards.rewards.text.choice import extract_choice
 
 _VLM_R1_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 

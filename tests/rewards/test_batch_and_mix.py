@@ -9,8 +9,8 @@ import pytest
 from transformers import PreTrainedTokenizerFast
 
 from skyrl_rewards import RewardMix, Status, cosine_reward, default_accuracy_reward, make_reward
-from skyrl_rewards.rewards.components import WordTokenizer
 from skyrl_rewards.rewards.registry import COMPONENTS, build_component
+from skyrl_rewards.rewards.text.shaping import WordTokenizer
 
 FORMATTED = "<think>t</think><answer>2</answer>"
 RULE_BASED = sorted(set(COMPONENTS) - {"judge", "reward_model"})

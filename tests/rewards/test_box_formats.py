@@ -17,7 +17,7 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
 
 from skyrl_rewards import iou_reward
 from skyrl_rewards.rewards.batch import make_reward
-from skyrl_rewards.rewards.box_formats import (
+from skyrl_rewards.rewards.geometry.box_formats import (
     FAMILIES,
     BoxFormatChoice,
     row_converter,

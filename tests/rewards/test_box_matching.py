@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from skyrl_rewards.rewards.box_formats import BoxFormatChoice
-from skyrl_rewards.rewards.box_matching import (
+from skyrl_rewards.rewards.boxes.box_matching import (
     MAX_GROUND_TRUTH_BOXES,
     MAX_MATCHED_PREDICTIONS,
     boxes_matched,
@@ -23,7 +22,8 @@ from skyrl_rewards.rewards.box_matching import (
     check_iou_threshold,
     linear_assignment,
 )
-from skyrl_rewards.rewards.result import Status
+from skyrl_rewards.rewards.contract.result import Status
+from skyrl_rewards.rewards.geometry.box_formats import BoxFormatChoice
 
 # --- the assignment against brute force
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from skyrl_rewards.rewards.choice import extract_choice
+from skyrl_rewards.rewards.text.choice import extract_choice
 
 
 @pytest.mark.parametrize(

@@ -15,14 +15,14 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from skyrl_rewards.rewards.accuracy import accuracy_score
-from skyrl_rewards.rewards.coco_map import (
+from skyrl_rewards.rewards.boxes.coco_map import (
     MAP_METHODS,
     MAX_DETECTIONS_PER_LABEL,
     coco_map,
     coco_map_score,
 )
-from skyrl_rewards.rewards.json_extract import MAX_JSON_CHARS
-from skyrl_rewards.rewards.result import Status
+from skyrl_rewards.rewards.contract.json_extract import MAX_JSON_CHARS
+from skyrl_rewards.rewards.contract.result import Status
 
 # --- the reference: VLM-R1's procedure (src/open-r1-multimodal/src/open_r1/grpo_jsonl.py:
 # calculate_map, map_reward, od_reward, odLength_reward), step by step, on pycocotools. Its

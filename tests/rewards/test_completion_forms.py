@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from skyrl_rewards.rewards.batch import accuracy_reward, make_reward
-from skyrl_rewards.rewards.format_checks import format_reward, format_reward_rec
-from skyrl_rewards.rewards.rec import iou_reward
-from skyrl_rewards.rewards.text import completion_text
+from skyrl_rewards.rewards.boxes.rec import iou_reward
+from skyrl_rewards.rewards.contract.text import completion_text
+from skyrl_rewards.rewards.text.format_checks import format_reward, format_reward_rec
 
 ANSWER = "<think>six times seven</think>\n<answer>42</answer>"
 PARSED_TEXT = "<think>\nsix times seven\n</think>\n\n<answer>42</answer>"
@@ -140,7 +140,7 @@ def test_parsed_response_keeps_the_format_reward() -> None:
 
 
 def test_huge_reasoning_is_capped() -> None:
-    from skyrl_rewards.rewards.text import MAX_TEXT_CHARS
+    from skyrl_rewards.rewards.contract.text import MAX_TEXT_CHARS
 
     message = {"role": "assistant", "reasoning_content": "x" * (MAX_TEXT_CHARS * 2), "content": "y"}
     assert len(completion_text([message])) == MAX_TEXT_CHARS

@@ -12,7 +12,9 @@ from fractions import Fraction
 import pytest
 from math_verify import parse, verify
 
-from skyrl_rewards.rewards.counting import (
+from skyrl_rewards.rewards.contract.result import Status
+from skyrl_rewards.rewards.contract.text import MAX_ANSWER_CHARS
+from skyrl_rewards.rewards.documents.counting import (
     MAX_NUMBER_CHARS,
     check_tolerance,
     count_reward,
@@ -20,8 +22,6 @@ from skyrl_rewards.rewards.counting import (
     ground_truth_count,
     stated_number,
 )
-from skyrl_rewards.rewards.result import Status
-from skyrl_rewards.rewards.text import MAX_ANSWER_CHARS
 
 # --- reading the stated number
 

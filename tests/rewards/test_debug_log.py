@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from skyrl_rewards import format_reward
-from skyrl_rewards.rewards.debug_log import debug_log_path
+from skyrl_rewards.rewards.contract.debug_log import debug_log_path
 
 
 @pytest.mark.parametrize(

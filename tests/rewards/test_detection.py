@@ -8,7 +8,7 @@ import time
 import pytest
 
 from skyrl_rewards import detection_score
-from skyrl_rewards.rewards.detection import Detection, greedy_match
+from skyrl_rewards.rewards.boxes.detection import Detection, greedy_match
 
 
 def _block(items: list[dict]) -> str:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skyrl_rewards import format_reward, format_reward_rec
-from skyrl_rewards.rewards.format_checks import has_rec_format
+from skyrl_rewards.rewards.text.format_checks import has_rec_format
 
 # VLM-R1's REC format regex: the oracle our linear-time check must agree with.
 REFERENCE_REC = re.compile(

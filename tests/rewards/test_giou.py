@@ -9,8 +9,7 @@ import re
 
 import pytest
 
-from skyrl_rewards.rewards.box_formats import BoxFormatChoice
-from skyrl_rewards.rewards.giou import (
+from skyrl_rewards.rewards.boxes.giou import (
     GIOU_MODES,
     MODE_FLOOR,
     box_iou,
@@ -21,7 +20,8 @@ from skyrl_rewards.rewards.giou import (
     giou_score,
     overlap_reward,
 )
-from skyrl_rewards.rewards.result import Status
+from skyrl_rewards.rewards.contract.result import Status
+from skyrl_rewards.rewards.geometry.box_formats import BoxFormatChoice
 
 # --- the anchors, transcribed step by step (never imported, never copied into the package)
 

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from skyrl_rewards.rewards import components
-from skyrl_rewards.rewards.box_formats import FAMILIES, row_converter
-from skyrl_rewards.rewards.gui import (
+from skyrl_rewards.rewards.contract.result import Status
+from skyrl_rewards.rewards.geometry.box_formats import FAMILIES, row_converter
+from skyrl_rewards.rewards.gui.gui import (
     GuiActionParams,
     GuiPointParams,
     gaussian_plane,
@@ -27,7 +27,7 @@ from skyrl_rewards.rewards.gui import (
     target_box,
     text_f1,
 )
-from skyrl_rewards.rewards.gui_actions import (
+from skyrl_rewards.rewards.gui.gui_actions import (
     MAX_ACTION_CHARS,
     Action,
     canonical_action,
@@ -35,7 +35,6 @@ from skyrl_rewards.rewards.gui_actions import (
     parse_location,
     target_action,
 )
-from skyrl_rewards.rewards.result import Status
 
 # --- the reference: GUI-R1's procedure (verl/utils/reward_score/r1gui.py of ritzz-ai/GUI-R1:
 # calculate_f1_score, extract_action, extract_input_text, extract_coord, r1gui_accuracy_reward),
@@ -886,14 +885,9 @@ def test_text_f1_matches_gui_r1() -> None:
         assert text_f1(a, b, substring_match=True) == pytest.approx(r1gui_f1(a, b))
 
 
-# --- components (skyrl_rewards.rewards.components.GuiAction / GuiPoint, once registered)
-
-needs_components = pytest.mark.skipif(
-    not hasattr(components, "GuiAction"), reason="gui_action / gui_point are not registered yet"
-)
+# --- components (skyrl_rewards.rewards.gui.gui.GuiAction / GuiPoint)
 
 
-@needs_components
 def test_components_score_rows_and_keys(image_640x480: str) -> None:
     from skyrl_rewards.rewards.registry import build_component
 

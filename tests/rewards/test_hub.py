@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from skyrl_rewards.rewards.batch import make_reward
-from skyrl_rewards.rewards.hub import load_pretrained_tokenizer, probe
+from skyrl_rewards.rewards.contract.hub import load_pretrained_tokenizer, probe
 
 NOT_CACHED = "skyrl-rewards-tests/no-such-tokenizer"  # a hub name no cache holds
 

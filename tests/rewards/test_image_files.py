@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from skyrl_rewards import iou_reward
-from skyrl_rewards.rewards.geometry import image_size
+from skyrl_rewards.rewards.geometry.boxes import image_size
 
 
 def _special(tmp_path: Path, kind: str) -> str:

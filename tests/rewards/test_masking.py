@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 
 from skyrl_rewards.rewards.batch import make_reward
-from skyrl_rewards.rewards.rec import iou_reward
-from skyrl_rewards.rewards.result import ComponentScore, Status
+from skyrl_rewards.rewards.boxes.rec import iou_reward
+from skyrl_rewards.rewards.contract.result import ComponentScore, Status
 
 GOOD = "<think>x</think><answer>2</answer>"
 
@@ -30,7 +30,7 @@ class MetricLog:
 def test_missing_solution_is_masked_warned_once_and_counted(caplog) -> None:
     reward = make_reward("accuracy")
     metric = MetricLog()
-    with caplog.at_level(logging.WARNING, logger="skyrl_rewards.rewards.masking"):
+    with caplog.at_level(logging.WARNING, logger="skyrl_rewards.rewards.contract.masking"):
         first = reward([GOOD] * 3, solution=["<answer>2</answer>", None, None], log_metric=metric)
         second = reward([GOOD], solution=[None], log_metric=metric)
     assert first == [1.0, None, None] and second == [None]
@@ -57,7 +57,7 @@ def test_each_cause_is_warned_once(caplog, tmp_path: Path) -> None:
         "image_grid_thw": [[1, 2, 2]] * 3,
     }
     reward = make_reward("iou")
-    with caplog.at_level(logging.WARNING, logger="skyrl_rewards.rewards.masking"):
+    with caplog.at_level(logging.WARNING, logger="skyrl_rewards.rewards.contract.masking"):
         assert reward(["<answer>[1, 2, 3, 4]</answer>"] * 3, **rows) == [None, None, None]
     fields = sorted(r.getMessage().split("(error): ")[1].split(":")[0] for r in caplog.records)
     assert fields == ["image_path", "solution"]  # two causes, two warnings

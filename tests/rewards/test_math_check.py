@@ -18,19 +18,17 @@ from pathlib import Path
 import pytest
 
 from skyrl_rewards import default_accuracy_reward
-from skyrl_rewards.rewards import math_check
 from skyrl_rewards.rewards.accuracy import default_accuracy_score
-from skyrl_rewards.rewards.math_check import (
-    MAX_MATH_CHARS,
-    MathStatus,
+from skyrl_rewards.rewards.contract.result import Status
+from skyrl_rewards.rewards.text import math_children
+from skyrl_rewards.rewards.text.math_check import (
     check_equal,
     first_pass,
     low_priority,
     recent_check_cpu_s,
-    server_command,
-    too_complex,
 )
-from skyrl_rewards.rewards.result import Status
+from skyrl_rewards.rewards.text.math_children import MathStatus, server_command
+from skyrl_rewards.rewards.text.math_screen import MAX_MATH_CHARS, too_complex
 
 SLOW = "$\\Gamma(10^{10})$"  # passes the pre-screen; SymPy computes (10^10 - 1)!
 
@@ -157,7 +155,7 @@ def test_a_child_killed_mid_check_is_replaced_and_reported() -> None:
 
 def _kill_math_children() -> None:
     subprocess.run(
-        ["pkill", "-9", "-P", str(os.getpid()), "-f", "skyrl_rewards.rewards.math_child"],
+        ["pkill", "-9", "-P", str(os.getpid()), "-f", "skyrl_rewards.rewards.text.math_child"],
         check=False,
     )
 
@@ -263,7 +261,7 @@ def test_a_math_verify_in_the_working_directory_is_not_imported(tmp_path: Path) 
         f"open({str(marker)!r}, 'w').close()\nraise SystemExit('poisoned')\n"
     )
     script = (
-        "from skyrl_rewards.rewards.math_check import check_equal\n"
+        "from skyrl_rewards.rewards.text.math_check import check_equal\n"
         "print(check_equal('$\\\\frac{1}{2}$', '0.5').value)\n"
     )
     done = subprocess.run(
@@ -285,7 +283,7 @@ def test_the_child_keeps_pythonpath_entries_but_not_the_working_directory(
     extra.mkdir()
     script = (
         "import json, os, sys\n"
-        "from skyrl_rewards.rewards.math_check import server_command\n"
+        "from skyrl_rewards.rewards.text.math_children import server_command\n"
         "print(json.dumps(server_command(7)))\n"
     )
     done = subprocess.run(
@@ -423,7 +421,7 @@ def test_a_stopped_child_is_given_up_on_even_when_the_request_fills_its_pipe(
 ) -> None:
     # Two 40,000-character answers make an 80 KB request, more than a pipe's 64 KB buffer; a
     # stopped child reads none of it, and before the fix the write blocked the caller for ever.
-    monkeypatch.setattr(math_check, "STARVED_S", 1.0)
+    monkeypatch.setattr(math_children, "STARVED_S", 1.0)
     assert check_equal("$2$", "2") is MathStatus.EQUAL
     children = list(_math_processes(os.getpid())[1])
     long_sum = "$" + "+".join(["1"] * 20_000) + "$"
@@ -475,7 +473,7 @@ def test_low_priority_checks_run_in_nicer_children_with_the_same_outcome() -> No
 def test_a_killed_caller_leaves_no_check_running() -> None:
     script = (
         "import os, sys, threading, time\n"
-        "from skyrl_rewards.rewards.math_check import check_equal\n"
+        "from skyrl_rewards.rewards.text.math_check import check_equal\n"
         f"threading.Thread(target=check_equal, args=('$3$', {SLOW!r}), kwargs={{'timeout_s': 600}},"
         " daemon=True).start()\n"
         "time.sleep(600)\n"  # killed below; it must outlive a slow start of its math child

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from skyrl_rewards.rewards.math_check import CONTENDED_MARGIN, CONTENDED_RATIO
+from skyrl_rewards.rewards.text.math_check import CONTENDED_MARGIN
+from skyrl_rewards.rewards.text.math_children import CONTENDED_RATIO
 
 HELPER = Path(__file__).with_name("math_load_helper.py")
 BUSY_PROCESSES = 3

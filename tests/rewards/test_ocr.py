@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from skyrl_rewards.rewards.ocr import (
+from skyrl_rewards.rewards.contract.result import Status
+from skyrl_rewards.rewards.documents.ocr import (
     MAX_REFERENCE_CHARS,
     anls,
     anls_score,
@@ -18,7 +19,6 @@ from skyrl_rewards.rewards.ocr import (
     ocr_score,
     ocr_similarity,
 )
-from skyrl_rewards.rewards.result import Status
 
 # --- ocr: the rules
 

@@ -23,7 +23,7 @@ from tiny_reward_model import CHAT_TEMPLATE, build_tokenizer, direct_value, save
 
 from skyrl_rewards.pool.cluster import NotEnoughGpusError
 from skyrl_rewards.pool.reward_pool import PoolStartError, RewardPool
-from skyrl_rewards.rewards.models.lanes import REWARD_MODEL_LANE
+from skyrl_rewards.rewards.contract.lanes import REWARD_MODEL_LANE
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ from skyrl_rewards import (
     iou_reward,
     repetition_reward,
 )
-from skyrl_rewards.rewards.components import WordTokenizer
+from skyrl_rewards.rewards.text.shaping import WordTokenizer
 
 # Text biased towards the characters the rewards care about.
 _PIECES = st.sampled_from(

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from skyrl_rewards import iou, iou_reward
-from skyrl_rewards.rewards.geometry import image_size, predicted_box
+from skyrl_rewards.rewards.geometry.boxes import image_size, predicted_box
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,8 @@ from transformers import (
 )
 
 from skyrl_rewards import RewardMix, make_reward
-from skyrl_rewards.rewards.models.lanes import REWARD_MODEL_LANE, ModelOutcome, ModelRequest
+from skyrl_rewards.rewards.contract.lanes import REWARD_MODEL_LANE, ModelOutcome, ModelRequest
+from skyrl_rewards.rewards.contract.result import Status
 from skyrl_rewards.rewards.models.reward_model import (
     RewardModelConfig,
     RewardModelRunner,
@@ -37,7 +38,6 @@ from skyrl_rewards.rewards.models.reward_model import (
 )
 from skyrl_rewards.rewards.models.reward_model_component import Normalization, RewardModel
 from skyrl_rewards.rewards.registry import build_component
-from skyrl_rewards.rewards.result import Status
 
 PROMPTS = [
     "what is six times seven ?",

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from transformers import PreTrainedTokenizerFast
 
 from skyrl_rewards import CosineSchedule, cosine_reward, repetition_reward
-from skyrl_rewards.rewards.shaping import bbox_array
+from skyrl_rewards.rewards.text.shaping import bbox_array
 
 
 def _text_of_tokens(tokenizer: PreTrainedTokenizerFast, n: int) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from skyrl_rewards.rewards.text import MAX_TEXT_CHARS, answer_span, clean, completion_text
+from skyrl_rewards.rewards.contract.text import MAX_TEXT_CHARS, answer_span, clean, completion_text
 
 
 @pytest.mark.parametrize(

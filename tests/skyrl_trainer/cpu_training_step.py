@@ -256,7 +256,7 @@ def rec_data(out: Path, task: str) -> tuple[list[Path], dict[str, list[str]], li
     from PIL import Image
 
     from skyrl_rewards.data.jsonl import read_rows
-    from skyrl_rewards.rewards.box_formats import BoxFormatChoice
+    from skyrl_rewards.rewards.geometry.box_formats import BoxFormatChoice
     from skyrl_rewards.train.dataset import skyrl_record, write_parquet
 
     family = REC_FAMILIES[task]

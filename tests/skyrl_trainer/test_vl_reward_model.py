@@ -30,7 +30,7 @@ from PIL import Image
 from tiny_vl_reward_model import direct_value, save_vl_model
 
 from skyrl_rewards.pool.reward_pool import RewardPool
-from skyrl_rewards.rewards.models.lanes import REWARD_MODEL_LANE, ModelRequest
+from skyrl_rewards.rewards.contract.lanes import REWARD_MODEL_LANE, ModelRequest
 from skyrl_rewards.rewards.models.reward_model import (
     RewardModelConfig,
     VisionRewardModelRunner,

@@ -41,7 +41,8 @@ from tau_bench_env.evaluation.evaluate import (
     run_threads,
 )
 from tau_bench_env.evaluation.policy import ChatPolicy, PolicyConfig, PolicyEndpointError
-from tau_bench_env.rescoring.rescore import rescore, summarize
+from tau_bench_env.rescoring.figures import summarize
+from tau_bench_env.rescoring.rescore import rescore
 
 BACKEND = "tau2"
 REPO = Path(__file__).resolve().parents[2]

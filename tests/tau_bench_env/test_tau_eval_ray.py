@@ -25,7 +25,8 @@ from tau_bench_env.config import env_config_from
 from tau_bench_env.evaluation.eval_ray import run_ray
 from tau_bench_env.evaluation.evaluate import JOURNAL_FILE, RESULTS_FILE, EvalSpec, evaluate
 from tau_bench_env.evaluation.policy import PolicyConfig
-from tau_bench_env.rescoring.rescore import rescore, summarize
+from tau_bench_env.rescoring.figures import summarize
+from tau_bench_env.rescoring.rescore import rescore
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slow]
 

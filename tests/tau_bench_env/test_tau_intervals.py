@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from tau_bench_env.rescoring.figures import summarize
 from tau_bench_env.rescoring.intervals import (
     METHOD,
     bootstrap_means,
@@ -13,7 +14,7 @@ from tau_bench_env.rescoring.intervals import (
     percentile_interval,
     task_pass_hat_k,
 )
-from tau_bench_env.rescoring.rescore import RunScore, summarize
+from tau_bench_env.rescoring.run_score import RunScore
 
 
 def test_the_estimator_against_a_hand_computed_case() -> None:

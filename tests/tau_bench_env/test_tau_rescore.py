@@ -10,15 +10,10 @@ from tau_helpers import tau_bench_only
 
 from tau_bench_env.backends import load_domain
 from tau_bench_env.cli.main import main
-from tau_bench_env.rescoring.rescore import (
-    DomainMismatchError,
-    RunScore,
-    pass_hat_k,
-    replay_run,
-    rescore,
-    run_mismatch,
-    summarize,
-)
+from tau_bench_env.rescoring.domain_check import DomainMismatchError, run_mismatch
+from tau_bench_env.rescoring.figures import pass_hat_k, summarize
+from tau_bench_env.rescoring.rescore import replay_run, rescore
+from tau_bench_env.rescoring.run_score import RunScore
 
 RESULTS = Path(__file__).parent / "data" / "airline_results.json"
 RUNS = json.loads(RESULTS.read_text())

@@ -23,12 +23,10 @@ from tau_helpers import OFFICIAL_BACKEND, official_tau2_only
 
 from tau_bench_env.backends import load_domain
 from tau_bench_env.cli.main import main
-from tau_bench_env.rescoring.rescore import (
-    DomainMismatchError,
-    normalize_tool_result,
-    rescore,
-    summarize,
-)
+from tau_bench_env.rescoring.domain_check import DomainMismatchError
+from tau_bench_env.rescoring.figures import summarize
+from tau_bench_env.rescoring.rescore import rescore
+from tau_bench_env.rescoring.run_score import normalize_tool_result
 from tau_bench_env.rescoring.tau2_results import read_simulations, recorded_domain
 
 DATA = Path(__file__).parent / "data"

@@ -14,7 +14,7 @@ Configured as::
 
 The endpoint's fields may also be given flat (``base_url=..., model=...``),
 as ``make_reward("judge", base_url=..., model=...)`` does. Every sample goes
-through the judge lane (:data:`~skyrl_rewards.rewards.models.lanes.JUDGE_LANE`):
+through the judge lane (:data:`~skyrl_rewards.rewards.contract.lanes.JUDGE_LANE`):
 :meth:`Judge.lane_request` renders the prompt (see
 :mod:`~skyrl_rewards.rewards.models.judge_prompts`), a runner calls the
 endpoint, :meth:`Judge.settle` reads the verdict (see
@@ -30,8 +30,15 @@ import dataclasses
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from skyrl_rewards.rewards.box_formats import IMAGE_COLUMNS
-from skyrl_rewards.rewards.component_base import Component, work_digest
+from skyrl_rewards.rewards.contract.component_base import Component, work_digest
+from skyrl_rewards.rewards.contract.lanes import (
+    JUDGE_LANE,
+    ModelOutcome,
+    ModelRequest,
+    endpoint_key,
+)
+from skyrl_rewards.rewards.contract.result import ComponentScore, Status
+from skyrl_rewards.rewards.geometry.box_formats import IMAGE_COLUMNS
 from skyrl_rewards.rewards.models.judge_client import EndpointConfig
 from skyrl_rewards.rewards.models.judge_prompts import (
     MAX_FIELD_CHARS,
@@ -40,14 +47,8 @@ from skyrl_rewards.rewards.models.judge_prompts import (
     JudgeTemplate,
     in_memory_images,
 )
-from skyrl_rewards.rewards.models.lanes import (
-    JUDGE_LANE,
-    ModelOutcome,
-    ModelRequest,
-    endpoint_key,
-)
+from skyrl_rewards.rewards.models.local import run_requests
 from skyrl_rewards.rewards.models.verdicts import UnparseableVerdict, Verdict
-from skyrl_rewards.rewards.result import ComponentScore, Status
 
 ENDPOINT_FIELDS = frozenset(f.name for f in dataclasses.fields(EndpointConfig)) | {
     "limits",
@@ -101,6 +102,10 @@ class Judge(Component):
 
     def lane(self, sample: Mapping[str, Any]) -> str | None:
         return JUDGE_LANE
+
+    def run_lane(self, request: ModelRequest) -> ModelOutcome:
+        (outcome,) = run_requests([request], self.endpoints())
+        return outcome
 
     def lane_request(self, sample: Mapping[str, Any]) -> ModelRequest:
         return ModelRequest(

@@ -3,10 +3,10 @@
 :class:`JudgeClient` is a :class:`~skyrl_rewards.rewards.models.chat_client.ChatClient`
 (limits, retries honouring ``Retry-After``, circuit breaker, deadline, metrics:
 see that module) that turns each
-:class:`~skyrl_rewards.rewards.models.lanes.ModelRequest` into exactly one
-:class:`~skyrl_rewards.rewards.models.lanes.ModelOutcome`. It never raises for
+:class:`~skyrl_rewards.rewards.contract.lanes.ModelRequest` into exactly one
+:class:`~skyrl_rewards.rewards.contract.lanes.ModelOutcome`. It never raises for
 what the endpoint did; every failure is an outcome whose ``failure`` is one of
-:data:`~skyrl_rewards.rewards.models.lanes.FAILURE_KINDS`, and a reply without
+:data:`~skyrl_rewards.rewards.contract.lanes.FAILURE_KINDS`, and a reply without
 ``choices[0].message.content`` text is ``bad_response``.
 
 A bounded LRU cache on :meth:`ModelRequest.cache_key` answers identical
@@ -27,14 +27,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from skyrl_rewards.rewards.models.chat_client import (
-    ChatClient,
-    ChatReply,
-    EndpointConfig,
-    current_loop_thread,
-    loop_thread,
-)
-from skyrl_rewards.rewards.models.lanes import ModelOutcome, ModelRequest
+from skyrl_rewards.rewards.contract.lanes import ModelOutcome, ModelRequest
+from skyrl_rewards.rewards.models.chat_client import ChatClient, ChatReply
+from skyrl_rewards.rewards.models.chat_loop import current_loop_thread, loop_thread
+from skyrl_rewards.rewards.models.endpoint_config import EndpointConfig
 from skyrl_rewards.rewards.models.served_reward_model import (
     SERVED_KIND,
     ServedConfig,
@@ -167,7 +163,7 @@ def run_judge_requests(
 
     One :class:`JudgeClient` per endpoint key lives as long as the process, on
     the private event loop thread of :mod:`~skyrl_rewards.rewards.models.chat_client`
-    (shared with :func:`~skyrl_rewards.rewards.models.chat_client.post_chat`),
+    (shared with :func:`~skyrl_rewards.rewards.models.chat_loop.post_chat`),
     so limits and the cache hold across calls, and this works from inside a
     running event loop too (it blocks the caller until the batch is done). The
     wait is bounded by the endpoints' ``deadline_s``. Raises ``ValueError`` for

@@ -39,8 +39,8 @@ from typing import Any
 
 from PIL import Image
 
-from skyrl_rewards.rewards.box_formats import image_column
-from skyrl_rewards.rewards.text import answer_span, completion_text
+from skyrl_rewards.rewards.contract.text import answer_span, completion_text
+from skyrl_rewards.rewards.geometry.box_formats import image_column
 from skyrl_rewards.suggest import did_you_mean
 
 VLM_R1_INSTRUCTIONS = (

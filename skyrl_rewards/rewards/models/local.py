@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from skyrl_rewards.rewards.models.lanes import (
+from skyrl_rewards.rewards.contract.lanes import (
     JUDGE_LANE,
     REWARD_MODEL_LANE,
     ModelOutcome,
@@ -26,7 +26,7 @@ def run_requests(
     """One outcome per request, in order; never raises for what an endpoint or model did.
 
     ``endpoints`` maps each request's ``endpoint`` key to its configuration
-    (:meth:`~skyrl_rewards.rewards.component_base.Component.endpoints`). Raises
+    (:meth:`~skyrl_rewards.rewards.contract.component_base.Component.endpoints`). Raises
     ``ValueError`` for a request whose lane or endpoint is unknown (a bug).
     """
     outcomes: list[ModelOutcome | None] = [None] * len(requests)

@@ -2,7 +2,7 @@
 
 A :class:`RewardModelRunner` loads ``AutoModelForSequenceClassification`` and
 its tokenizer once, from a local folder (``local_files_only``: never the
-network), and scores :class:`~skyrl_rewards.rewards.models.lanes.ModelRequest`
+network), and scores :class:`~skyrl_rewards.rewards.contract.lanes.ModelRequest`
 s of the reward-model lane. It is what a pool's reward-model worker holds, and
 what :func:`run_reward_model_requests` keeps, one per endpoint, in this process.
 
@@ -16,7 +16,7 @@ Inputs (the request's payload):
   special tokens;
 - ``{"text": str}``: tokenized as is, with the tokenizer's special tokens.
 
-A payload's ``images`` (:func:`row_images`) are ignored by a text model. A
+A payload's ``images`` (:func:`~skyrl_rewards.rewards.models.reward_model_payload.row_images`) are ignored by a text model. A
 checkpoint whose ``config.json`` names ``Qwen2_5_VLForSequenceClassification``
 is run by :class:`VisionRewardModelRunner` instead (images and text through
 its processor; the model is :mod:`~skyrl_rewards.rewards.models.vl_reward_model`'s;
@@ -37,19 +37,20 @@ still does not fit fails) or any other error of the forward pass (the batch is
 retried item by item, so only the bad item fails) become outcomes with
 ``failure="model_error"`` and a message naming the cause.
 
-``torch`` and ``transformers`` are imported when a runner is built.
+``torch`` and ``transformers`` are imported when a runner is built. Reading and
+rendering a payload is :mod:`~skyrl_rewards.rewards.models.reward_model_payload`'s.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from skyrl_rewards.rewards.models.lanes import ModelOutcome, ModelRequest
+from skyrl_rewards.rewards.contract.lanes import ModelOutcome, ModelRequest
+from skyrl_rewards.rewards.models.reward_model_payload import InputError, payload_messages, render
 
 DTYPES = ("bfloat16", "float16", "float32")
 """Values of :attr:`RewardModelConfig.dtype` (``None``: bfloat16 on CUDA, float32 elsewhere)."""
@@ -103,10 +104,6 @@ class RewardModelConfig:
     def to_mapping(self) -> dict[str, Any]:
         """The plain, JSON-able form (what a component's ``endpoints()`` carries)."""
         return asdict(self)
-
-
-class _InputError(Exception):
-    """An input that cannot be scored (unreadable payload, too long)."""
 
 
 @dataclass
@@ -257,8 +254,8 @@ class RewardModelRunner:
         texts: dict[bool, list[tuple[int, str]]] = {True: [], False: []}
         for index, request in enumerate(requests):
             try:
-                text, add_special_tokens = _render(self._tokenizer, request.payload)
-            except _InputError as error:
+                text, add_special_tokens = render(self._tokenizer, request.payload)
+            except InputError as error:
                 outcomes[index] = _failure(str(error))
             else:
                 texts[add_special_tokens].append((index, text))
@@ -272,7 +269,7 @@ class RewardModelRunner:
             for (index, _), ids in zip(group, encoded, strict=True):
                 try:
                     items.append(self._fit(index, list(ids)))
-                except _InputError as error:
+                except InputError as error:
                     outcomes[index] = _failure(str(error))
         return items
 
@@ -282,7 +279,7 @@ class RewardModelRunner:
         if len(ids) <= limit:
             return _Item(index, ids)
         if self.config.truncation == "error":
-            raise _InputError(
+            raise InputError(
                 f"input of {len(ids)} tokens is longer than max_length={limit}; raise "
                 "max_length or set truncation to 'left' (keep the end) or 'right'"
             )
@@ -438,22 +435,22 @@ class VisionRewardModelRunner(RewardModelRunner):
                 features = self._process(request.payload)
                 ids = features["input_ids"][0].tolist()
                 if len(ids) > self.config.max_length:
-                    raise _InputError(
+                    raise InputError(
                         f"input of {len(ids)} tokens (images included) is longer than "
                         f"max_length={self.config.max_length}; raise max_length"
                     )
-            except _InputError as error:
+            except InputError as error:
                 outcomes[index] = _failure(str(error))
             else:
                 items.append(_VisionItem(index, ids, features=features))
         return items
 
     def _process(self, payload: Any) -> dict[str, Any]:
-        """One payload through the processor: a batch of one, as tensors; ``_InputError`` when unreadable."""
+        """One payload through the processor: a batch of one, as tensors; ``InputError`` when unreadable."""
         from jinja2 import TemplateError
 
         if not isinstance(payload, Mapping):
-            raise _InputError(f"payload: expected a mapping, got {type(payload).__name__}")
+            raise InputError(f"payload: expected a mapping, got {type(payload).__name__}")
         images = [
             self._image(position, ref) for position, ref in enumerate(payload.get("images") or [])
         ]
@@ -462,10 +459,10 @@ class VisionRewardModelRunner(RewardModelRunner):
             if "text" in payload and isinstance(payload["text"], str) and not images:
                 text = payload["text"]
             else:
-                messages: list[dict[str, Any]] = _payload_messages(payload)
+                messages: list[dict[str, Any]] = payload_messages(payload)
                 users = [i for i, m in enumerate(messages) if m["role"] == "user"]
                 if images and not users:
-                    raise _InputError("payload: images but no user message to put them in")
+                    raise InputError("payload: images but no user message to put them in")
                 if images:
                     last = messages[users[-1]]
                     last["content"] = [
@@ -475,7 +472,7 @@ class VisionRewardModelRunner(RewardModelRunner):
                 text = processor.apply_chat_template(messages, tokenize=False)
             features = processor(text=[text], images=images or None, return_tensors="pt")
         except (TemplateError, ValueError, TypeError, KeyError, IndexError) as error:
-            raise _InputError(f"processor: {type(error).__name__}: {error}") from error
+            raise InputError(f"processor: {type(error).__name__}: {error}") from error
         return dict(features)
 
     def _image(self, position: int, ref: Any) -> Any:
@@ -489,7 +486,7 @@ class VisionRewardModelRunner(RewardModelRunner):
         try:
             image = load_image(ref, field_name)
         except (ValueError, OSError) as error:
-            raise _InputError(str(error)) from error
+            raise InputError(str(error)) from error
         return downscale(image.convert("RGB"), MAX_IMAGE_SIDE)
 
     def _forward(self, batch: list[_Item]) -> list[float]:
@@ -498,84 +495,6 @@ class VisionRewardModelRunner(RewardModelRunner):
         rows = [item.features for item in batch if isinstance(item, _VisionItem)]
         pad = self._pad_id if self._pad_id is not None else 0
         return last_token_values(self._model, collate(rows, pad))
-
-
-def _render(tokenizer: Any, payload: Any) -> tuple[str, bool]:
-    """A payload's text and whether the tokenizer adds its special tokens (see the module doc).
-
-    ``_InputError`` for a payload that cannot be read or that the chat template refuses.
-    """
-    if not isinstance(payload, Mapping):
-        raise _InputError(f"payload: expected a mapping, got {type(payload).__name__}")
-    if "text" in payload:
-        text = payload["text"]
-        if not isinstance(text, str):
-            raise _InputError(f"payload.text: expected a string, got {type(text).__name__}")
-        return text, True
-    messages = _payload_messages(payload)
-    if not getattr(tokenizer, "chat_template", None):
-        return "\n".join(message["content"] for message in messages), True
-    from jinja2 import TemplateError
-
-    try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False)
-    except (TemplateError, ValueError, TypeError, KeyError) as error:
-        raise _InputError(f"chat template: {type(error).__name__}: {error}") from error
-    if not isinstance(text, str):
-        raise _InputError(f"chat template: rendered {type(text).__name__}, not text")
-    return text, False
-
-
-def row_images(sample: Mapping[str, Any]) -> list[Any]:
-    """The row's images for a reward model's payload: paths as strings, in-memory images as they are.
-
-    Read from the first of ``image_path``, ``image``, ``images`` the row fills
-    (one item or a list). A path (``str`` or ``os.PathLike``) becomes a string:
-    cheap to send between processes, read where the model runs. An in-memory
-    image (a PIL image, bytes, a ``{"bytes"|"path"}`` dict: TRL's rows) is
-    kept as the object it is, pickled with the request when it crosses
-    processes; such a row has no work key (no cache entry). Empty when the row
-    has no image.
-
-    >>> row_images({"image_path": ["a.png", "b.png"]})
-    ['a.png', 'b.png']
-    """
-    from skyrl_rewards.rewards.box_formats import image_column
-
-    column = image_column(sample)
-    if column is None:
-        return []
-    value = sample[column]
-    items = list(value) if isinstance(value, (list, tuple)) else [value]
-    return [os.fspath(item) if isinstance(item, os.PathLike) else item for item in items]
-
-
-def render_payload(tokenizer: Any, payload: Any) -> str:
-    """A payload's text as this runner renders it (what a served reward model's text input sends).
-
-    ``tokenizer`` may be ``None`` (the contents joined by newlines); ``ValueError`` when unreadable.
-    """
-    try:
-        return _render(tokenizer, payload)[0]
-    except _InputError as error:
-        raise ValueError(str(error)) from error
-
-
-def _payload_messages(payload: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The payload's ``messages``, each ``{"role": str, "content": str}``; ``_InputError`` otherwise."""
-    messages = payload.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise _InputError("payload: expected 'messages' (a non-empty list) or 'text'")
-    for position, message in enumerate(messages):
-        if not (
-            isinstance(message, Mapping)
-            and isinstance(message.get("role"), str)
-            and isinstance(message.get("content"), str)
-        ):
-            raise _InputError(
-                f"payload.messages[{position}]: expected {{'role': str, 'content': str}}"
-            )
-    return [dict(message) for message in messages]
 
 
 def _is_out_of_memory(error: BaseException) -> bool:

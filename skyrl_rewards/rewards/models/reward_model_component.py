@@ -12,9 +12,9 @@ the first of ``prompt`` (a string or a chat message list; TRL's ``prompts``
 arrive here too) and ``problem`` (VLM-R1's rows) that the row has. A row with
 neither is a dataset error. Message contents given as parts keep their text
 parts. The completion is the sample's final answer text
-(:func:`~skyrl_rewards.rewards.text.completion_text`), sent as the assistant's
+(:func:`~skyrl_rewards.rewards.contract.text.completion_text`), sent as the assistant's
 turn. The row's images (``image_path``, ``image`` or ``images``) go in the
-payload's ``images`` (:func:`~skyrl_rewards.rewards.models.reward_model.row_images`):
+payload's ``images`` (:func:`~skyrl_rewards.rewards.models.reward_model_payload.row_images`):
 a vision-language reward model reads them, a text one ignores them.
 
 A served reward model (``endpoint``, or flat ``base_url`` with ``model`` the
@@ -34,24 +34,26 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.rewards.component_base import Component, work_digest
-from skyrl_rewards.rewards.models.judge_prompts import (
-    MAX_IMAGE_BYTES,
-    MAX_IMAGE_SIDE,
-    image_url_parts,
-    in_memory_images,
-)
-from skyrl_rewards.rewards.models.lanes import (
+from skyrl_rewards.rewards.contract.component_base import Component, work_digest
+from skyrl_rewards.rewards.contract.lanes import (
     JUDGE_LANE,
     REWARD_MODEL_LANE,
     ModelOutcome,
     ModelRequest,
     endpoint_key,
 )
-from skyrl_rewards.rewards.models.reward_model import RewardModelConfig, row_images
+from skyrl_rewards.rewards.contract.result import ComponentScore, Status
+from skyrl_rewards.rewards.contract.text import completion_text
+from skyrl_rewards.rewards.models.judge_prompts import (
+    MAX_IMAGE_BYTES,
+    MAX_IMAGE_SIDE,
+    image_url_parts,
+    in_memory_images,
+)
+from skyrl_rewards.rewards.models.local import run_requests
+from skyrl_rewards.rewards.models.reward_model import RewardModelConfig
+from skyrl_rewards.rewards.models.reward_model_payload import row_images
 from skyrl_rewards.rewards.models.served_reward_model import ServedConfig
-from skyrl_rewards.rewards.result import ComponentScore, Status
-from skyrl_rewards.rewards.text import completion_text
 
 PROMPT_FIELDS = ("prompt", "problem")
 """Columns read for the prompt, in order, when ``prompt_field`` is not given."""
@@ -238,6 +240,10 @@ class RewardModel(Component):
 
     def lane(self, sample: Mapping[str, Any]) -> str | None:
         return self._lane
+
+    def run_lane(self, request: ModelRequest) -> ModelOutcome:
+        (outcome,) = run_requests([request], self.endpoints())
+        return outcome
 
     def lane_request(self, sample: Mapping[str, Any]) -> ModelRequest:
         """The chat ``prompt messages + [assistant: completion]`` and the row's images; ``ValueError`` without a prompt."""

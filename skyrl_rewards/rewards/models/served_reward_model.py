@@ -4,8 +4,8 @@
 :class:`~skyrl_rewards.rewards.models.chat_client.ChatClient` (limits in
 flight / per minute / tokens per minute, retries honouring ``Retry-After``, a
 circuit breaker, a deadline, metrics, cost: see that module) that turns each
-reward-model :class:`~skyrl_rewards.rewards.models.lanes.ModelRequest` into
-exactly one :class:`~skyrl_rewards.rewards.models.lanes.ModelOutcome` whose
+reward-model :class:`~skyrl_rewards.rewards.contract.lanes.ModelRequest` into
+exactly one :class:`~skyrl_rewards.rewards.contract.lanes.ModelOutcome` whose
 ``value`` is the raw score. It runs where judge requests run: the pool's
 judge lane (one asynchronous actor per pool, so the limits hold for the whole
 pool) or, in this process, the private event loop thread of
@@ -37,7 +37,7 @@ The APIs (shapes read in vLLM's protocol modules, vllm-project/vllm:
 
 Input: with ``input: text`` (the default) the row's chat is rendered to text
 by the same code as the local reward model
-(:func:`~skyrl_rewards.rewards.models.reward_model.render_payload`: the chat
+(:func:`~skyrl_rewards.rewards.models.reward_model_payload.render_payload`: the chat
 template of the local tokenizer folder named by ``tokenizer``; without one the
 contents joined by newlines; text a template rendered goes with
 ``add_special_tokens: false``, as the local path tokenizes it), and requests
@@ -67,8 +67,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyrl_rewards.rewards.models.chat_client import ChatClient, ChatReply, EndpointConfig
-from skyrl_rewards.rewards.models.lanes import ModelOutcome, ModelRequest
+from skyrl_rewards.rewards.contract.lanes import ModelOutcome, ModelRequest
+from skyrl_rewards.rewards.models.chat_client import ChatClient, ChatReply
+from skyrl_rewards.rewards.models.endpoint_config import EndpointConfig
 
 SERVED_APIS = ("classify", "pooling", "generative_scoring")
 """Values of ``api``."""
@@ -342,7 +343,7 @@ class ServedRewardModelClient(ChatClient):
 
     def _item(self, payload: Mapping[str, Any]) -> str | list[dict[str, Any]]:
         """What one request sends: its chat (``input: messages``) or its text; ``ValueError`` when unreadable."""
-        from skyrl_rewards.rewards.models.reward_model import render_payload
+        from skyrl_rewards.rewards.models.reward_model_payload import render_payload
 
         if self.served.input == "messages":
             messages = payload.get("messages") if isinstance(payload, Mapping) else None

@@ -89,7 +89,7 @@ class TokenCounter:
             root = base_url.rstrip("/").removesuffix("/v1")
             self._tokenize_url = root + "/tokenize"
         elif tokenizer != BYTES:
-            from skyrl_rewards.rewards.hub import load_pretrained_tokenizer
+            from skyrl_rewards.rewards.contract.hub import load_pretrained_tokenizer
 
             self._local = load_pretrained_tokenizer(tokenizer)
         self.counted: dict[str, int] = {"tokenizer": 0, "endpoint": 0, "bytes": 0}

@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.rewards.json_extract import json_block, parse_json
-from skyrl_rewards.rewards.text import cap
+from skyrl_rewards.rewards.contract.json_extract import json_block, parse_json
+from skyrl_rewards.rewards.contract.text import cap
 
 MAX_VERDICT_CHARS = 20_000
 """A judge reply is cut to this many characters before any parser reads it."""

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from skyrl_rewards.rewards.result import MASKING_STATUSES, ComponentScore, Status
+from skyrl_rewards.rewards.contract.result import MASKING_STATUSES, ComponentScore, Status
 
 ON_ERROR_ENV = "SKYRL_REWARDS_ON_ERROR"
 """Environment variable that sets the default policy (``mask`` or ``raise``)."""

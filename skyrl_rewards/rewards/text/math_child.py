@@ -2,7 +2,7 @@
 
 This module imports nothing of ``skyrl_rewards`` (only the standard library and,
 lazily, math-verify), so the process that runs it as a script loads math-verify
-and SymPy and nothing else. :mod:`skyrl_rewards.rewards.math_check` starts it
+and SymPy and nothing else. :mod:`skyrl_rewards.rewards.text.math_check` starts it
 as ``python -I math_child.py SYS_PATH_JSON SOCKET_FD``: isolated mode, so
 neither the working directory nor the script's directory nor ``PYTHONPATH`` is
 on ``sys.path``; the parent hands over its own ``sys.path`` (without the

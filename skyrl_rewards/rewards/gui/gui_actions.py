@@ -35,9 +35,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.rewards.geometry import Box
-from skyrl_rewards.rewards.json_extract import parse_json
-from skyrl_rewards.rewards.text import answer_span, cap
+from skyrl_rewards.rewards.contract.json_extract import parse_json
+from skyrl_rewards.rewards.contract.text import answer_span, cap
+from skyrl_rewards.rewards.geometry.boxes import Box
 
 MAX_ACTION_CHARS = 4_000
 """The answer span is cut to this length before any action parser runs (an action is short)."""

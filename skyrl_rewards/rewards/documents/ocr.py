@@ -19,13 +19,18 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import Levenshtein
 
-from skyrl_rewards.rewards.result import ComponentScore, Status
-from skyrl_rewards.rewards.text import answer_span
+from skyrl_rewards.rewards.contract.component_base import (
+    Component,
+    answer_work_key,
+    sample_solution,
+)
+from skyrl_rewards.rewards.contract.result import ComponentScore, Status
+from skyrl_rewards.rewards.contract.text import answer_span
 
 MAX_REFERENCE_CHARS = 20_000
 """A ground-truth text (after normalisation) longer than this is a dataset error (about 40 ms worst case)."""
@@ -193,3 +198,50 @@ def _reference(text: str, what: str) -> str:
             f"{MAX_REFERENCE_CHARS:,}-character cap (edit distance is quadratic)"
         )
     return text
+
+
+class Ocr(Component):
+    """1 - CER (``metric="cer"``, default) or 1 - WER of the answer span (see ocr).
+
+    ``lowercase`` (default False) and ``collapse_whitespace`` (default True)
+    normalise both texts first.
+    """
+
+    name = "ocr"
+
+    def __init__(
+        self, metric: str = "cer", lowercase: bool = False, collapse_whitespace: bool = True
+    ) -> None:
+        self.metric = check_metric(metric)
+        for key, value in (("lowercase", lowercase), ("collapse_whitespace", collapse_whitespace)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{key}: expected true or false, got {value!r:.80}")
+        self.lowercase = lowercase
+        self.collapse_whitespace = collapse_whitespace
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return ocr_score(
+            content,
+            sample_solution(sample),
+            metric=self.metric,
+            lowercase=self.lowercase,
+            collapse_whitespace=self.collapse_whitespace,
+        )
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        return answer_work_key(self.name, sample)
+
+
+class Anls(Component):
+    """ANLS against the row's gold answers (one, or a JSON list; see ocr), ``threshold`` 0.5."""
+
+    name = "anls"
+
+    def __init__(self, threshold: float = DEFAULT_ANLS_THRESHOLD) -> None:
+        self.threshold = check_anls_threshold(threshold)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return anls_score(content, sample_solution(sample), threshold=self.threshold)
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        return answer_work_key(self.name, sample)

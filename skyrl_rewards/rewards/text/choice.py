@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from skyrl_rewards.rewards.text import cap
+from skyrl_rewards.rewards.contract.text import cap
 
 MAX_CHOICE_TEXT_CHARS = 20_000
 """Longer texts are cut before the letter search."""

@@ -1,12 +1,14 @@
-"""The contract of a reward component, below every component: the base class and the work-key digest.
+"""The contract of a reward component, below every component: the base class, the work-key digest
+and the two row readers every family shares (:func:`sample_solution`, :func:`answer_work_key`).
 
-:class:`Component` is what the rule-based rewards (:mod:`~skyrl_rewards.rewards.components`)
-and the model-based ones (:mod:`~skyrl_rewards.rewards.models.judge`,
+:class:`Component` is what the rule-based rewards (each family folder's modules:
+``text``, ``boxes``, ``gui``, ``documents``) and the model-based ones
+(:mod:`~skyrl_rewards.rewards.models.judge`,
 :mod:`~skyrl_rewards.rewards.models.reward_model_component`) derive from, and
 what a mix, a batch and a pool call. It lives here, apart from the concrete
 components, so that a concrete component may hold another (the accuracy
-reward holds a judge) without two modules importing each other.
-"""
+reward holds a judge) without two modules importing each other; it imports
+nothing above the contract."""
 
 from __future__ import annotations
 
@@ -15,9 +17,9 @@ import logging
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from skyrl_rewards.rewards.models.lanes import ModelOutcome, ModelRequest
-from skyrl_rewards.rewards.result import ComponentScore, Status
-from skyrl_rewards.rewards.text import completion_text
+from skyrl_rewards.rewards.contract.lanes import ModelOutcome, ModelRequest
+from skyrl_rewards.rewards.contract.result import ComponentScore, Status
+from skyrl_rewards.rewards.contract.text import answer_span, completion_text
 
 _logger = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ class Component:
         return frozenset()
 
     def lane(self, sample: Mapping[str, Any]) -> str | None:
-        """The model lane that scores ``sample`` (see :mod:`~skyrl_rewards.rewards.models.lanes`).
+        """The model lane that scores ``sample`` (see :mod:`~skyrl_rewards.rewards.contract.lanes`).
 
         ``None`` (every rule-based reward): :meth:`compute` scores it. A lane
         name: :meth:`lane_request` builds the request, a runner runs it and
@@ -86,21 +88,27 @@ class Component:
         """Endpoint key -> the configuration a runner builds its client or model from."""
         return {}
 
+    def run_lane(self, request: ModelRequest) -> ModelOutcome:
+        """Run one of this reward's model requests in this process (see :meth:`score`).
+
+        The model-based rewards run it with
+        :func:`~skyrl_rewards.rewards.models.local.run_requests`; the contract
+        itself never imports a model.
+        """
+        raise NotImplementedError(f"reward {self.name!r} has no model lane")
+
     def score(self, sample: Mapping[str, Any]) -> ComponentScore:
         """Score one sample; every failure becomes status ``error`` with value 0.0.
 
         A sample with a model lane runs its request in this process
-        (:func:`~skyrl_rewards.rewards.models.local.run_requests`). This is the
-        one place that catches any ``Exception``: a bug in one reward must not
-        lose a whole batch; it is logged with its traceback.
+        (:meth:`run_lane`). This is the one place that catches any
+        ``Exception``: a bug in one reward must not lose a whole batch; it is
+        logged with its traceback.
         """
         try:
             if self.lane(sample) is not None:
-                from skyrl_rewards.rewards.models.local import run_requests
-
                 request = self.lane_request(sample)
-                (outcome,) = run_requests([request], self.endpoints())
-                return self.settle(request, outcome)
+                return self.settle(request, self.run_lane(request))
             return self.compute(completion_text(sample.get("completion")), sample)
         except ValueError as error:
             return ComponentScore(0.0, Status.ERROR, str(error))
@@ -111,3 +119,18 @@ class Component:
     def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
         """Equal keys mean equal scores; ``None`` when keying costs about as much as scoring."""
         return None
+
+
+def sample_solution(sample: Mapping[str, Any]) -> Any:
+    """The sample's ground truth; ``ValueError`` when the row has none."""
+    if "solution" not in sample or sample["solution"] is None:
+        raise ValueError("solution: missing from the row")
+    return sample["solution"]
+
+
+def answer_work_key(name: str, sample: Mapping[str, Any]) -> Hashable | None:
+    """A key over the solution and the answer span (a component keyed so reads nothing else)."""
+    solution = sample.get("solution")
+    if not isinstance(solution, str):
+        return None
+    return work_digest(name, solution, answer_span(completion_text(sample.get("completion"))))

@@ -17,11 +17,17 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Hashable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from skyrl_rewards.rewards.result import ComponentScore, Status
-from skyrl_rewards.rewards.text import answer_span
+from skyrl_rewards.rewards.contract.component_base import (
+    Component,
+    answer_work_key,
+    sample_solution,
+)
+from skyrl_rewards.rewards.contract.result import ComponentScore, Status
+from skyrl_rewards.rewards.contract.text import answer_span
 
 MAX_NUMBER_CHARS = 64
 """A digit token longer than this reads as a number that equals no count (never parsed)."""
@@ -254,3 +260,28 @@ def _numbers(span: str) -> list[Number]:
     if phrase is not None:
         found.append(phrase.value)
     return found
+
+
+class Count(Component):
+    """Counting: 1.0 when the last number of the answer span is the row's count (see counting).
+
+    ``tolerance`` (absolute) and ``relative_tolerance`` (a fraction of the
+    count) widen "equal"; both default to 0 (exact).
+    """
+
+    name = "count"
+
+    def __init__(self, tolerance: float = 0.0, relative_tolerance: float = 0.0) -> None:
+        self.tolerance = check_tolerance("tolerance", tolerance)
+        self.relative_tolerance = check_tolerance("relative_tolerance", relative_tolerance)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return count_score(
+            content,
+            sample_solution(sample),
+            tolerance=self.tolerance,
+            relative_tolerance=self.relative_tolerance,
+        )
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        return answer_work_key(self.name, sample)

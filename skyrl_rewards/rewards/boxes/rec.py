@@ -2,7 +2,7 @@
 
 The predicted box is in the policy's box format (``box_format``: a model
 family such as ``qwen2_5_vl`` or ``qwen3_vl``, or a generic system; see
-:mod:`~skyrl_rewards.rewards.box_formats`) and is converted to the original
+:mod:`~skyrl_rewards.rewards.geometry.box_formats`) and is converted to the original
 image's pixels, where the ground truth is, before the IoU. The default,
 ``qwen2_5_vl``, is VLM-R1's: pixels of the resized model input, the resize
 computed from the image (a row's ``image_grid_thw`` is checked against it).
@@ -16,17 +16,20 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from skyrl_rewards.rewards.box_formats import (
+from skyrl_rewards.rewards.contract.component_base import sample_solution
+from skyrl_rewards.rewards.contract.debug_log import log_rewards
+from skyrl_rewards.rewards.contract.masking import MaskedRows
+from skyrl_rewards.rewards.contract.result import ComponentScore, Status
+from skyrl_rewards.rewards.contract.text import answer_span, completion_text
+from skyrl_rewards.rewards.geometry.box_formats import (
     BOX_FORMAT_COLUMN,
+    BOX_FORMAT_PARAMS,
     IMAGE_COLUMNS,
+    BoxComponent,
     BoxFormatChoice,
     row_converter,
 )
-from skyrl_rewards.rewards.debug_log import log_rewards
-from skyrl_rewards.rewards.geometry import Box, as_box, iou, predicted_box
-from skyrl_rewards.rewards.masking import MaskedRows
-from skyrl_rewards.rewards.result import ComponentScore, Status
-from skyrl_rewards.rewards.text import answer_span, completion_text
+from skyrl_rewards.rewards.geometry.boxes import Box, as_box, iou, predicted_box
 
 
 def ground_truth_box(sol: Any) -> Box:
@@ -87,7 +90,7 @@ def iou_reward(completions: list[Any], solution: list[Any], **kwargs: Any) -> li
     optionally ``image_grid_thw[i]`` (checked against the computed resize)
     and a ``box_format`` column (a list: each row's own format). A string
     ``box_format`` is the reward's format (default ``qwen2_5_vl``; see
-    :mod:`~skyrl_rewards.rewards.box_formats`); the processor's
+    :mod:`~skyrl_rewards.rewards.geometry.box_formats`); the processor's
     ``min_pixels``/``max_pixels``/``patch_size``/``merge_size`` and the
     former ``box_coords`` may be passed too. A row that cannot be scored (bad ground truth,
     unreadable image, image without grid) gives ``None`` (TRL leaves it out),
@@ -121,16 +124,6 @@ def iou_reward(completions: list[Any], solution: list[Any], **kwargs: Any) -> li
 ROW_COLUMNS = ("image_grid_thw", BOX_FORMAT_COLUMN)
 """Per-row columns a box reward reads besides the image."""
 
-BOX_FORMAT_PARAMS = (
-    "box_format",
-    "box_coords",
-    "patch_size",
-    "merge_size",
-    "min_pixels",
-    "max_pixels",
-)
-"""The keyword arguments that choose a box reward's format (:meth:`BoxFormatChoice.build`)."""
-
 
 def box_format_choice(kwargs: Mapping[str, Any], default: str = "qwen2_5_vl") -> BoxFormatChoice:
     """The format a batch reward's keyword arguments choose; ``ValueError`` naming a bad one.
@@ -152,3 +145,12 @@ def _column(kwargs: dict[str, Any], key: str, index: int) -> Any:
         return values[index]
     except (IndexError, TypeError, KeyError) as error:
         raise ValueError(f"{key}: column has no value for this sample") from error
+
+
+class Iou(BoxComponent):
+    """REC IoU of the predicted box, converted from the row's box format (see rec, box_formats)."""
+
+    name = "iou"
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return iou_sample_score(content, sample_solution(sample), sample, self.box_format)

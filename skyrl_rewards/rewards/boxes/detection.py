@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.rewards.geometry import Box, as_box, iou, is_finite_number
-from skyrl_rewards.rewards.json_extract import json_block, parse_json
-from skyrl_rewards.rewards.result import ComponentScore, Status
-from skyrl_rewards.rewards.text import MAX_ANSWER_CHARS, clean
+from skyrl_rewards.rewards.contract.component_base import sample_solution
+from skyrl_rewards.rewards.contract.json_extract import json_block, parse_json
+from skyrl_rewards.rewards.contract.result import ComponentScore, Status
+from skyrl_rewards.rewards.contract.text import MAX_ANSWER_CHARS, clean
+from skyrl_rewards.rewards.geometry.box_formats import ORIGINAL, BoxComponent
+from skyrl_rewards.rewards.geometry.boxes import Box, as_box, iou, is_finite_number
 
 MAX_DETECTIONS = 300
 """Predictions past this count are not matched (they still count as false alarms)."""
@@ -179,3 +181,40 @@ def _detection(item: Any) -> Detection:
     return Detection(
         as_box(item.get("bbox_2d")), str(label).strip().lower() if label is not None else ""
     )
+
+
+class DetectionReward(BoxComponent):
+    """Detection score with its threshold and weights (the ``detection`` reward; :class:`Detection` is one box).
+
+    ``box_format="original"`` (default, as VLM-R1) compares boxes as written;
+    another format (``qwen2_5_vl``, ``qwen3_vl``, ...) converts the predicted
+    boxes to the row's original pixels first, like ``iou`` (a row without the
+    image the format needs is a dataset error then).
+    """
+
+    name = "detection"
+    default_box_format = ORIGINAL
+
+    def __init__(
+        self,
+        iou_threshold: float = 0.5,
+        alpha: float = 0.7,
+        beta: float = 0.0,
+        gamma: float = 0.3,
+        **box_params: Any,
+    ) -> None:
+        check_weights(alpha, beta, gamma)
+        check_threshold(iou_threshold)
+        self.params = {"iou_threshold": iou_threshold, "alpha": alpha, "beta": beta, "gamma": gamma}
+        super().__init__(**box_params)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        solution = sample_solution(sample)
+        fmt = self.box_format.for_row(sample)
+        convert = self.converter(sample)
+        if convert is None and fmt.coords != ORIGINAL:
+            raise ValueError(
+                f"image_path: missing; box_format {fmt.name!r} needs the row's image to convert "
+                "the predicted boxes to its pixels"
+            )
+        return detection_score_with_status(content, solution, **self.params, scale=convert)

@@ -13,7 +13,7 @@ from typing import Any
 
 import json_repair
 
-from skyrl_rewards.rewards.text import cap
+from skyrl_rewards.rewards.contract.text import cap
 
 MAX_JSON_CHARS = 100_000
 """Longer JSON candidates are cut before ``json.loads`` (linear) sees them."""

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable, Mapping
 from typing import Any
 
-from skyrl_rewards.rewards.box_formats import RELATIVE_1
-from skyrl_rewards.rewards.debug_log import log_rewards
-from skyrl_rewards.rewards.text import completion_text
+from skyrl_rewards.rewards.contract.component_base import Component
+from skyrl_rewards.rewards.contract.debug_log import log_rewards
+from skyrl_rewards.rewards.contract.result import ComponentScore
+from skyrl_rewards.rewards.contract.text import completion_text
+from skyrl_rewards.rewards.geometry.box_formats import RELATIVE_1, BoxComponent
 
 _THINK_ANSWER = re.compile(r"<think>.*?</think>\s*<answer>.*?</answer>", re.DOTALL)
 _THINK_CLOSE_ANSWER = re.compile(r"</think>\s*<answer>")
@@ -84,3 +87,29 @@ def format_reward_rec(completions: list[Any], **kwargs: Any) -> list[float]:
     ]
     log_rewards("format_reward_rec", contents, rewards)
     return rewards
+
+
+class Format(Component):
+    """Exact think/answer format, 1.0 or 0.0."""
+
+    name = "format"
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return ComponentScore(1.0 if has_think_answer_format(content) else 0.0)
+
+
+class FormatRec(BoxComponent):
+    """REC format (think block, then an answer holding a box), 1.0 or 0.0.
+
+    The box is four integers, as VLM-R1 asks; four numbers with decimals
+    when the row's box format is ``relative_1`` (0-1 fractions).
+    """
+
+    name = "format_rec"
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        decimals = self.box_format.for_row(sample).coords == RELATIVE_1
+        return ComponentScore(1.0 if has_rec_format(content, decimals=decimals) else 0.0)
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        return None  # a regex over the text: cheaper to score again than to key

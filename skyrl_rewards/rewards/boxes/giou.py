@@ -1,6 +1,6 @@
 """Continuous-coordinate box overlap: IoU, Generalized IoU, and the ``giou`` REC reward.
 
-Unlike :func:`~skyrl_rewards.rewards.geometry.iou` (VLM-R1's pixel
+Unlike :func:`~skyrl_rewards.rewards.geometry.boxes.iou` (VLM-R1's pixel
 convention, ``x2 - 1`` and ``+ 1``), the overlaps here treat a box as the
 continuous rectangle ``[x1, x2] x [y1, y2]``, as the anchors of these rewards
 do (NeMo-RL's ``bbox_giou_reward``, Perception-R1's ``compute_iou``,
@@ -25,10 +25,11 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from skyrl_rewards.rewards.box_formats import BoxFormatChoice, row_converter
-from skyrl_rewards.rewards.geometry import Box, as_box, predicted_box
-from skyrl_rewards.rewards.rec import ground_truth_box
-from skyrl_rewards.rewards.result import ComponentScore, Status
+from skyrl_rewards.rewards.boxes.rec import ground_truth_box
+from skyrl_rewards.rewards.contract.component_base import sample_solution
+from skyrl_rewards.rewards.contract.result import ComponentScore, Status
+from skyrl_rewards.rewards.geometry.box_formats import BoxComponent, BoxFormatChoice, row_converter
+from skyrl_rewards.rewards.geometry.boxes import Box, as_box, predicted_box
 
 GIOU_MODES = ("giou", "giou_unit", "iou_squared")
 """Shapes of the ``giou`` reward (see the module docstring)."""
@@ -169,3 +170,22 @@ def giou_sample_score(
     gt_box = ground_truth_box(sol)
     convert = row_converter(columns, box_format.for_row(columns))
     return giou_score(content, gt_box, mode, convert=convert)
+
+
+class Giou(BoxComponent):
+    """REC overlap of the predicted box shaped by ``mode`` (see :mod:`~skyrl_rewards.rewards.boxes.giou`).
+
+    ``giou`` (NeMo-RL, [-1, 1]), ``giou_unit`` ((GIoU + 1) / 2) or
+    ``iou_squared`` (Perception-R1). Continuous coordinates; the box converted
+    from the row's box format like ``iou`` (default ``qwen2_5_vl``).
+    """
+
+    name = "giou"
+
+    def __init__(self, mode: str = "giou", **box_params: Any) -> None:
+        self.mode = check_giou_mode(mode)
+        super().__init__(**box_params)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        solution = sample_solution(sample)
+        return giou_sample_score(content, solution, sample, self.box_format, self.mode)

@@ -5,11 +5,20 @@ from __future__ import annotations
 import math
 import numbers
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from skyrl_rewards.rewards.json_extract import MAX_SEARCH_CHARS, any_block, json_block, parse_json
-from skyrl_rewards.rewards.text import cap
+from skyrl_rewards.rewards.contract.component_base import Component
+from skyrl_rewards.rewards.contract.hub import load_pretrained_tokenizer
+from skyrl_rewards.rewards.contract.json_extract import (
+    MAX_SEARCH_CHARS,
+    any_block,
+    json_block,
+    parse_json,
+)
+from skyrl_rewards.rewards.contract.result import ComponentScore
+from skyrl_rewards.rewards.contract.text import cap
 
 MAX_REPETITION_CHARS = 100_000
 """Content is cut to this length before the repetition penalty looks at it."""
@@ -170,3 +179,39 @@ def _ngram_penalty(items: list[str], n: int) -> float:
         return 0.0
     unique = len(set(zip(*(items[i:] for i in range(n)), strict=False)))
     return 0.0 - (1.0 - unique / total)  # never -0.0 when every n-gram is unique
+
+
+class WordTokenizer:
+    """A tokenizer-free length: words and punctuation marks count one token each."""
+
+    _TOKEN = re.compile(r"\w+|[^\w\s]")
+
+    def encode(self, text: str) -> list[str]:
+        """The word and punctuation tokens of ``text``."""
+        return self._TOKEN.findall(text)
+
+
+def load_tokenizer(tokenizer: Any) -> Tokenizer:
+    """``None`` -> :class:`WordTokenizer`; a folder or hub name -> its tokenizer (see ``hub``); else as given.
+
+    A hub name that is not cached and cannot be reached fails at once with the
+    fix (pass a local folder), not after ``transformers``' network retries.
+    """
+    if tokenizer is None:
+        return WordTokenizer()
+    if isinstance(tokenizer, str):
+        return load_pretrained_tokenizer(tokenizer)
+    if not callable(getattr(tokenizer, "encode", None)):
+        raise ValueError(
+            f"tokenizer: expected a name, a path or an object with encode(), got {tokenizer!r:.80}"
+        )
+    return tokenizer
+
+
+class Repetition(Component):
+    """Repetition penalty in [-1, 0]."""
+
+    name = "repetition"
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return ComponentScore(repetition_reward(content))

@@ -32,13 +32,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from PIL import Image
 
-from skyrl_rewards.rewards.geometry import Box, grid_thw, image_path, image_size
+from skyrl_rewards.rewards.contract.component_base import Component, work_digest
+from skyrl_rewards.rewards.contract.text import answer_span, completion_text
+from skyrl_rewards.rewards.geometry.boxes import Box, grid_thw, image_path, image_size
 from skyrl_rewards.suggest import did_you_mean
 
 RESIZED_PIXELS = "resized_pixels"
@@ -353,3 +355,75 @@ def _has_value(value: Any) -> bool:
     if isinstance(value, (list, tuple, str)):
         return len(value) > 0
     return value is not None
+
+
+BOX_FORMAT_PARAMS = (
+    "box_format",
+    "box_coords",
+    "patch_size",
+    "merge_size",
+    "min_pixels",
+    "max_pixels",
+)
+"""The keyword arguments that choose a box reward's format (:meth:`BoxFormatChoice.build`)."""
+
+
+class BoxComponent(Component):
+    """A reward that reads boxes: its box format (:mod:`~skyrl_rewards.rewards.geometry.box_formats`).
+
+    Box parameters: ``box_format`` (a family or generic name; default
+    :attr:`default_box_format`), the processor's ``min_pixels``,
+    ``max_pixels``, ``patch_size`` and ``merge_size`` (resized-pixel formats),
+    and the former ``box_coords``. A row's ``box_format`` column wins over
+    the reward's.
+    """
+
+    default_box_format = "qwen2_5_vl"
+    forwarded_params = BOX_FORMAT_PARAMS
+
+    def __init__(
+        self,
+        *,
+        box_format: str | None = None,
+        box_coords: str | None = None,
+        patch_size: int | None = None,
+        merge_size: int | None = None,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
+    ) -> None:
+        self.box_format: BoxFormatChoice = BoxFormatChoice.build(
+            box_format,
+            box_coords=box_coords,
+            default=self.default_box_format,
+            patch_size=patch_size,
+            merge_size=merge_size,
+            min_pixels=min_pixels,
+            max_pixels=max_pixels,
+        )
+
+    def converter(self, sample: Mapping[str, Any]) -> Callable[[Box], Box] | None:
+        """The row's map from its format to original pixels (``None``: as written; see ``row_converter``)."""
+        return row_converter(sample, self.box_format.for_row(sample))
+
+    def box_work_key(self, sample: Mapping[str, Any], *parts: str) -> Hashable | None:
+        """A work key over ``parts`` plus what the conversion reads; ``None`` for in-memory images."""
+        if self.box_format.for_row(sample).coords == ORIGINAL:
+            return work_digest(self.name, *parts)
+        if any(sample.get(k) is not None for k in ("image", "images")):
+            return None  # an in-memory image has no stable key
+        return work_digest(
+            self.name,
+            *parts,
+            repr(sample.get("image_path")),
+            repr(sample.get("image_grid_thw")),
+        )
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        """Solution, answer span and what the conversion reads (rewards that read the answer span)."""
+        solution = sample.get("solution")
+        if isinstance(solution, (list, tuple)):  # a list column (GUI-G2's abs_box)
+            solution = repr(list(solution))
+        if not isinstance(solution, str):
+            return None
+        content = answer_span(completion_text(sample.get("completion")))
+        return self.box_work_key(sample, repr(sample.get(BOX_FORMAT_COLUMN)), solution, content)

@@ -7,7 +7,7 @@ ground truth is such a list in the solution. Predicted and gold boxes are
 paired one to one so that the sum of the pairs' IoU is largest (Perception-R1's
 bipartite matching); a pair counts only when its labels agree
 (case-insensitive; ``match_labels=False`` ignores labels) and its IoU
-(continuous coordinates, :func:`~skyrl_rewards.rewards.giou.box_iou`) is above
+(continuous coordinates, :func:`~skyrl_rewards.rewards.boxes.giou.box_iou`) is above
 ``iou_threshold``. Then
 
     iou_term = sum of the counted pairs' IoU / max(#predictions, #gold)
@@ -31,13 +31,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.rewards.box_formats import ORIGINAL, BoxFormatChoice, row_converter
-from skyrl_rewards.rewards.detection import ground_truth_detections
-from skyrl_rewards.rewards.geometry import Box, as_box, is_finite_number
-from skyrl_rewards.rewards.giou import box_iou
-from skyrl_rewards.rewards.json_extract import json_block, parse_json
-from skyrl_rewards.rewards.result import ComponentScore, Status
-from skyrl_rewards.rewards.text import clean
+from skyrl_rewards.rewards.boxes.detection import ground_truth_detections
+from skyrl_rewards.rewards.boxes.giou import box_iou
+from skyrl_rewards.rewards.contract.component_base import sample_solution
+from skyrl_rewards.rewards.contract.json_extract import json_block, parse_json
+from skyrl_rewards.rewards.contract.result import ComponentScore, Status
+from skyrl_rewards.rewards.contract.text import clean
+from skyrl_rewards.rewards.geometry.box_formats import (
+    ORIGINAL,
+    BoxComponent,
+    BoxFormatChoice,
+    row_converter,
+)
+from skyrl_rewards.rewards.geometry.boxes import Box, as_box, is_finite_number
 
 MAX_MATCHED_PREDICTIONS = 100
 """Predictions past this count are never matched (they still count in the denominator)."""
@@ -151,7 +157,7 @@ def predicted_boxes(content: str) -> list[Prediction] | None:
 
     The list is the first ```` ```json ``` ```` block of the answer span, else
     the span itself when it starts with ``[`` (parsed with json-repair for
-    short texts; sizes capped, see :mod:`~skyrl_rewards.rewards.json_extract`).
+    short texts; sizes capped, see :mod:`~skyrl_rewards.rewards.contract.json_extract`).
     Items that are not ``{"bbox_2d": four numbers, ...}`` stay in the list as
     malformed predictions (they match nothing).
     """
@@ -311,3 +317,38 @@ def boxes_matched_sample_score(
             "the predicted boxes to its pixels"
         )
     return boxes_matched_score(content, sol, convert=convert, **params)
+
+
+class BoxesMatched(BoxComponent):
+    """Hungarian matching of many predicted boxes to the gold ones (:mod:`~skyrl_rewards.rewards.boxes.box_matching`).
+
+    ``match_labels`` (default True), ``iou_threshold`` (default 0.0: any
+    overlap counts; 0.5 is Visual-RFT's), ``confidence_weight`` (default 0.0:
+    off; 1.0 averages in Visual-RFT's confidence reward). Boxes as written by
+    default (``box_format="original"``, like ``detection``); another format
+    converts the predicted boxes with the row's image.
+    """
+
+    name = "boxes_matched"
+    default_box_format = ORIGINAL
+
+    def __init__(
+        self,
+        match_labels: bool = True,
+        iou_threshold: float = 0.0,
+        confidence_weight: float = 0.0,
+        **box_params: Any,
+    ) -> None:
+        if not isinstance(match_labels, bool):
+            raise ValueError(f"match_labels: expected true or false, got {match_labels!r:.80}")
+        self.params = {
+            "match_labels": match_labels,
+            "iou_threshold": check_iou_threshold(iou_threshold),
+            "confidence_weight": check_confidence_weight(confidence_weight),
+        }
+        super().__init__(**box_params)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        return boxes_matched_sample_score(
+            content, sample_solution(sample), sample, self.box_format, **self.params
+        )

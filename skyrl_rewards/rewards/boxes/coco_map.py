@@ -24,13 +24,21 @@ import io
 import json
 import math
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.rewards.json_extract import MAX_JSON_CHARS, last_json_block
-from skyrl_rewards.rewards.result import ComponentScore, Status
-from skyrl_rewards.rewards.text import MAX_ANSWER_CHARS, MAX_TEXT_CHARS, answer_span, tagged_answer
+from skyrl_rewards.rewards.contract.component_base import sample_solution
+from skyrl_rewards.rewards.contract.json_extract import MAX_JSON_CHARS, last_json_block
+from skyrl_rewards.rewards.contract.result import ComponentScore, Status
+from skyrl_rewards.rewards.contract.text import (
+    MAX_ANSWER_CHARS,
+    MAX_TEXT_CHARS,
+    answer_span,
+    completion_text,
+    tagged_answer,
+)
+from skyrl_rewards.rewards.geometry.box_formats import BOX_FORMAT_COLUMN, ORIGINAL, BoxComponent
 
 MAP_METHODS = ("map", "od_ap", "od_ap50", "odLength")
 """The ``accu_reward_method`` values scored here."""
@@ -44,7 +52,7 @@ MAX_DETECTIONS_PER_LABEL = 100
 This is the cap on predicted boxes: the rest of a label's predictions are
 never evaluated (the value is exact), so one evaluation handles at most 100
 boxes per ground-truth label however long the list; the list itself comes
-from at most :data:`~skyrl_rewards.rewards.json_extract.MAX_JSON_CHARS`
+from at most :data:`~skyrl_rewards.rewards.contract.json_extract.MAX_JSON_CHARS`
 characters of JSON.
 """
 
@@ -95,10 +103,10 @@ def coco_map_score(
     Status ``unparseable`` when the completion has no ``<answer>`` span (the
     ``od`` methods), no JSON block, JSON that does not parse (both read as an
     empty list, as the reference does), JSON that is not a list, a block
-    longer than :data:`~skyrl_rewards.rewards.json_extract.MAX_JSON_CHARS`,
+    longer than :data:`~skyrl_rewards.rewards.contract.json_extract.MAX_JSON_CHARS`,
     or a text that reaches its cap (an answer span
-    :data:`~skyrl_rewards.rewards.text.MAX_ANSWER_CHARS`, a whole completion
-    :data:`~skyrl_rewards.rewards.text.MAX_TEXT_CHARS`): these score 0.0.
+    :data:`~skyrl_rewards.rewards.contract.text.MAX_ANSWER_CHARS`, a whole completion
+    :data:`~skyrl_rewards.rewards.contract.text.MAX_TEXT_CHARS`): these score 0.0.
     Raises ``ValueError`` for an unknown ``method`` or a malformed ground
     truth, whatever the completion holds.
     """
@@ -151,11 +159,11 @@ def predicted_items(text: str) -> tuple[list[Any] | None, str]:
     """The model's prediction list and why it is unreadable (``""`` when it is readable).
 
     The last block of the text (cut to
-    :data:`~skyrl_rewards.rewards.text.MAX_TEXT_CHARS`; the search is linear,
+    :data:`~skyrl_rewards.rewards.contract.text.MAX_TEXT_CHARS`; the search is linear,
     so a block after a long reasoning trace is found). No block, or a block
     whose JSON does not parse, gives ``[]`` (the reference's reading); JSON
     that is not a list, or a block longer than
-    :data:`~skyrl_rewards.rewards.json_extract.MAX_JSON_CHARS`, gives ``None``
+    :data:`~skyrl_rewards.rewards.contract.json_extract.MAX_JSON_CHARS`, gives ``None``
     (the floor, 0.0).
     """
     block = last_json_block(text, max_chars=MAX_TEXT_CHARS) if isinstance(text, str) else None
@@ -342,3 +350,36 @@ def _xywh(box: Box) -> list[float]:
 def _area(box: Box) -> float:
     x1, y1, x2, y2 = box.coords
     return (x2 - x1) * (y2 - y1)
+
+
+class CocoMap(BoxComponent):
+    """COCO AP of the predicted boxes with one of VLM-R1's mAP methods, whatever the row's column.
+
+    ``method``: ``map`` (default; the last JSON block of the whole completion),
+    ``od_ap``, ``od_ap50`` or ``odLength`` (the ``<answer>`` span); see
+    :mod:`skyrl_rewards.rewards.boxes.coco_map`. Boxes as written by default
+    (``box_format="original"``, as VLM-R1); another format converts the
+    predicted boxes to the row's original pixels first.
+    """
+
+    name = "coco_map"
+    default_box_format = ORIGINAL
+
+    def __init__(self, method: str = "map", **box_params: Any) -> None:
+        if method not in MAP_METHODS:
+            raise ValueError(f"method: expected one of {MAP_METHODS}, got {method!r}")
+        self.method = method
+        super().__init__(**box_params)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        solution = sample_solution(sample)
+        return coco_map_score(content, solution, self.method, convert=self.converter(sample))
+
+    def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
+        solution = sample.get("solution")
+        if not isinstance(solution, str):
+            return None
+        content = completion_text(sample.get("completion"))
+        return self.box_work_key(
+            sample, self.method, repr(sample.get(BOX_FORMAT_COLUMN)), solution, content
+        )

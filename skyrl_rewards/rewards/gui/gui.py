@@ -2,9 +2,9 @@
 
 Both read coordinates in the policy's box format and compare them in
 original-image pixels, where ground truths are written (the component passes
-``convert``, its row's map from :mod:`~skyrl_rewards.rewards.box_formats`;
+``convert``, its row's map from :mod:`~skyrl_rewards.rewards.geometry.box_formats`;
 ``None`` compares as written). Actions are read by
-:mod:`~skyrl_rewards.rewards.gui_actions`.
+:mod:`~skyrl_rewards.rewards.gui.gui_actions`.
 
 - :func:`gui_action_reward` (GUI-R1's ``r1gui_accuracy_reward``): 1.0 when the
   action type matches and its argument is right: a point action lands strictly
@@ -29,8 +29,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_rewards.rewards.geometry import Box, as_box
-from skyrl_rewards.rewards.gui_actions import (
+from skyrl_rewards.rewards.contract.component_base import sample_solution
+from skyrl_rewards.rewards.contract.result import ComponentScore, Status
+from skyrl_rewards.rewards.contract.text import answer_span, cap
+from skyrl_rewards.rewards.geometry.box_formats import BoxComponent
+from skyrl_rewards.rewards.geometry.boxes import Box, as_box
+from skyrl_rewards.rewards.gui.gui_actions import (
     DIRECTION_ACTIONS,
     POINT_ACTIONS,
     TEXT_ACTIONS,
@@ -41,8 +45,6 @@ from skyrl_rewards.rewards.gui_actions import (
     parse_location,
     target_action,
 )
-from skyrl_rewards.rewards.result import ComponentScore, Status
-from skyrl_rewards.rewards.text import answer_span, cap
 
 DEFAULT_RADIUS_PX = 140.0
 """GUI-R1's click radius around a target point (it is in pixels of GUI-R1's resized input; here original pixels)."""
@@ -138,7 +140,7 @@ def gui_action_reward(
 ) -> float:
     """GUI-R1's action accuracy in [0, 1] of ``content`` against the ground-truth action ``sol``.
 
-    ``sol``: see :func:`~skyrl_rewards.rewards.gui_actions.target_action`
+    ``sol``: see :func:`~skyrl_rewards.rewards.gui.gui_actions.target_action`
     (``ValueError`` naming ``solution`` when malformed). Coordinates are
     compared as written (use the ``gui_action`` component for a box format).
     Never raises because of ``content``.
@@ -310,7 +312,7 @@ def gui_point_reward(
 
     The predicted position: an action's point or box, any coordinate key of a
     JSON object, the first ``[x1, y1, x2, y2]``, else the first ``[x, y]``
-    (:func:`~skyrl_rewards.rewards.gui_actions.parse_location`). ``form``:
+    (:func:`~skyrl_rewards.rewards.gui.gui_actions.parse_location`). ``form``:
     ``point`` (:func:`gaussian_point` at the point, a box's centre) or
     ``plane`` (:func:`gaussian_plane`; a point answer scores 0.0) or
     ``both`` (their sum, GUI-G2's training reward).
@@ -346,3 +348,55 @@ def gui_point_score(
     point = _converted_point(location, convert)
     value = gaussian_point(point, box, params.sigma_scale) if point is not None else 0.0
     return ComponentScore(value + plane if params.form == "both" else value)
+
+
+class GuiAction(BoxComponent):
+    """GUI-R1's action accuracy (:mod:`~skyrl_rewards.rewards.gui.gui`), points converted from the row's box format.
+
+    Parameters: ``radius_px`` (140: hit radius around a target point, in
+    original pixels), ``f1_threshold`` (0.5), ``substring_match`` (False:
+    GUI-R1's one-word substring rule), ``type_credit`` (0.0: the value of a
+    right type with a wrong argument), and the box parameters. Only rows whose
+    ground truth is a point action read the image.
+    """
+
+    name = "gui_action"
+
+    def __init__(
+        self,
+        radius_px: float = DEFAULT_RADIUS_PX,
+        f1_threshold: float = DEFAULT_F1_THRESHOLD,
+        substring_match: bool = False,
+        type_credit: float = 0.0,
+        **box_params: Any,
+    ) -> None:
+        self.params = GuiActionParams(radius_px, f1_threshold, substring_match, type_credit)
+        super().__init__(**box_params)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        target = target_action(sample_solution(sample))
+        convert = self.converter(sample) if target.is_located else None
+        return gui_action_score(content, target, self.params, convert=convert)
+
+
+class GuiPoint(BoxComponent):
+    """GUI-G2's Gaussian grounding reward (:mod:`~skyrl_rewards.rewards.gui.gui`), ``form`` point or plane.
+
+    Parameters: ``form`` (``point``: the Gaussian at the predicted point or a
+    box's centre; ``plane``: exp(-Bhattacharyya distance) of the predicted
+    box's Gaussian and the target's; ``both``: their sum, GUI-G2's recipe),
+    ``sigma_scale`` (0.5: GUI-G2's alpha), and the box parameters. The
+    solution may be a list (GUI-G2's ``abs_box``).
+    """
+
+    name = "gui_point"
+
+    def __init__(
+        self, form: str = "point", sigma_scale: float = DEFAULT_SIGMA_SCALE, **box_params: Any
+    ) -> None:
+        self.params = GuiPointParams(form, sigma_scale)
+        super().__init__(**box_params)
+
+    def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
+        box = target_box(sample_solution(sample))
+        return gui_point_score(content, box, self.params, convert=self.converter(sample))

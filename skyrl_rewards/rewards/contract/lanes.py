@@ -1,12 +1,12 @@
 """The contract between a model-based reward component and whatever runs its requests.
 
 A component that needs a model for a sample returns a :class:`ModelRequest`
-from :meth:`~skyrl_rewards.rewards.component_base.Component.lane_request` (``None``:
+from :meth:`~skyrl_rewards.rewards.contract.component_base.Component.lane_request` (``None``:
 the sample is scored by rules, ``compute``, as usual). A runner turns each
 request into exactly one :class:`ModelOutcome`, never raising for what the
 endpoint or the model did: a failure is an outcome with ``failure`` set. The
-component's :meth:`~skyrl_rewards.rewards.component_base.Component.settle` turns the
-outcome into a :class:`~skyrl_rewards.rewards.result.ComponentScore`; a failed
+component's :meth:`~skyrl_rewards.rewards.contract.component_base.Component.settle` turns the
+outcome into a :class:`~skyrl_rewards.rewards.contract.result.ComponentScore`; a failed
 outcome, or a reply that does not parse, settles as a masked score (status
 ``error`` or ``timeout``) whose error names the cause, never as 0.0.
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from PIL import Image
 
-from skyrl_rewards.rewards.text import answer_span, cap
+from skyrl_rewards.rewards.contract.text import answer_span, cap
 
 Box = tuple[float, float, float, float]
 
