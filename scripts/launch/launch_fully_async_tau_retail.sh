@@ -17,12 +17,13 @@
 #   bash scripts/launch/launch_fully_async_tau_retail.sh trainer.epochs=2   # any further SkyRL override
 #
 # Environment variables (defaults in brackets), besides launch_grpo_tau_retail.sh's
-# (DATA_DIR, BACKEND, MODEL, USER_BASE_URL, USER_MODEL, PYTHON):
+# (BACKEND, MODEL, USER_BASE_URL, USER_MODEL, PYTHON):
+#   DATA_DIR       where train/test parquet go [out/data/tau_retail in the checkout: out/ is git-ignored]
 #   TRAIN_GPUS     GPUs of the policy [4]    INFERENCE_GPUS  vLLM engines, one GPU each [4]
 #   MINI_BATCH     groups per training step [32]    MAX_STALENESS [4]
 #   WORKERS        groups in flight at once, MINI_BATCH..MINI_BATCH*(MAX_STALENESS+1) [128]
 set -euo pipefail
-HERE="$(dirname "$0")"
+cd "$(dirname "$0")/../.."
 CHECK=()
 if [[ "${1:-}" == "--check" ]]; then CHECK=(--check); shift; fi
 TRAIN_GPUS=${TRAIN_GPUS:-4}
@@ -30,9 +31,11 @@ INFERENCE_GPUS=${INFERENCE_GPUS:-4}
 MINI_BATCH=${MINI_BATCH:-32}
 MAX_STALENESS=${MAX_STALENESS:-4}
 WORKERS=${WORKERS:-128}
+DATA_DIR=${DATA_DIR:-$PWD/out/data/tau_retail}  # out/: ignored by git; the synchronous run's data
+export DATA_DIR
 
 # later overrides win: these replace the synchronous script's placement, batch and loss
-exec bash "$HERE/launch_grpo_tau_retail.sh" "${CHECK[@]}" \
+exec bash scripts/launch/launch_grpo_tau_retail.sh "${CHECK[@]}" \
   trainer.fully_async.enabled=true \
   trainer.fully_async.max_staleness_steps="$MAX_STALENESS" \
   trainer.fully_async.num_parallel_generation_workers="$WORKERS" \
