@@ -110,6 +110,23 @@ class _ConfigOnlyTrainer(RewardsFullyAsyncTrainer):
         self.total_training_steps = 1
 
 
+def config_only_trainer(cfg: Any) -> RewardsFullyAsyncTrainer:
+    """:class:`RewardsFullyAsyncTrainer` built from ``cfg`` alone (its constructor's
+    assertions run): no Ray, tracker, tokenizer, data, engine, generator or models."""
+    probe = copy.deepcopy(cfg)
+    # metrics collectors that ask a running Ray for its nodes; no assertion reads them
+    probe.generator.inference_engine.enable_ray_prometheus_stats = False
+    probe.trainer.enable_ray_gpu_monitor = False
+    return _ConfigOnlyTrainer(
+        cfg=probe,
+        tracker=None,
+        tokenizer=None,
+        train_dataset=None,
+        inference_engine_client=None,
+        generator=None,
+    )
+
+
 def check_fully_async(cfg: Any) -> None:
     """Refuse a fully-async config SkyRL's trainer would refuse at start, in its words.
 
@@ -124,18 +141,7 @@ def check_fully_async(cfg: Any) -> None:
     """
     if not cfg.trainer.fully_async.enabled:
         return
-    probe = copy.deepcopy(cfg)
-    # metrics collectors that ask a running Ray for its nodes; no assertion reads them
-    probe.generator.inference_engine.enable_ray_prometheus_stats = False
-    probe.trainer.enable_ray_gpu_monitor = False
-    _ConfigOnlyTrainer(
-        cfg=probe,
-        tracker=None,
-        tokenizer=None,
-        train_dataset=None,
-        inference_engine_client=None,
-        generator=None,
-    )
+    config_only_trainer(cfg)
     algorithm = cfg.trainer.algorithm
     loss = PolicyLossType(algorithm.policy_loss_type)
     needs_rollout_logprobs = loss in LOSSES_WITHOUT_OLD_LOGPROBS or (

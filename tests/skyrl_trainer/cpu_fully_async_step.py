@@ -53,22 +53,21 @@ ROOT = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(ROOT), str(HERE.parent / "models"), str(ROOT / "scripts" / "data")]
 
 from cpu_training_step import (  # noqa: E402 - installs the CPU stand-ins before torch
-    ENGINE,
-    MAX_NEW_TOKENS,
     REC_FAMILIES,
-    SEED,
     build_policy,
     build_vision_policy,
     corpus,
     exported_checksum,
+    gold_and_goodbye,
     masked_rows_gradient,
     math_data,
     rec_data,
+    retail_writes,
+    start_engine,
     start_ray,
     train_config,
 )
 from stand_ins import (  # noqa: E402
-    NAMESPACE,
     StandInEngine,
     StandInEngineClient,
     VisionStandInEngine,
@@ -84,41 +83,19 @@ REFUSED_TASK_INDEX = 10_000
 
 
 def tau_rows(out: Path) -> tuple[Path, dict[str, list[str]], list[str]]:
-    """Three retail tasks that write data; the scripted replies; each task's instruction."""
+    """Three retail tasks that write data (the third refused by the env); the scripted
+    replies (gold, goodbye); each task's instruction."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from tau_bench_dataset import dataset_rows
 
-    from tau_bench_env.backends import load_domain
-    from tau_bench_env.data_model.tasks import RESPOND
-
-    domain = load_domain("tau2", "retail")
-    tasks = domain.tasks("test")
-    writes = [
-        i
-        for i, task in enumerate(tasks)
-        if any(a.name not in domain.read_only_tools and a.name != RESPOND for a in task.actions)
-    ][:3]
+    tasks, writes = retail_writes(3)
     all_rows = dataset_rows("tau2", "retail", "test")
     rows = [dict(all_rows[i]) for i in writes]
     rows[2]["task_index"] = REFUSED_TASK_INDEX
     parquet = out / "tau.parquet"
     pq.write_table(pa.Table.from_pylist(rows), parquet)
-    replies: dict[str, list[str]] = {}
-    for n, i in enumerate(writes):
-        task = tasks[i]
-        turns = [
-            str(a.kwargs["content"])
-            if a.name == RESPOND
-            else "<tool_call>\n"
-            + json.dumps({"name": a.name, "arguments": dict(a.kwargs)})
-            + "\n</tool_call>"
-            for a in task.actions
-        ]
-        closing = "To confirm: " + ", ".join(task.outputs) + "." if task.outputs else "Done."
-        replies[f"{n}_0"] = [*turns, closing]
-        replies[f"{n}_1"] = [GOODBYE]
-    return parquet, replies, [tasks[i].instruction for i in writes]
+    return parquet, gold_and_goodbye(tasks, writes), [tasks[i].instruction for i in writes]
 
 
 def user_endpoint(failing_instruction: str) -> Any:
@@ -345,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     import ray
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     from skyrl_rewards.train.entrypoint import start_reward_pool
     from skyrl_rewards.train.env import shared_pool
@@ -364,17 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         pool = start_reward_pool(cfg)
         try:
             register_installed_envs()
-            engine = (
-                ray.remote(engine_cls)
-                .options(name=ENGINE, namespace=NAMESPACE, num_cpus=0)
-                .remote(str(policy), setup["replies"], SEED)
-            )
-            client = client_cls(
-                ENGINE,
-                AutoTokenizer.from_pretrained(policy),
-                max_new_tokens=MAX_NEW_TOKENS,
-                temperature=1.0,
-            )
+            engine, client = start_engine(engine_cls, client_cls, policy, setup["replies"])
             seen = Observed()
             exp = experiment(cfg, client, seen)
             run_started = time.perf_counter()

@@ -22,7 +22,7 @@ from skyrl.train.fully_async_trainer import GeneratedOutputGroup
 from test_skyrl_training_step import report, run_step
 
 from skyrl_rewards.train.entrypoint import main, parse_config
-from skyrl_rewards.train.fully_async import RewardsFullyAsyncTrainer, _ConfigOnlyTrainer
+from skyrl_rewards.train.fully_async import RewardsFullyAsyncTrainer, config_only_trainer
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -102,22 +102,8 @@ def group(rewards: list[float], loss_masks: list[list[int]], masked: list[bool])
 def test_masked_trajectories_and_zero_variance_filtering_agree(
     rewards: list[float], loss_masks: list[list[int]], masked: list[bool], kept: bool
 ) -> None:
-    cfg = parse_config(
-        [
-            *FULLY_ASYNC,
-            "trainer.algorithm.zero_variance_filter=true",
-            # collectors that ask a running Ray for its nodes; none runs here
-            "generator.inference_engine.enable_ray_prometheus_stats=false",
-            "trainer.enable_ray_gpu_monitor=false",
-        ]
-    )
-    trainer = _ConfigOnlyTrainer(
-        cfg=cfg,
-        tracker=None,
-        tokenizer=None,
-        train_dataset=None,
-        inference_engine_client=None,
-        generator=None,
+    trainer = config_only_trainer(
+        parse_config([*FULLY_ASYNC, "trainer.algorithm.zero_variance_filter=true"])
     )
     assert isinstance(trainer, RewardsFullyAsyncTrainer)
     assert trainer._should_keep_group(group(rewards, loss_masks, masked)) is kept
@@ -165,7 +151,12 @@ def test_fully_async_training_on_tau_retail_and_math(tmp_path: Path) -> None:
         t: (r, m, n, s)
         for g in summary["groups"]
         for t, r, m, n, s in zip(
-            g["trajectories"], g["rewards"], g["masked"], g["loss_tokens"], g["stop_reasons"]
+            g["trajectories"],
+            g["rewards"],
+            g["masked"],
+            g["loss_tokens"],
+            g["stop_reasons"],
+            strict=True,
         )
     }
     # several groups in flight at once; SkyRL's four workers, one group each
@@ -249,7 +240,9 @@ def test_fully_async_training_on_rec_with_a_qwen3_vl_policy(tmp_path: Path) -> N
     by_id = {
         t: (r, m, n)
         for g in summary["groups"]
-        for t, r, m, n in zip(g["trajectories"], g["rewards"], g["masked"], g["loss_tokens"])
+        for t, r, m, n in zip(
+            g["trajectories"], g["rewards"], g["masked"], g["loss_tokens"], strict=True
+        )
     }
     for trajectory, gold in summary["gold"].items():  # the pool's iou + format_rec
         assert by_id[trajectory][0] == pytest.approx(1.0 + gold["iou"], abs=1e-4)
