@@ -1,5 +1,9 @@
 """Runs tests/skyrl_trainer (the envs inside the real SkyRL 0.4) in a Python 3.12 venv.
 
+With them it runs :data:`VLLM_PROTOCOL_TESTS`: the served reward model and the
+judge against vLLM's own routes, request and response classes, which need
+the vLLM that venv has.
+
 SkyRL 0.4 needs Python >= 3.12 and vLLM (its config imports it), which the
 main test venv need not have. ``scripts/launch/make_skyrl_venv.sh`` builds
 ``.venv-skyrl`` once (rebuilt when pyproject.toml changes); this test then runs
@@ -33,6 +37,8 @@ BUILD_TIMEOUT_S = 3000
 INNER_ARGS = ("-q", "-p", "no:cacheprovider", "-rfEs", "--durations=8")
 """The inner pytest's options: quiet, failures, errors and skips (with reasons) listed, the 8
 slowest tests."""
+VLLM_PROTOCOL_TESTS = "tests/models/test_vllm_protocol.py"
+"""Run in the same venv as tests/skyrl_trainer: they need vLLM installed (skipped without it)."""
 STEP_TESTS = "test_skyrl_training_step"
 """The module of the SkyRL training-step tests: skipped in CI, the outer test fails."""
 
@@ -87,10 +93,12 @@ def ensure_venv(capsys: pytest.CaptureFixture[str]) -> Path:
     return python
 
 
-def run_inner(python: Path | str, target: Path | str, junit: Path, *, timeout_s: float):
-    """Run pytest on ``target`` with ``python`` (:data:`INNER_ARGS`, results into ``junit``)."""
+def run_inner(
+    python: Path | str, targets: list[Path | str], junit: Path, *, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """Run pytest on ``targets`` with ``python`` (:data:`INNER_ARGS`, results into ``junit``)."""
     return subprocess.run(
-        [str(python), "-m", "pytest", *INNER_ARGS, f"--junitxml={junit}", str(target)],
+        [str(python), "-m", "pytest", *INNER_ARGS, f"--junitxml={junit}", *map(str, targets)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -141,13 +149,15 @@ def test_envs_inside_the_real_skyrl_on_python312(
     python = ensure_venv(capsys)
     junit = tmp_path / "skyrl_trainer.xml"
     # the three CPU training steps add about 6 min on 2 cores
-    run = run_inner(python, "tests/skyrl_trainer", junit, timeout_s=2700)
+    run = run_inner(python, ["tests/skyrl_trainer", VLLM_PROTOCOL_TESTS], junit, timeout_s=2700)
     report_inner("tests/skyrl_trainer in .venv-skyrl (Python 3.12, SkyRL 0.4)", run.stdout, capsys)
     assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-3000:]
     assert " passed" in run.stdout.splitlines()[-1]
-    skipped_steps = step_skips(skipped_tests(junit))
+    skipped = skipped_tests(junit)
+    skipped_steps = step_skips(skipped)
     if os.environ.get("CI") == "true":
         assert not skipped_steps, f"SkyRL training steps skipped in CI: {skipped_steps}"
+    assert not [t for t, _ in skipped if "test_vllm_protocol" in t], "vLLM protocol tests skipped"
 
 
 NESTED = """
@@ -173,7 +183,7 @@ def test_the_inner_summary_shows_counts_skips_and_slowest(
     # a tiny inner suite run as the SkyRL one is, with this interpreter: one pass, one skip
     (tmp_path / f"{module}.py").write_text(NESTED)
     junit = tmp_path / "inner.xml"
-    run = run_inner(sys.executable, tmp_path / f"{module}.py", junit, timeout_s=120)
+    run = run_inner(sys.executable, [tmp_path / f"{module}.py"], junit, timeout_s=120)
     assert run.returncode == 0, run.stdout
     summary = inner_summary(run.stdout)
     assert "slowest 8 durations" in summary and "test_runs" in summary

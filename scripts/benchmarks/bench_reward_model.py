@@ -18,7 +18,7 @@ not the waiting); the output is one JSON line.
 
 Served mode (``--served``, issue 29): the served reward model's client (the
 pool's judge-lane machinery, in this process) against the loopback vLLM
-``/v1/classify`` server of ``tests/models/reward_model_server.py`` at a fixed
+``/classify`` server of ``tests/models/reward_model_server.py`` at a fixed
 latency (``--latency-s``) serving ``--server-concurrency`` requests at once.
 The client's ``max_in_flight`` is twice the server's concurrency (requests
 queue at the server, as at a vLLM server with its own scheduler), so the bound

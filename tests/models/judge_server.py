@@ -1,8 +1,14 @@
 """A real OpenAI-compatible chat endpoint on loopback, for judge tests and benchmarks.
 
 :class:`JudgeServer` is a :class:`loopback_server.ScriptedServer` (a stdlib
-``ThreadingHTTPServer``, HTTP/1.1, keep-alive, with its scripted faults) that answers ``POST /v1/chat/completions`` in the chat-completions shape. What
-it does is set per test, and may change while it runs:
+``ThreadingHTTPServer``, HTTP/1.1, keep-alive, with its scripted faults) that
+answers ``POST /v1/chat/completions`` in the chat-completions shape and
+``POST /tokenize`` (at the root, as vLLM mounts it); any other route is a 404.
+Where vLLM is installed (``.venv-skyrl``) both go through vLLM's own routers,
+request classes (``ChatCompletionRequest``, ``TokenizeChatRequest``) and
+response classes (:mod:`vllm_protocol`): a body vLLM refuses is its 400.
+Without it they answer in the same shapes, pinned. What it does is set per
+test, and may change while it runs:
 
 - ``reply(body) -> str``: the verdict text (default ``"1.0"``);
 - ``latency_s``: how long each answer takes;
@@ -26,8 +32,9 @@ it does is set per test, and may change while it runs:
 It counts what reached it: ``calls``, the concurrency ``peak`` (counted on
 arrival, before any wait), ``arrivals`` (monotonic times), ``bodies``,
 ``served`` (one :class:`Served` per answered chat call: when, status,
-tokens), ``throttled`` (429 answers), ``errors`` (planned 5xx), ``dropped``
-and ``tokenize_calls``.
+tokens), ``throttled`` (429 answers), ``errors`` (planned 5xx), ``dropped``,
+``refused`` (4xx answers of the protocol: an unknown route, a body the
+request class refuses) and ``tokenize_calls``.
 
 :func:`complete_all` sends requests to it through one real ``JudgeClient``.
 """
@@ -35,6 +42,7 @@ and ``tokenize_calls``.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -42,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopback_server import Response, ScriptedHandler, ScriptedServer, Turn
+from vllm_protocol import VLLM_VERSION, Answer, VllmApp, protocol
 
 from skyrl_rewards.rewards.contract.lanes import ModelOutcome, ModelRequest
 from skyrl_rewards.rewards.models.judge_client import EndpointConfig, JudgeClient
@@ -97,11 +106,20 @@ class JudgeServer(ScriptedServer):
         )
         self.reply = reply or (lambda body: "1.0")
         self.tokenizer = tokenizer
+        self.vllm = VllmApp(self._vllm_answers()) if VLLM_VERSION else None
         self.calls = 0
         self.tokenize_calls = 0
+        self.refused = 0
+        self._replies: dict[str, tuple[str, int, int]] = {}
+        self._reply_ids = itertools.count()
         self.arrivals: list[float] = []
         self.bodies: list[dict[str, Any]] = []
         self.served: list[Served] = []
+
+    @property
+    def protocol(self) -> str:
+        """Whose request and response classes answer: ``"vllm 0.30.0"`` (installed) or ``"pinned"``."""
+        return f"vllm {VLLM_VERSION}" if self.vllm is not None else "pinned"
 
     def answered(self, arrival: float, status: int) -> None:
         """Count a fault's answer and record it in ``served``."""
@@ -148,6 +166,37 @@ class JudgeServer(ScriptedServer):
         )
         return 60.0 * slope
 
+    def _vllm_answers(self) -> dict[str, Answer]:
+        """The stand-in engine behind vLLM's chat and tokenize routers (vLLM's response objects)."""
+        p = protocol()
+
+        def chat(request: Any, headers: Any) -> Any:
+            content, prompt_tokens, completion_tokens = self._replies.pop(headers[_REPLY_HEADER])
+            return p.ChatCompletionResponse(
+                model=request.model or "judge",
+                choices=[
+                    p.ChatCompletionResponseChoice(
+                        index=0,
+                        message=p.ChatMessage(role="assistant", content=content),
+                        finish_reason="stop",
+                    )
+                ],
+                usage=p.UsageInfo(
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=completion_tokens,
+                    total_tokens=prompt_tokens + completion_tokens,
+                ),
+            )
+
+        def tokenize(request: Any, headers: Any) -> Any:
+            if isinstance(request, p.TokenizeChatRequest):
+                count = self.prompt_tokens(request.messages)
+            else:
+                count = self.count_tokens(request.prompt)
+            return p.TokenizeResponse(count=count, max_model_len=32768, tokens=[])
+
+        return {"chat": chat, "tokenize": tokenize}
+
     def _handler_class(self) -> type[ScriptedHandler]:
         server = self
 
@@ -156,8 +205,14 @@ class JudgeServer(ScriptedServer):
 
             def do_POST(self) -> None:  # noqa: N802 - stdlib name
                 body = self.read_json()
-                if self.path.rstrip("/").endswith("/tokenize"):
+                path = self.path.split("?", 1)[0]
+                if path == "/tokenize":
                     self._tokenize(body)
+                    return
+                if path != CHAT_ROUTE:
+                    with server._lock:
+                        server.refused += 1
+                    self.send(404, {"detail": "Not Found"})
                     return
                 with server._lock:
                     server.calls += 1
@@ -174,6 +229,9 @@ class JudgeServer(ScriptedServer):
                     server.tokenize_calls += 1
                 if server.tokenizer is None or server.down:
                     self.send(404, {"detail": "Not Found"})
+                    return
+                if server.vllm is not None:
+                    self._answer(*server.vllm.post("/tokenize", body))
                     return
                 if "messages" in body:
                     count = server.prompt_tokens(body["messages"])
@@ -195,11 +253,18 @@ class JudgeServer(ScriptedServer):
                     server.served.append(
                         Served(turn.arrival, 200, prompt_tokens, completion_tokens)
                     )
+                if server.vllm is not None:
+                    key = str(next(server._reply_ids))
+                    server._replies[key] = (content, prompt_tokens, completion_tokens)
+                    self._answer(*server.vllm.post(CHAT_ROUTE, body, {_REPLY_HEADER: key}))
+                    server._replies.pop(key, None)  # a body vLLM refused never took it
+                    return
                 self.send(
                     200,
                     {
                         "id": f"chatcmpl-{number}",
                         "object": "chat.completion",
+                        "created": int(time.time()),
                         "model": body.get("model"),
                         "choices": [
                             {
@@ -211,8 +276,21 @@ class JudgeServer(ScriptedServer):
                         "usage": {
                             "prompt_tokens": prompt_tokens,
                             "completion_tokens": completion_tokens,
+                            "total_tokens": prompt_tokens + completion_tokens,
                         },
                     },
                 )
 
+            def _answer(self, status: int, reply: Any) -> None:
+                with server._lock:
+                    server.refused += 400 <= status < 500
+                self.send(status, reply)
+
         return Handler
+
+
+CHAT_ROUTE = "/v1/chat/completions"
+"""The chat route (vLLM's, OpenAI's)."""
+
+_REPLY_HEADER = "x-loopback-reply"
+"""Carries the key of a call's precomputed reply to the stand-in engine behind vLLM's router."""

@@ -219,3 +219,36 @@ class ScriptedHandler(LoopbackHandler):
             self.send(planned.status, {"error": {"message": "planned"}}, planned.headers)
             return None
         return Turn(arrival, planned)
+
+
+class Storm:
+    """A 429 storm: every call in the first ``storm_s`` seconds (from the first call) is answered
+    429 with ``Retry-After: retry_after_s``; later calls are served. Use it as a server's ``plan``.
+
+    :meth:`early_calls` counts the calls that arrived while an earlier 429's
+    ``Retry-After`` was still running, past ``grace_s`` after that 429 (calls
+    already on their way when it was answered may arrive that late).
+    """
+
+    def __init__(self, storm_s: float, retry_after_s: int) -> None:
+        self.storm_s = storm_s
+        self.retry_after_s = retry_after_s
+        self._lock = threading.Lock()
+        self._start: float | None = None
+
+    def __call__(self, number: int, body: dict[str, Any]) -> Response | None:
+        now = time.monotonic()
+        with self._lock:
+            if self._start is None:
+                self._start = now
+        if now - self._start < self.storm_s:
+            return Response(429, {"Retry-After": str(self.retry_after_s)})
+        return None
+
+    def early_calls(self, served: list[tuple[float, int]], grace_s: float = 0.05) -> int:
+        """Calls (``(arrival, status)``) that arrived inside an earlier 429's Retry-After."""
+        throttled = sorted(arrival for arrival, status in served if status == 429)
+        return sum(
+            any(t + grace_s < arrival < t + self.retry_after_s for t in throttled)
+            for arrival, _ in served
+        )

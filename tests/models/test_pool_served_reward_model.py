@@ -1,11 +1,12 @@
 """A served reward model in a real reward pool: its requests go through the judge lane.
 
 The pool runs on real Ray; the endpoint is :mod:`reward_model_server`, a loopback
-server speaking vLLM's ``/v1/classify``, which counts what reached it. What is
+server speaking vLLM's ``/classify``, which counts what reached it. What is
 checked: values equal the server's documented function of the text; a failing
 endpoint masks each row with its cause (the server counted the failures); the
 in-flight limit and batching hold for the whole pool, from two client processes
-on a two-node cluster, counted at the server.
+on a two-node cluster, counted at the server; a 429 storm's ``Retry-After``
+pauses the endpoint for both client processes (one lane), counted at the server.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 import ray
 import reward_model_server
 from judge_lane import two_node_cluster
+from loopback_server import Storm
 from ray import cloudpickle
 from reward_model_server import Response, RewardModelServer, expected_score
 
@@ -112,3 +114,17 @@ def test_limits_and_batching_hold_for_the_whole_pool_across_processes_and_nodes(
     assert server.items == 120  # each row asked once
     assert server.peak <= 2  # in flight, counted at the server, never above the pool's limit
     assert server.requests < 120  # batched: many rows per request
+
+
+def test_a_storm_pauses_the_endpoint_for_every_client_process(ray_local: None) -> None:
+    storm = Storm(storm_s=1.5, retry_after_s=2)
+    with RewardModelServer(plan=storm) as server:
+        with RewardPool.from_config(pool_config("t_served_rm_storm", server, batch_size=1)) as pool:
+            other = score_elsewhere("t_served_rm_storm", 2000, 60)
+            here = [r.components["reward_model"] for r in pool.score(rows(60))]
+            there = ray.get(other, timeout=300)
+    assert here == pytest.approx(expected(60), abs=1e-9)
+    assert there == pytest.approx(expected(60, start=2000), abs=1e-9)
+    assert server.throttled >= 1  # the storm happened
+    assert server.requests <= 1.3 * 120, server.requests  # requests per item, at the server
+    assert storm.early_calls(server.served) == 0  # none while a Retry-After ran

@@ -18,6 +18,7 @@ from reward_model_server import (
     conversation_text,
     expected_logits,
     expected_score,
+    templated_texts,
 )
 
 from skyrl_rewards.rewards.batch import make_reward
@@ -58,7 +59,7 @@ def test_classify_values_batched_into_few_requests() -> None:
     assert all(
         isinstance(body["input"], list) and len(body["input"]) == 8 for body in server.bodies
     )
-    assert all(path == "/v1/classify" for path in server.paths)
+    assert all(path == "/classify" for path in server.paths)
 
 
 @pytest.mark.parametrize(
@@ -82,12 +83,7 @@ def test_text_input_is_rendered_by_the_local_paths_chat_template(
             limits=limits,
         )(completions, prompts=prompts)
     tokenizer = load_tokenizer(folder)
-    texts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": p}, {"role": "assistant", "content": c}], tokenize=False
-        )
-        for p, c in zip(prompts, completions, strict=True)
-    ]
+    texts = templated_texts(tokenizer, prompts, completions)
     assert [t for body in server.bodies for t in body["input"]] == texts
     assert all(body["add_special_tokens"] is False for body in server.bodies)
     assert values == pytest.approx([expected_score(t) for t in texts], abs=1e-9)
@@ -310,3 +306,115 @@ def test_configuration_errors_are_named() -> None:
         )
     component = build_component("reward_model", {"base_url": "http://h/v1", "model": "x"})
     assert component.lanes() == frozenset({JUDGE_LANE})
+
+
+@pytest.mark.parametrize("old_route", ["/v1/classify", "/generative-scores"])
+def test_the_old_routes_are_not_served(old_route: str) -> None:
+    # what the client posted before vLLM's routes were read from vLLM: every row masked
+    fields = {"label_token_ids": [1, 2], "api": "generative_scoring"} if "gen" in old_route else {}
+    with RewardModelServer() as server:
+        values = make_reward(
+            "reward_model", base_url=server.base_url, model="rm-old", path=old_route, **fields
+        )(["a"], prompts=["q"])
+    assert values == [None] and server.refused >= 1 and server.requests == 0
+
+
+def test_a_base_url_with_v1_is_the_server_root(caplog: pytest.LogCaptureFixture) -> None:
+    prompts, completions = rows(3)
+    with RewardModelServer() as server, caplog.at_level("INFO"):
+        values = make_reward(
+            "reward_model", base_url=server.base_url + "/v1/", model="rm-v1", batch_size=1
+        )(completions, prompts=prompts)
+    expected = [expected_score(plain_text(p, c)) for p, c in zip(prompts, completions, strict=True)]
+    assert values == pytest.approx(expected, abs=1e-9)
+    assert server.paths == ["/classify"] * 3 and server.refused == 0
+    notes = [r.getMessage() for r in caplog.records if "server root" in r.getMessage()]
+    assert len(notes) == 1 and server.base_url in notes[0]  # once, naming the root
+
+
+def test_a_one_label_model_on_vllm_classify_is_its_sigmoid_or_logit() -> None:
+    prompts, completions = rows(4)
+    texts = [plain_text(p, c) for p, c in zip(prompts, completions, strict=True)]
+    with RewardModelServer(num_labels=1) as server:
+        probs = make_reward("reward_model", base_url=server.base_url, model="rm1")(
+            completions, prompts=prompts
+        )
+        logits = make_reward(
+            "reward_model", base_url=server.base_url, model="rm1", use_activation=False
+        )(completions, prompts=prompts)
+    raw = [expected_logits(t, 1)[0] for t in texts]
+    assert logits == pytest.approx(raw, abs=1e-9)
+    assert probs == pytest.approx([1 / (1 + math.exp(-x)) for x in raw], abs=1e-9)
+
+
+def test_sglang_embeddings_give_the_raw_score() -> None:
+    prompts, completions = rows(5)
+    texts = [plain_text(p, c) for p, c in zip(prompts, completions, strict=True)]
+    with RewardModelServer(server="sglang", num_labels=1) as server:
+        values = make_reward(
+            "reward_model",
+            base_url=server.base_url,
+            model="rm-sglang",
+            server="sglang",
+            api="embeddings",
+            batch_size=8,
+        )(completions, prompts=prompts)
+    assert values == pytest.approx([expected_logits(t, 1)[0] for t in texts], abs=1e-9)
+    assert server.paths == ["/v1/embeddings"] and server.refused == 0
+    assert set(server.bodies[0]) == {"model", "input"}  # nothing SGLang does not take
+
+
+def test_sglang_classify_of_a_one_label_model_is_refused_at_start() -> None:
+    # what it would give: SGLang's /v1/classify softmaxes one logit, 1.0 for every input
+    with RewardModelServer(server="sglang", num_labels=1) as server:
+        import httpx
+
+        reply = httpx.post(server.base_url + "/v1/classify", json={"model": "m", "input": ["a"]})
+    assert reply.json()["data"][0]["probs"] == [1.0]
+    with pytest.raises(ValueError, match=r"exactly 1\.0.*api: embeddings"):
+        build_component(
+            "reward_model", {"base_url": "http://h:30000", "model": "x", "server": "sglang"}
+        )
+    with pytest.raises(ValueError, match="use_activation: SGLang"):
+        build_component(
+            "reward_model",
+            {
+                "base_url": "http://h:30000",
+                "model": "x",
+                "server": "sglang",
+                "api": "embeddings",
+                "use_activation": False,
+            },
+        )
+    with pytest.raises(ValueError, match="sglang serves"):
+        build_component(
+            "reward_model",
+            {"base_url": "http://h:30000", "model": "x", "server": "sglang", "api": "pooling"},
+        )
+
+
+def test_sglang_classify_of_a_two_label_classifier_reads_its_label() -> None:
+    prompts, completions = rows(4)
+    texts = [plain_text(p, c) for p, c in zip(prompts, completions, strict=True)]
+    with RewardModelServer(server="sglang") as server:
+        values = make_reward(
+            "reward_model",
+            base_url=server.base_url,
+            model="clf",
+            server="sglang",
+            labels=["bad", "good"],
+            label="good",
+        )(completions, prompts=prompts)
+    assert values == pytest.approx([expected_score(t) for t in texts], abs=1e-9)
+    assert server.paths == ["/v1/classify"] and server.refused == 0
+
+
+def test_the_old_generative_scores_shape_is_a_bad_response() -> None:
+    # the one development commit's reply (results[].token_probs) is no vLLM release's
+    old = '{"results": [{"index": 0, "token_probs": {"1": 0.9, "2": 0.1}}]}'
+    with RewardModelServer(plan=lambda n, body: Response(text=old)) as server:
+        component = _served(server, api="generative_scoring", label_token_ids=[1, 2])
+        request = component.lane_request({"prompt": "1 + 1?", "completion": "2"})
+        (outcome,) = run_requests([request], component.endpoints())
+    assert outcome.failure == "bad_response" and "no data list" in outcome.message
+    assert server.paths == ["/generative_scoring"]

@@ -20,6 +20,9 @@ for what the endpoint did.
   ``max_retries`` times with exponential back-off and full jitter; a
   ``Retry-After`` (seconds or an HTTP date) is honoured, and one longer than
   ``max_retry_after_s`` ends the request at once. Other 4xx are not retried.
+  A 429 or 503 with ``Retry-After`` pauses the whole server: no call of any
+  client of it in this process goes out until it has passed
+  (:mod:`~skyrl_rewards.rewards.models.endpoint_hold`).
 - a circuit breaker (unless ``breaker_failures`` is ``None``):
   ``breaker_failures`` consecutive connect errors, timeouts or 5xx open it;
   while open every request is ``breaker_open`` at once, without a call, its
@@ -56,6 +59,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skyrl_rewards.rewards.models.endpoint_config import EndpointConfig
+from skyrl_rewards.rewards.models.endpoint_hold import endpoint_hold
 from skyrl_rewards.rewards.models.limits import Breaker, InFlight, Pacer
 from skyrl_rewards.rewards.models.token_count import TokenCounter
 
@@ -131,6 +135,7 @@ class ChatClient:
         self._shards: list[Any] = []  # httpx.AsyncClient each, made on first use
         self._shard_load: list[int] = []
         self._in_flight = InFlight(config.max_in_flight, adaptive=config.adaptive_concurrency)
+        self._hold = endpoint_hold(config.base_url)  # Retry-After, for every client of the server
         self._requests_pacer = Pacer(config.requests_per_minute)
         self._token_counter = (
             TokenCounter(config.tokenizer, config.base_url, config.model, config.timeout_s)
@@ -191,7 +196,9 @@ class ChatClient:
         ``errors`` by failure kind, ``tokens_in``/``tokens_out`` (from ``usage``),
         ``latency_s`` (sum, count, p50, p90, p99 of recent calls), ``in_flight``,
         its ``peak``, ``in_flight_window`` (what adaptive concurrency allows now)
-        and ``throttled`` (429 answers), ``breaker`` (state, opens, and ``cause``:
+        and ``throttled`` (429 answers), ``retry_after`` (the server's pauses set by a
+        ``Retry-After`` and the calls that waited for one, all clients of the server in this
+        process), ``breaker`` (state, opens, and ``cause``:
         the last failure counted; ``off`` without one), ``token_count`` (requests
         counted by each means, with a tokens-per-minute limit), and ``cost`` when
         both prices are configured.
@@ -215,6 +222,7 @@ class ChatClient:
             "in_flight_peak": self._in_flight.peak,
             "in_flight_window": self._in_flight.capacity(),
             "throttled": self._in_flight.throttles,
+            "retry_after": {"pauses": self._hold.pauses, "held": self._hold.held},
             "breaker": (
                 {"state": breaker.state, "opens": breaker.opens, "cause": breaker.cause}
                 if breaker is not None
@@ -270,6 +278,8 @@ class ChatClient:
                 raise
             finally:
                 self._in_flight.release()
+            if attempt.retry_after_s is not None:
+                self._hold.extend(attempt.retry_after_s)
             if attempt.usage:
                 self._tokens_pacer.adjust(attempt.tokens_in + attempt.tokens_out - estimate)
             elif attempt.failure == "connect" or attempt.throttled:
@@ -334,6 +344,8 @@ class ChatClient:
         deadline = time.monotonic() + config.queue_timeout_s
         if not await self._in_flight.acquire(config.queue_timeout_s):
             return _rate_limited(config, "max_in_flight")
+        if not await self._held(deadline):
+            return _held_reply(config, self._hold.remaining())
         for pacer, amount, name in (
             (self._requests_pacer, 1, "requests_per_minute"),
             (self._tokens_pacer, estimate, "tokens_per_minute"),
@@ -346,7 +358,24 @@ class ChatClient:
             if not allowed:
                 self._in_flight.release()
                 return _rate_limited(config, name)
+        if not await self._held(deadline):  # a Retry-After came while this one was paced
+            self._requests_pacer.adjust(-1)
+            self._tokens_pacer.adjust(-estimate)
+            return _held_reply(config, self._hold.remaining())
         return None
+
+    async def _held(self, deadline: float) -> bool:
+        """Wait out the endpoint's ``Retry-After`` pause holding the in-flight slot; ``False`` (slot
+        given back) when it ends past ``deadline`` or past ``max_retry_after_s`` from now."""
+        bound = min(deadline - time.monotonic(), self.config.max_retry_after_s)
+        try:
+            passed = await self._hold.wait(bound)
+        except asyncio.CancelledError:
+            self._in_flight.release()
+            raise
+        if not passed:
+            self._in_flight.release()
+        return passed
 
     def _shard(self) -> int:
         """The least busy HTTP client (made on first use): see :data:`CONNECTIONS_PER_SHARD`."""
@@ -483,6 +512,15 @@ def _rate_limited(config: EndpointConfig, limit: str) -> ChatReply:
         failure="rate_limited",
         message=f"no slot under {limit} within queue_timeout_s={config.queue_timeout_s:g}; "
         "raise the limit or queue_timeout_s, or send fewer requests",
+    )
+
+
+def _held_reply(config: EndpointConfig, remaining_s: float) -> ChatReply:
+    return ChatReply(
+        failure="rate_limited",
+        message=f"{config.base_url} said Retry-After: its pause ends in {remaining_s:.3g} s, past "
+        f"queue_timeout_s={config.queue_timeout_s:g} or max_retry_after_s="
+        f"{config.max_retry_after_s:g} (not called); send later or raise them",
     )
 
 

@@ -12,28 +12,42 @@ pool) or, in this process, the private event loop thread of
 :func:`~skyrl_rewards.rewards.models.judge_client.run_judge_requests`. Its
 requests are I/O: they never go to the reward-model worker group.
 
-The APIs (shapes read in vLLM's protocol modules, vllm-project/vllm:
-``vllm/entrypoints/pooling/classify/protocol.py``,
-``vllm/entrypoints/pooling/pooling/protocol.py``,
-``vllm/entrypoints/openai/generative_scores/protocol.py``; SGLang's
-``/v1/classify`` takes the same body):
+The servers and their routes, mounted at the server root (``base_url`` given
+with a trailing ``/v1`` is taken without it, once, with a note in the log, so
+that one endpoint block serves a judge's ``/v1/chat/completions`` and a reward
+model's ``/classify`` of one server). ``server: vllm`` (the default; request
+and response classes of vLLM 0.30, tested against them in
+``tests/models/test_vllm_protocol.py``):
 
-- ``classify`` (``POST {base_url}/classify``): ``{"model", "input": [str, ...]}``
-  or ``{"model", "messages": [...]}`` (one conversation), with
-  ``use_activation``, ``truncate_prompt_tokens``, ``priority``,
-  ``mm_processor_kwargs`` when set; reply ``{"data": [{"index", "label",
-  "probs", "num_classes"}], "usage"}``. The value is ``probs[label]``: the
-  label's probability, or its raw logit with ``use_activation: false``.
-- ``pooling`` (``POST {base_url}/pooling``): the same inputs; reply ``{"data":
-  [{"index", "data": float | [float, ...]}], "usage"}``. The value is
-  ``data[index]``.
-- ``generative_scoring`` (``POST {base_url}/generative-scores``):
-  ``{"model", "query", "items": [str, ...], "label_token_ids": [yes, no]}``;
-  reply ``{"results": [{"index", "token_probs": {"<id>": p}}], "usage"}``.
-  The text scored is ``query + item`` and the value is
-  ``P(yes) / (P(yes) + P(no))``.
+- ``classify`` (``POST /classify``, ``vllm/entrypoints/pooling/classify``):
+  ``{"model", "input": [str, ...]}`` or ``{"model", "messages": [...]}`` (one
+  conversation), with ``use_activation``, ``truncate_prompt_tokens``,
+  ``priority``, ``mm_processor_kwargs`` when set; reply ``{"data": [{"index",
+  "label", "probs", "num_classes"}], "usage"}``. The value is ``probs[label]``:
+  the label's probability (a sigmoid for a one-label model), or its raw logit
+  with ``use_activation: false``.
+- ``pooling`` (``POST /pooling``, ``vllm/entrypoints/pooling/pooling``): the
+  same inputs; reply ``{"data": [{"index", "data": float | [float, ...]}],
+  "usage"}``. The value is ``data[index]``.
+- ``generative_scoring`` (``POST /generative_scoring``,
+  ``vllm/entrypoints/generate/generative_scoring``): ``{"model", "query",
+  "items": [str, ...], "label_token_ids": [yes, no]}``; reply ``{"data":
+  [{"index", "score"}], "usage"}``, ``score`` the first label's probability
+  normalised over the label ids (``apply_softmax``, vLLM's default): the text
+  scored is ``query + item`` and the value is ``P(yes) / (P(yes) + P(no))``.
 
-``path`` overrides the route (``"/v1/..."`` servers that mount it elsewhere).
+``server: sglang`` (shapes pinned to SGLang's source,
+``python/sglang/srt/entrypoints/openai/serving_embedding.py`` and
+``serving_classify.py``; its protocol module does not import without its engine):
+
+- ``embeddings`` (``POST /v1/embeddings``, a model served with
+  ``--is-embedding``): ``{"model", "input": [str, ...]}``; reply ``{"data":
+  [{"index", "embedding": [float, ...]}], "usage"}``. The value is
+  ``embedding[index]``: a reward model's raw score (what verl reads).
+- ``classify`` (``POST /v1/classify``): ``{"model", "input": [str, ...]}``;
+  reply as vLLM's classify, but ``probs`` is always a softmax over the labels
+  (``use_activation`` is not taken): a one-label model scores exactly 1.0 for
+  every input. So it is refused unless ``labels`` names two or more labels.
 
 Input: with ``input: text`` (the default) the row's chat is rendered to text
 by the same code as the local reward model
@@ -61,7 +75,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -70,16 +83,20 @@ from typing import Any
 from skyrl_rewards.rewards.contract.lanes import ModelOutcome, ModelRequest
 from skyrl_rewards.rewards.models.chat_client import ChatClient, ChatReply
 from skyrl_rewards.rewards.models.endpoint_config import EndpointConfig
+from skyrl_rewards.rewards.models.endpoint_hold import server_root
 
-SERVED_APIS = ("classify", "pooling", "generative_scoring")
-"""Values of ``api``."""
-
-DEFAULT_PATHS = {
-    "classify": "/classify",
-    "pooling": "/pooling",
-    "generative_scoring": "/generative-scores",
+ROUTES = {
+    "vllm": {
+        "classify": "/classify",
+        "pooling": "/pooling",
+        "generative_scoring": "/generative_scoring",
+    },
+    "sglang": {"embeddings": "/v1/embeddings", "classify": "/v1/classify"},
 }
-"""The route of each API under ``base_url`` (vLLM's; ``path`` overrides it)."""
+"""Each ``server``'s APIs and their routes under the server root (``path`` overrides one)."""
+
+SERVED_APIS = ("classify", "pooling", "generative_scoring", "embeddings")
+"""Values of ``api`` (which ``server`` serves which: :data:`ROUTES`)."""
 
 SERVED_KIND = "served_reward_model"
 """The ``kind`` an endpoint mapping carries when it is a served reward model (not a chat judge)."""
@@ -87,6 +104,7 @@ SERVED_KIND = "served_reward_model"
 logger = logging.getLogger(__name__)
 
 _EXTRAS = ("use_activation", "truncate_prompt_tokens", "priority", "mm_processor_kwargs")
+_VLLM_ONLY = ("use_activation", "truncate_prompt_tokens", "mm_processor_kwargs")
 
 
 @dataclass(frozen=True)
@@ -101,10 +119,12 @@ class ServedConfig:
     ``[yes, no]`` token ids for ``generative_scoring``, whose ``query`` is put
     before every item. ``batch_size`` (inputs per request) and
     ``batch_wait_s`` (seconds an input waits for others) set batching.
+    ``server`` (``vllm`` or ``sglang``) picks the routes and request fields.
     """
 
     endpoint: EndpointConfig
     api: str = "classify"
+    server: str = "vllm"
     path: str | None = None
     input: str = "text"
     label: int | str | None = None
@@ -121,8 +141,16 @@ class ServedConfig:
     label_position: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        if self.api not in SERVED_APIS:
-            raise ValueError(f"endpoint.api: expected one of {list(SERVED_APIS)}, got {self.api!r}")
+        if self.server not in ROUTES:
+            raise ValueError(
+                f"endpoint.server: expected one of {list(ROUTES)}, got {self.server!r}"
+            )
+        if self.api not in ROUTES[self.server]:
+            raise ValueError(
+                f"endpoint.api: {self.server} serves {list(ROUTES[self.server])}, got {self.api!r}"
+            )
+        if self.server == "sglang":
+            self._check_sglang()
         if self.input not in ("text", "messages"):
             raise ValueError(f"endpoint.input: expected 'text' or 'messages', got {self.input!r}")
         if self.input == "messages" and self.api == "generative_scoring":
@@ -157,6 +185,27 @@ class ServedConfig:
                 f"tokenizer's ids of the two answers), got {self.label_token_ids!r}"
             )
         object.__setattr__(self, "label_position", self._label_position())
+
+    def _check_sglang(self) -> None:
+        """Refuse what SGLang would ignore or reject (see the module docstring)."""
+        for key in _VLLM_ONLY:
+            if getattr(self, key) is not None:
+                raise ValueError(
+                    f"endpoint.{key}: SGLang's /v1/{self.api} does not take it (vLLM's does); "
+                    "remove it"
+                )
+        if self.input != "text":
+            raise ValueError(
+                "endpoint.input: SGLang's reward routes take text (input: text), not messages"
+            )
+        if self.api == "classify" and len(self.labels or ()) < 2:
+            raise ValueError(
+                "endpoint.api: SGLang's /v1/classify returns a softmax over the model's labels "
+                "and ignores use_activation, so a one-label reward model scores exactly 1.0 for "
+                "every input. Serve the reward model with --is-embedding and set api: embeddings "
+                "(its raw score, as verl reads it), or, for a classifier of two or more labels, "
+                "list its id2label names in labels"
+            )
 
     def _label_position(self) -> int | None:
         label = self.label
@@ -202,8 +251,8 @@ class ServedConfig:
 
     @property
     def route(self) -> str:
-        """The path posted to under ``base_url``."""
-        return self.path or DEFAULT_PATHS[self.api]
+        """The path posted to under the server root."""
+        return self.path or ROUTES[self.server][self.api]
 
     @property
     def batching(self) -> bool:
@@ -224,7 +273,17 @@ class ServedRewardModelClient(ChatClient):
     """
 
     def __init__(self, config: ServedConfig, *, transport: Any = None) -> None:
-        super().__init__(config.endpoint, transport=transport)
+        root = server_root(config.endpoint.base_url)
+        if root != config.endpoint.base_url.rstrip("/"):
+            logger.info(
+                "served reward model %s: base_url %s is taken as the server root %s (its "
+                "routes, %s, are not under /v1)",
+                config.endpoint.model,
+                config.endpoint.base_url,
+                root,
+                config.route,
+            )
+        super().__init__(dataclasses.replace(config.endpoint, base_url=root), transport=transport)
         self.served = config
         self._waiting: list[_Waiting] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -322,7 +381,8 @@ class ServedRewardModelClient(ChatClient):
     def _body(self, items: list[Any]) -> dict[str, Any]:
         served = self.served
         body: dict[str, Any] = {}
-        if served.input == "text" and getattr(self._tokenizer, "chat_template", None):
+        rendered = served.input == "text" and getattr(self._tokenizer, "chat_template", None)
+        if rendered and served.server == "vllm":
             body["add_special_tokens"] = False  # the template wrote them, as on the local path
         body.update(served.endpoint.extra_body)
         body["model"] = served.endpoint.model
@@ -335,7 +395,7 @@ class ServedRewardModelClient(ChatClient):
             body["messages"] = items[0]
         else:
             body["input"] = items
-        for key in _EXTRAS:
+        for key in _EXTRAS if served.server == "vllm" else ("priority",):
             value = getattr(served, key)
             if value is not None:
                 body[key] = dict(value) if isinstance(value, Mapping) else value
@@ -383,34 +443,29 @@ def _shares(total: int, count: int) -> list[int]:
 
 def _values(served: ServedConfig, data: dict[str, Any], count: int) -> list[float] | str:
     """One raw value per input from a reply, in input order; or why the reply is not usable."""
-    key = "results" if served.api == "generative_scoring" else "data"
-    entries = data.get(key) if isinstance(data, dict) else None
+    entries = data.get("data") if isinstance(data, dict) else None
     if not isinstance(entries, list) or len(entries) != count:
-        return f"reply has no {key} list of {count} entries: {json.dumps(data)[:200]}"
+        return f"reply has no data list of {count} entries: {json.dumps(data)[:200]}"
     values: list[float | None] = [None] * count
     for position, entry in enumerate(entries):
         if not isinstance(entry, dict):
-            return f"reply's {key}[{position}] is not an object"
+            return f"reply's data[{position}] is not an object"
         index = entry.get("index", position)
         if not isinstance(index, int) or not 0 <= index < count or values[index] is not None:
-            return f"reply's {key}[{position}].index is {index!r}: not one per input"
+            return f"reply's data[{position}].index is {index!r}: not one per input"
         value = _value(served, entry)
         if isinstance(value, str):
-            return f"reply's {key}[{position}]: {value}"
+            return f"reply's data[{position}]: {value}"
         values[index] = value
     return [float(v) for v in values if v is not None]
 
 
 def _value(served: ServedConfig, entry: dict[str, Any]) -> float | str:
     if served.api == "generative_scoring":
-        probs = entry.get("token_probs")
-        yes, no = (str(i) for i in served.label_token_ids or ())
-        if not isinstance(probs, dict) or not all(_is_number(probs.get(i)) for i in (yes, no)):
-            return f"token_probs has no probabilities for {yes} and {no}"
-        total = probs[yes] + probs[no]
-        return probs[yes] / total if total > 0 else math.nan
-    if served.api == "pooling":
-        value = entry.get("data")
+        score = entry.get("score")
+        return float(score) if _is_number(score) else "no score"
+    if served.api in ("pooling", "embeddings"):
+        value = entry.get("data" if served.api == "pooling" else "embedding")
         if _is_number(value) and served.index == 0:
             return float(value)
         if (
@@ -419,10 +474,15 @@ def _value(served: ServedConfig, entry: dict[str, Any]) -> float | str:
             and _is_number(value[served.index])
         ):
             return float(value[served.index])
-        return f"data has no number at index {served.index}"
+        return f"{served.api} value has no number at index {served.index}"
     probs = entry.get("probs")
     if not isinstance(probs, list) or not probs:
         return "no probs list"
+    if served.labels is not None and len(probs) != len(served.labels):
+        return (
+            f"{len(probs)} probs, but labels names {len(served.labels)}: not the model the "
+            "config describes"
+        )
     position = len(probs) - 1 if served.label_position is None else served.label_position
     if position >= len(probs) or not _is_number(probs[position]):
         return f"probs has no number for label {served.label!r} (index {position})"

@@ -29,6 +29,8 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from skyrl_rewards.rewards.models.endpoint_hold import server_root
+
 IMAGE_TOKENS_ESTIMATE = 1024
 """Tokens counted for one image part before the reply's ``usage`` tells the real number."""
 
@@ -86,8 +88,7 @@ class TokenCounter:
         self._tokenize_known = False  # /tokenize has answered with a count once
         self._first_ask: asyncio.Future[None] | None = None
         if tokenizer is None:
-            root = base_url.rstrip("/").removesuffix("/v1")
-            self._tokenize_url = root + "/tokenize"
+            self._tokenize_url = server_root(base_url) + "/tokenize"
         elif tokenizer != BYTES:
             from skyrl_rewards.rewards.contract.hub import load_pretrained_tokenizer
 
