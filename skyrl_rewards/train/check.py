@@ -9,7 +9,9 @@ on GPUs. :func:`check` runs, with one line per phase and its time:
    vLLM and torch: most of the time);
 2. ``types``: every field of the config against its declared type
    (:func:`type_problems`);
-3. ``skyrl``: SkyRL's own ``validate_cfg`` (once the types are right);
+3. ``skyrl``: SkyRL's own ``validate_cfg`` (once the types are right) and, for a
+   fully-async config, its trainer's own assertions
+   (:func:`~skyrl_rewards.train.fully_async.check_fully_async`);
 4. ``files``: every file the config names: ``data.train_data`` (and
    ``data.val_data`` when ``trainer.eval_interval`` > 0) exist, are parquet or
    JSON files SkyRL reads, and hold the prompt and env-class columns; the
@@ -95,9 +97,13 @@ def _parse(overrides: Sequence[str]) -> Any:
 
 
 def _validate(cfg: Any) -> list[str]:
+    """SkyRL's ``validate_cfg``, then (fully async) its fully-async trainer's own assertions."""
     from skyrl.train.utils import validate_cfg
 
+    from skyrl_rewards.train.fully_async import check_fully_async
+
     validate_cfg(cfg)
+    check_fully_async(cfg)
     return []
 
 

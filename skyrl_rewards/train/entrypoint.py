@@ -1,6 +1,6 @@
 """``python -m skyrl_rewards.train OVERRIDES...``: SkyRL's GRPO entry point with this project's envs.
 
-What SkyRL's own ``main_base`` does, with four differences:
+What SkyRL's own ``main_base`` does, with five differences:
 
 1. The config is :class:`~skyrl_rewards.train.config.TrainConfig`, so the
    env sections take plain ``key=value`` overrides (SkyRL refuses ``+``).
@@ -14,6 +14,11 @@ What SkyRL's own ``main_base`` does, with four differences:
 4. With ``reward_pool.config=...`` the named reward pool is started on the
    cluster before training and stopped after it; otherwise an env with
    ``pool: NAME`` connects to a pool started with ``skyrl-rewards pool start``.
+5. ``trainer.fully_async.enabled=true`` trains with SkyRL's fully-async trainer
+   (:mod:`skyrl_rewards.train.fully_async`); SkyRL's ``main_base`` builds the
+   synchronous one whatever the flag says. Such a config is checked before
+   anything starts with the trainer's own assertions
+   (:func:`~skyrl_rewards.train.fully_async.check_fully_async`).
 
 ``--check`` checks what a run would trip on first (the config's types, every
 file it names, each env's section, the pool: :mod:`skyrl_rewards.train.check`,
@@ -39,6 +44,8 @@ SkyRL override (trainer.*, generator.*, data.*, environment.*), no '+' prefix, p
 this project's sections:
 
 {sections}
+trainer.fully_async.enabled=true trains with SkyRL's fully-async trainer (checked first
+with the trainer's own assertions).
 --check   check the config (types, every file it names, the envs, the pool), a line per phase;
           print this project's sections, exit (no Ray, no GPU)
 """
@@ -105,13 +112,16 @@ def quiet_gpu_notices() -> None:
 
 
 def parse_config(overrides: Sequence[str]) -> Any:
-    """``TrainConfig`` from ``overrides``, validated by SkyRL's own ``validate_cfg``."""
+    """``TrainConfig`` from ``overrides``, validated by SkyRL's own ``validate_cfg`` (and, when
+    fully async, by its fully-async trainer's assertions)."""
     from skyrl.train.utils import validate_cfg
 
     from skyrl_rewards.train.config import TrainConfig
+    from skyrl_rewards.train.fully_async import check_fully_async
 
     cfg = TrainConfig.from_cli_overrides(list(overrides))
     validate_cfg(cfg)
+    check_fully_async(cfg)
     if cfg.reward_pool.config:
         reward_pool_config(cfg)  # checked before anything starts
     return cfg
@@ -191,6 +201,14 @@ def _summary(cfg: Any) -> str:
         if not SKYRL_HAS_TAU_BENCH and cfg.environment.env_class == "tau_bench"
         else None
     )
+    fully_async = cfg.trainer.fully_async
+    trainer = (
+        f"fully async (workers={fully_async.num_parallel_generation_workers}, "
+        f"max_staleness_steps={fully_async.max_staleness_steps}, "
+        f"policy_loss_type={cfg.trainer.algorithm.policy_loss_type})"
+        if fully_async.enabled
+        else "synchronous"
+    )
     return "\n".join(
         [
             f"environment.env_class: {cfg.environment.env_class}",
@@ -200,6 +218,7 @@ def _summary(cfg: Any) -> str:
             f"environment.skyrl_gym.on_env_error: {gym.on_env_error}",
             f"reward_pool: {asdict(cfg.reward_pool)}",
             f"generator.vision_language_generator: {cfg.generator.vision_language_generator}",
+            f"trainer: {trainer}",
             f"trainer.strategy: {cfg.trainer.strategy}",
             f"trainer.logger: {cfg.trainer.logger}",
             "config OK",

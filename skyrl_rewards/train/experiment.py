@@ -1,6 +1,6 @@
 """``RewardsPPOExp``: SkyRL's PPO experiment with this project's generator.
 
-Three differences from SkyRL's ``BasePPOExp``:
+Four differences from SkyRL's ``BasePPOExp``:
 
 - the generator comes from :func:`~skyrl_rewards.train.generator.make_generator`;
 - the prompt datasets filter long prompts with ``data.dataloader.num_workers`` processes
@@ -8,7 +8,11 @@ Three differences from SkyRL's ``BasePPOExp``:
   process start-up on a 2-core machine for a handful of rows;
 - the trainer logs ``timing/reward_share``, the share of the step's wall time during which
   an env step (where the envs compute their rewards) was running
-  (:class:`~skyrl_rewards.train.generator.RewardTimeShare`).
+  (:class:`~skyrl_rewards.train.generator.RewardTimeShare`);
+- with ``trainer.fully_async.enabled=true`` the trainer is SkyRL's fully-async one
+  (:class:`~skyrl_rewards.train.fully_async.RewardsFullyAsyncTrainer`; SkyRL's own
+  ``BasePPOExp`` builds the synchronous trainer whatever the flag says). It takes no
+  callbacks, so it logs no ``timing/reward_share``.
 """
 
 from typing import Any
@@ -17,6 +21,7 @@ from skyrl.backends.skyrl_train.inference_servers.utils import resolve_policy_mo
 from skyrl.train.dataset import PromptDataset
 from skyrl.train.entrypoints.main_base import BasePPOExp
 
+from skyrl_rewards.train.fully_async import RewardsFullyAsyncTrainer
 from skyrl_rewards.train.generator import RewardTimeShare, make_generator
 
 SKYRL_FILTER_WORKERS = 8
@@ -56,6 +61,8 @@ class RewardsPPOExp(BasePPOExp):
         )
 
     def get_trainer(self, *args: Any, **kwargs: Any) -> Any:
+        if self.cfg.trainer.fully_async.enabled:
+            return RewardsFullyAsyncTrainer(*args, **kwargs)
         trainer = super().get_trainer(*args, **kwargs)
         trainer.add_callback(RewardTimeShare())
         return trainer

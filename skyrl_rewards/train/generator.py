@@ -26,11 +26,20 @@ one from the config) add, around SkyRL's own agent loop:
   ``env_errors`` count trajectories, not rows.
 - **Containment.** With ``environment.skyrl_gym.on_env_error=mask`` (the
   default) an exception inside the agent loop ends that trajectory alone,
-  masked; the cause is logged once per exception type and counted. When
-  every trajectory of a batch fails the batch raises: there is nothing to
-  train on, and the first cause is in the error. The stand-in is a one-token
-  trajectory (in step-wise mode a ``StepWiseOutput`` of one such step, as
-  SkyRL's ``generate`` reads ``step_outputs`` of every output). It must pass
+  masked; the cause is logged once per exception type and counted. The
+  stand-in follows SkyRL's ``generator.skip_failed_rollouts`` convention
+  (SkyRL PRs #1641, #1986): ``stop_reason="rollout_error"``, an all-zero loss
+  mask (its reward is imputed like any masked trajectory's). When every
+  trajectory of a synchronous batch fails the batch raises: there is nothing
+  to train on, and the first cause is in the error. Under the fully-async
+  trainer (``per_group=True``: ``generate`` is called for one prompt group at
+  a time, and an exception out of it ends the training process) a group whose
+  every trajectory failed is returned masked and counted instead. The
+  stand-in is a one-token trajectory (in step-wise mode a ``StepWiseOutput``
+  of one such step, as SkyRL's ``generate`` reads ``step_outputs`` of every
+  output); the vision-language generator gives it its own prompt as the
+  engine renders it, images included (SkyRL's render of the chat), when that
+  render succeeds. It must pass
   SkyRL's ``validate_generator_output`` and
   ``RayPPOTrainer.convert_to_training_input``, which want every per-token
   side channel on every row: ``rollout_logprobs`` (one per response token),
@@ -41,8 +50,9 @@ one from the config) add, around SkyRL's own agent loop:
   all be tensors (a None raises ``AttributeError``). So it gets zero
   logprobs, one route row (a copy of another row's first), a padding
   (``-1``) support row per token, each when the batch carries that channel;
-  in a vision batch it is a copy of a sibling row that carries images
-  (prompt, response, images), fully masked, reward imputed: the model's
+  in a vision batch a stand-in without images of its own is a copy of a
+  sibling row that carries images (prompt, response, images), fully masked,
+  reward imputed: the model's
   forward then sees image tokens that match its images even when the row
   sits alone in a micro-batch (Qwen2.5-VL's vision tower rejects a
   micro-batch whose images are all empty). SkyRL pads its own batches the
@@ -71,9 +81,12 @@ one from the config) add, around SkyRL's own agent loop:
   ``skyrl_rewards``, tools and the final check for tau-bench), counted once
   however many trajectories step at the same time. :class:`RewardTimeShare`
   (a SkyRL trainer callback, installed by ``RewardsPPOExp``) divides it by the
-  step's wall time: ``timing/reward_share``.
+  step's wall time: ``timing/reward_share``. Each ``generate()`` call keeps
+  its own clock, so concurrent calls (the fully-async trainer's groups) do
+  not mix their figures.
 """
 
+import contextvars
 import logging
 import time
 from collections import defaultdict
@@ -81,6 +94,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from skyrl.backends.renderer import decode_mm_kwargs
 from skyrl.backends.skyrl_train.utils.sample_support import SAMPLE_SUPPORT_PADDING
 from skyrl.train.generators.base import TRAINING_PHASE_EVAL
 from skyrl.train.generators.skyrl_gym_generator import (
@@ -94,6 +108,34 @@ from skyrl.train.utils.callbacks import TrainingCallback
 from skyrl_rewards.train.env import MASK_METRIC
 
 logger = logging.getLogger(__name__)
+
+ROLLOUT_ERROR = "rollout_error"
+"""The stop reason of a trajectory an exception ended (SkyRL's ``skip_failed_rollouts`` name)."""
+
+
+class _EnvStepClock:
+    """Wall seconds during which at least one ``env.step`` of one ``generate()`` call ran."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.since = 0.0
+        self.wall_s = 0.0
+
+    def start(self) -> None:
+        if self.running == 0:
+            self.since = time.monotonic()
+        self.running += 1
+
+    def stop(self) -> None:
+        self.running -= 1
+        if self.running == 0:
+            self.wall_s += time.monotonic() - self.since
+
+
+_clock: contextvars.ContextVar[_EnvStepClock | None] = contextvars.ContextVar(
+    "skyrl_rewards_env_step_clock", default=None
+)
+"""The clock of the ``generate()`` call a task runs under (its agent loops inherit it)."""
 
 
 def clean_prompt(prompt: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -143,8 +185,10 @@ def _with_final_reward(reward: float | list[float], value: float) -> float | lis
 class _MaskingMixin:
     """Masking, containment and prompt cleaning around a SkyRL generator's agent loop."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, per_group: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.per_group = per_group
+        """``generate`` is called per prompt group (fully async): a wholly failed call is masked."""
         if self.batched:
             raise ValueError(
                 "generator.batched=true: SkyRL's batched generation bypasses the agent loop and "
@@ -152,23 +196,17 @@ class _MaskingMixin:
                 "generator.batched=false (the default)"
             )
         self._causes_logged: set[str] = set()
-        self._env_steps_running = 0
-        self._env_steps_since = 0.0
-        self._env_step_wall_s = 0.0
 
     async def _run_in_executor_if_available(self, func: Any, *args: Any, **kwargs: Any) -> Any:
         """SkyRL's call of ``env.init``/``env.step``/``env.close``; env steps are timed."""
-        if getattr(func, "__name__", "") != "step":
+        clock = _clock.get()
+        if clock is None or getattr(func, "__name__", "") != "step":
             return await super()._run_in_executor_if_available(func, *args, **kwargs)
-        if self._env_steps_running == 0:
-            self._env_steps_since = time.monotonic()
-        self._env_steps_running += 1
+        clock.start()
         try:
             return await super()._run_in_executor_if_available(func, *args, **kwargs)
         finally:
-            self._env_steps_running -= 1
-            if self._env_steps_running == 0:
-                self._env_step_wall_s += time.monotonic() - self._env_steps_since
+            clock.stop()
 
     async def agent_loop(
         self, prompt: Any, env_class: str, env_extras: dict[str, Any], *args, **kwargs
@@ -180,15 +218,19 @@ class _MaskingMixin:
         except Exception as error:
             if self.skyrl_gym_cfg.on_env_error == "raise":
                 raise
-            return self._failed_trajectory(env_class, error)
+            return await self._failed_trajectory(clean_prompt(prompt), env_class, error)
         if _is_masked(output):
             steps = output.step_outputs if isinstance(output, StepWiseOutput) else [output]
             for step in steps:
                 step.loss_mask = [0] * len(step.loss_mask)
         return output
 
-    def _failed_trajectory(
-        self, env_class: str, error: Exception
+    async def _stand_in_prompt(self, prompt: list[dict[str, Any]]) -> dict[str, Any]:
+        """A failed trajectory's prompt fields: here one EOS token (the VLM generator renders)."""
+        return {"prompt_ids": [self.tokenizer.eos_token_id]}
+
+    async def _failed_trajectory(
+        self, prompt: list[dict[str, Any]], env_class: str, error: Exception
     ) -> TrajectoryOutput | StepWiseOutput:
         """A one-token, fully masked trajectory standing for an agent loop that raised.
 
@@ -205,30 +247,33 @@ class _MaskingMixin:
                 env_class,
                 cause,
             )
-        eos = self.tokenizer.eos_token_id
         stand_in = TrajectoryOutput(
-            response_ids=[eos],
+            response_ids=[self.tokenizer.eos_token_id],
             reward=[0.0],
-            stop_reason="env_error",
+            stop_reason=ROLLOUT_ERROR,
             loss_mask=[0],
-            prompt_ids=[eos],
             rollout_logprobs=None,
             env_metrics={MASK_METRIC: 1.0, "env_error": 1.0},
+            **await self._stand_in_prompt(prompt),
         )
         if self.generator_cfg.step_wise_trajectories:
             return StepWiseOutput(step_outputs=[stand_in])
         return stand_in
 
     async def generate(self, input_batch: Mapping[str, Any], disable_tqdm: bool = False):
-        self._env_step_wall_s = 0.0
-        out = await super().generate(input_batch, disable_tqdm=disable_tqdm)
+        clock = _EnvStepClock()
+        token = _clock.set(clock)
+        try:
+            out = await super().generate(input_batch, disable_tqdm=disable_tqdm)
+        finally:
+            _clock.reset(token)
         n = len(out["env_metrics"])
         # a trajectory's outcome is on its last row (step-wise: every step is a row)
         last = [bool(x) for x in out.get("is_last_step") or [True] * n]
         final = [m for m, is_last in zip(out["env_metrics"], last, strict=True) if is_last]
         masked = [bool(m.get(MASK_METRIC)) for m in final]
         errors = [bool(m.get("env_error")) for m in final]
-        if final and all(errors):
+        if final and all(errors) and not self.per_group:
             raise RuntimeError(
                 f"every trajectory of the batch ({len(final)}) ended with an env error; nothing "
                 "to train on. See the warning logged above for the first cause."
@@ -241,7 +286,7 @@ class _MaskingMixin:
         _fit_failed_rows(out, _per_row(last, errors), refuse_text_rows=training)
         out["rollout_metrics"]["generate/masked_share"] = sum(masked) / max(1, len(final))
         out["rollout_metrics"]["generate/env_errors"] = float(sum(errors))
-        out["rollout_metrics"]["generate/env_step_wall_s"] = self._env_step_wall_s
+        out["rollout_metrics"]["generate/env_step_wall_s"] = clock.wall_s
         return out
 
 
@@ -272,9 +317,10 @@ def _fit_failed_rows(
 ) -> None:
     """Make the one-token stand-ins of failed trajectories acceptable to SkyRL's trainer, in place.
 
-    In a vision batch (``pixel_values`` present) a stand-in becomes a copy of the first
-    unfailed row with images: same prompt, response and images, loss mask all zeros, its
-    imputed reward on the last token. With ``refuse_text_rows`` (training batches; SkyRL's
+    In a vision batch (``pixel_values`` present) a stand-in without images of its own (its
+    prompt did not render) becomes a copy of the first unfailed row with images (else of any
+    row with images): same prompt, response and images, loss mask all zeros, its imputed
+    reward on the last token. With ``refuse_text_rows`` (training batches; SkyRL's
     evaluation never builds a training batch, and takes such rows) an unfailed row without
     images raises :class:`TextRowInVisionBatchError`.
     Then it gets a zero logprob per response token when logprobs are collected, a one-row
@@ -290,11 +336,14 @@ def _fit_failed_rows(
             raise TextRowInVisionBatchError(text_rows, len(pixel_values))
     if not failed:
         return
-    if pixel_values is not None:
-        # SkyRL sets pixel_values only when some row has images, and a stand-in has none
-        donor = next(i for i, pv in enumerate(pixel_values) if pv is not None and not errors[i])
+    bare = [i for i in failed if pixel_values is not None and pixel_values[i] is None]
+    if bare:
+        # SkyRL sets pixel_values only when some row has images; a stand-in whose prompt did
+        # not render has none: it borrows a judged row's (or another stand-in's) row
+        with_images = [i for i, pv in enumerate(pixel_values) if pv is not None]
+        donor = next((i for i in with_images if not errors[i]), with_images[0])
         n = len(out["response_ids"][donor])
-        for i in failed:
+        for i in bare:
             out["prompt_token_ids"][i] = list(out["prompt_token_ids"][donor])
             out["response_ids"][i] = list(out["response_ids"][donor])
             out["loss_masks"][i] = [0] * n
@@ -376,13 +425,30 @@ class MaskingGymGenerator(_MaskingMixin, SkyRLGymGenerator):
 class MaskingVLMGymGenerator(_MaskingMixin, SkyRLVLMGymGenerator):
     """SkyRL's vision-language generator with masking, containment and prompt cleaning."""
 
+    async def _stand_in_prompt(self, prompt: list[dict[str, Any]]) -> dict[str, Any]:
+        """The failed trajectory's prompt as the engine renders it, with its images' tensors
+        (so a group whose every trajectory failed still trains as a vision batch); one EOS
+        token when the render itself fails."""
+        try:
+            rendered = await self._render_conversation(prompt)
+        except Exception as error:  # the failure may be the prompt itself (a broken image)
+            logger.warning("a failed trajectory's prompt did not render either: %s", error)
+            return await super()._stand_in_prompt(prompt)
+        features = decode_mm_kwargs((rendered["features"] or {}).get("kwargs_data"))
+        return {
+            "prompt_ids": rendered["prompt_ids"],
+            "pixel_values": features["pixel_values"],
+            "image_grid_thw": features["image_grid_thw"],
+        }
+
 
 def make_generator(
     cfg: Any, inference_engine_client: Any, tokenizer: Any, policy_model_name: str | None = None
 ) -> MaskingGymGenerator | MaskingVLMGymGenerator:
     """The generator SkyRL's trainer uses for ``cfg`` (a :class:`~skyrl_rewards.train.config.TrainConfig`).
 
-    Vision-language when ``cfg.generator.vision_language_generator`` is set, text otherwise.
+    Vision-language when ``cfg.generator.vision_language_generator`` is set, text otherwise;
+    called per prompt group (``per_group``) when ``cfg.trainer.fully_async.enabled``.
     """
     cls = MaskingVLMGymGenerator if cfg.generator.vision_language_generator else MaskingGymGenerator
     return cls(
@@ -391,4 +457,5 @@ def make_generator(
         inference_engine_client=inference_engine_client,
         tokenizer=tokenizer,
         policy_model_name=policy_model_name,
+        per_group=cfg.trainer.fully_async.enabled,
     )

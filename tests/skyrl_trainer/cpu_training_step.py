@@ -347,37 +347,25 @@ def math_data(out: Path) -> tuple[list[Path], dict[str, list[str]], list[str]]:
     return [train], replies, overrides
 
 
-def tau_data(out: Path) -> tuple[list[Path], dict[str, list[str]], list[str]]:
-    """Two retail tasks that write data: gold actions for sample 0, goodbye for sample 1."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+def retail_writes(n: int) -> tuple[list[Any], list[int]]:
+    """The retail test tasks and the indices of the first ``n`` that write data."""
     from tau_bench_env.backends import load_domain
     from tau_bench_env.data_model.tasks import RESPOND
 
-    parquet = out / "tau.parquet"
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "data" / "tau_bench_dataset.py"),
-            "--domain",
-            "retail",
-        ]
-        + ["--split", "test", "--out", str(parquet)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
     domain = load_domain("tau2", "retail")
     tasks = domain.tasks("test")
     writes = [
         i
         for i, task in enumerate(tasks)
         if any(a.name not in domain.read_only_tools and a.name != RESPOND for a in task.actions)
-    ][:2]
-    table = pq.read_table(parquet).to_pylist()
-    rows = [{**table[i], "user_turns": ["Hi, I need help with my order."]} for i in writes]
-    pq.write_table(pa.Table.from_pylist(rows), parquet)
+    ]
+    return tasks, writes[:n]
+
+
+def gold_and_goodbye(tasks: list[Any], writes: list[int]) -> dict[str, list[str]]:
+    """Scripted replies: sample 0 of the n-th task plays its gold actions, sample 1 says goodbye."""
+    from tau_bench_env.data_model.tasks import RESPOND
+
     replies: dict[str, list[str]] = {}
     for n, i in enumerate(writes):
         task = tasks[i]
@@ -392,6 +380,32 @@ def tau_data(out: Path) -> tuple[list[Path], dict[str, list[str]], list[str]]:
         closing = "To confirm: " + ", ".join(task.outputs) + "." if task.outputs else "Done."
         replies[f"{n}_0"] = [*turns, closing]
         replies[f"{n}_1"] = ["Goodbye."]
+    return replies
+
+
+def tau_data(out: Path) -> tuple[list[Path], dict[str, list[str]], list[str]]:
+    """Two retail tasks that write data: gold actions for sample 0, goodbye for sample 1."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parquet = out / "tau.parquet"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "data" / "tau_bench_dataset.py"),
+            "--domain",
+            "retail",
+        ]
+        + ["--split", "test", "--out", str(parquet)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    tasks, writes = retail_writes(2)
+    table = pq.read_table(parquet).to_pylist()
+    rows = [{**table[i], "user_turns": ["Hi, I need help with my order."]} for i in writes]
+    pq.write_table(pa.Table.from_pylist(rows), parquet)
+    replies = gold_and_goodbye(tasks, writes)
     overrides = [
         "environment.env_class=tau_bench_env",
         "environment.skyrl_gym.tau_bench_env.backend=tau2",
@@ -483,6 +497,22 @@ def start_ray(cfg: Any) -> None:
         },
     )
     sync_registries()
+
+
+def start_engine(
+    engine: type[StandInEngine], client: type[StandInEngineClient], policy: Path, replies: Any
+) -> tuple[Any, StandInEngineClient]:
+    """The stand-in engine actor (named :data:`ENGINE`) on ``policy`` and its client."""
+    import ray
+    from transformers import AutoTokenizer
+
+    actor = (
+        ray.remote(engine)
+        .options(name=ENGINE, namespace=NAMESPACE, num_cpus=0)
+        .remote(str(policy), replies, SEED)
+    )
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    return actor, client(ENGINE, tokenizer, max_new_tokens=MAX_NEW_TOKENS, temperature=1.0)
 
 
 class Recorder:
@@ -687,19 +717,7 @@ def main(argv: list[str] | None = None) -> int:
     pool = start_reward_pool(cfg) if cfg.reward_pool.config else None
     try:
         register_installed_envs()
-        engine = (
-            ray.remote(setup.engine)
-            .options(name=ENGINE, namespace=NAMESPACE, num_cpus=0)
-            .remote(str(policy), replies, SEED)
-        )
-        from transformers import AutoTokenizer
-
-        client = setup.client(
-            ENGINE,
-            AutoTokenizer.from_pretrained(policy),
-            max_new_tokens=MAX_NEW_TOKENS,
-            temperature=1.0,
-        )
+        engine, client = start_engine(setup.engine, setup.client, policy, replies)
         recorder = Recorder()
         exp = experiment(cfg, client, recorder)
         run_started = time.perf_counter()

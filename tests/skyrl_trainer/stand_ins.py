@@ -23,6 +23,11 @@ advantages and loss, this project's experiment, generator, envs and reward pool 
   Hugging Face processor, as vLLM's render endpoint does (image tokens expanded, the
   processed ``pixel_values`` / ``image_grid_thw`` serialized as ``kwargs_data``), and feeds
   those pixel inputs to every forward it samples or scores with.
+  :meth:`StandInEngineClient.pause_generation` / ``resume_generation`` (what SkyRL's weight
+  sync calls around the transfer when the engine is not colocated, and what the fully-async
+  trainer relies on to keep generating between syncs) hold new requests at the client while
+  paused, as vLLM's pause does, and tell the engine, whose :meth:`StandInEngine.report` keeps
+  the order of what reached it (``events``: generations, pauses, resumes, weight loads).
 - The weight transfer (:func:`stand_in_build_trainer_engine`, in place of SkyRL's
   ``weight_senders.build_trainer_engine``): its ``send_weights`` iterates SkyRL's own
   ``FsdpWeightSource`` (the FSDP all-gather) and hands the gathered state dict to the engine,
@@ -31,6 +36,7 @@ advantages and loss, this project's experiment, generator, envs and reward pool 
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import hashlib
 import importlib.abc
@@ -194,6 +200,9 @@ class StandInEngine:
         self.generator = torch.Generator().manual_seed(seed)
         self.synced: list[str] = []
         self.generated = {"scripted": 0, "sampled": 0}
+        self.events: list[list[Any]] = []
+        """What reached the engine, in order: ``["generate", session, syncs so far]``,
+        ``["pause"]``, ``["resume"]``, ``["load", checksum]``."""
 
     def generate(
         self,
@@ -214,6 +223,7 @@ class StandInEngine:
         }
         features = list(mm_features) if mm_features is not None else [None] * len(session_ids)
         for prompt, session, feature in zip(prompt_token_ids, session_ids, features, strict=True):
+            self.events.append(["generate", str(session), len(self.synced)])
             inputs = self._multimodal_inputs(feature)
             script = self.replies.get(str(session))
             if script:
@@ -270,13 +280,24 @@ class StandInEngine:
             raise ValueError(f"weight sync: missing {sorted(missing)[:5]}")
         self.model.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()}, strict=True)
         self.synced.append(self.checksum())
+        self.events.append(["load", self.synced[-1]])
         return self.synced[-1]
+
+    def pause(self) -> None:
+        self.events.append(["pause"])
+
+    def resume(self) -> None:
+        self.events.append(["resume"])
 
     def checksum(self) -> str:
         return weights_checksum(self.model.state_dict())
 
     def report(self) -> dict[str, Any]:
-        return {"synced": list(self.synced), "generated": dict(self.generated)}
+        return {
+            "synced": list(self.synced),
+            "generated": dict(self.generated),
+            "events": list(self.events),
+        }
 
 
 class VisionStandInEngine(StandInEngine):
@@ -363,11 +384,13 @@ class StandInEngineClient:
     """SkyRL's ``InferenceEngineInterface`` over the :class:`StandInEngine` actor ``name``.
 
     Picklable (SkyRL hands it to the policy workers): it holds the actor's name, not its
-    handle. Engine lifecycle calls (sleep, wake, pause, prefix cache) are no-ops: a CPU
-    engine holds no GPU memory to free.
+    handle (and not its pause state, which lives in the process that pauses). While paused,
+    :meth:`generate` waits (at most :attr:`PAUSE_LIMIT_S`) before sending. Other lifecycle
+    calls (sleep, wake, prefix cache) are no-ops: a CPU engine holds no GPU memory to free.
     """
 
     data_parallel_size = 1
+    PAUSE_LIMIT_S = 300.0
 
     def __init__(self, name: str, tokenizer: Any, *, max_new_tokens: int, temperature: float):
         self.name = name
@@ -376,6 +399,16 @@ class StandInEngineClient:
         self.temperature = temperature
         self.server_urls = [STAND_IN_URL + name]
         self.weight_version = 0
+        self._resumed: asyncio.Event | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_resumed": None}
+
+    def _running(self) -> asyncio.Event:
+        if self._resumed is None:
+            self._resumed = asyncio.Event()
+            self._resumed.set()
+        return self._resumed
 
     @property
     def model_name(self) -> str:
@@ -387,6 +420,13 @@ class StandInEngineClient:
         return ray.get_actor(self.name, namespace=NAMESPACE)
 
     async def generate(self, input_batch: Mapping[str, Any], model: str | None = None) -> dict:
+        try:
+            await asyncio.wait_for(self._running().wait(), self.PAUSE_LIMIT_S)
+        except TimeoutError:
+            raise RuntimeError(
+                f"stand-in engine: paused for over {self.PAUSE_LIMIT_S} s; a weight sync "
+                "paused generation and never resumed it"
+            ) from None
         params = input_batch.get("sampling_params") or {}
         out = await self._engine().generate.remote(
             input_batch["prompt_token_ids"],
@@ -423,10 +463,12 @@ class StandInEngineClient:
         return False
 
     async def pause_generation(self) -> None:
-        pass
+        self._running().clear()
+        await self._engine().pause.remote()
 
     async def resume_generation(self) -> None:
-        pass
+        await self._engine().resume.remote()
+        self._running().set()
 
     async def reset_prefix_cache(self, reset_running_requests: bool = False) -> None:
         pass

@@ -150,7 +150,7 @@ def generate_with_one_failure(
 def check_failed_row(out: dict, training_input: TrainingInputBatch) -> None:
     """Row 1 (``0_1``) failed: masked in the batch, its reward its group's judged mean."""
     validate_generator_output(4, out)  # as RayPPOTrainer.generate does
-    assert out["stop_reasons"][1] == "env_error"
+    assert out["stop_reasons"][1] == "rollout_error"
     assert out["rollout_metrics"]["generate/env_errors"] == 1.0
     assert len(training_input) == 6 and training_input.metadata["pad_size"] == 2
     loss_mask = training_input["loss_mask"]

@@ -407,7 +407,7 @@ def test_an_env_that_raises_ends_one_trajectory_or_the_step_when_asked(
             batch, disable_tqdm=True
         )
     )
-    assert out["loss_masks"][1] == [0] and out["stop_reasons"][1] == "env_error"
+    assert out["loss_masks"][1] == [0] and out["stop_reasons"][1] == "rollout_error"
     assert any(out["loss_masks"][0])
     assert out["rollout_metrics"]["generate/env_errors"] == 1.0
     raising = tau_cfg(
@@ -483,7 +483,7 @@ def test_step_wise_batch_imputes_masked_trajectories_and_skyrl_gives_them_no_adv
     void = [i for i, tid in enumerate(trajectories) if tid[1] == 2]
     assert all(not any(out["loss_masks"][i]) for i in void)
     assert sum(out["rewards"][void[0]]) == 0.0  # the masked trajectory's first step
-    assert out["stop_reasons"][void[-1]] == "env_error"
+    assert out["stop_reasons"][void[-1]] == "rollout_error"
     assert out["rollout_metrics"]["generate/masked_share"] == pytest.approx(2 / 6)
     assert out["rollout_metrics"]["generate/env_errors"] == 1.0
 

@@ -38,15 +38,18 @@ def tree_rss_bytes(process: psutil.Process) -> int:
     return total
 
 
-def run_step(task: str, out: Path) -> tuple[dict[str, Any], float, int]:
-    """The step's summary, its wall seconds and the peak RSS of its process tree."""
+def run_step(
+    task: str, out: Path, script: str = "cpu_training_step.py"
+) -> tuple[dict[str, Any], float, int]:
+    """The run's summary (``script TASK OUT``), its wall seconds and the peak RSS of its
+    process tree."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     started = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "cpu_training_step.py"), task, str(out)],
+        [sys.executable, str(HERE / script), task, str(out)],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
