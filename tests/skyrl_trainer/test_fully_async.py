@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from skyrl.train.fully_async_trainer import GeneratedOutputGroup
 from test_skyrl_training_step import report, run_step
@@ -39,8 +41,18 @@ FULLY_ASYNC = [
 ]
 
 
-def test_a_fully_async_config_checks(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--check", *FULLY_ASYNC]) == 0
+@pytest.fixture(scope="module")
+def train_data(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``data.train_data=[...]``: a one-row parquet of SkyRL's default env, so that ``--check``'s
+    files phase (which opens every file the config names) passes; no validation set is read."""
+    path = tmp_path_factory.mktemp("data") / "train.parquet"
+    prompt = [{"role": "user", "content": "What is 2 + 2?"}]
+    pq.write_table(pa.table({"prompt": [prompt], "env_class": ["gsm8k"]}), path)
+    return f"data.train_data=['{path}']"
+
+
+def test_a_fully_async_config_checks(capsys: pytest.CaptureFixture[str], train_data: str) -> None:
+    assert main(["--check", *FULLY_ASYNC, train_data, "trainer.eval_interval=0"]) == 0
     out = capsys.readouterr().out
     assert "trainer: fully async (workers=8, max_staleness_steps=1" in out
     assert "config OK" in out
