@@ -103,7 +103,8 @@ def test_a_local_pool_leaves_the_users_ray_token_alone(
     env = _without_ray_settings(HOME=str(home), PYTHONPATH=str(TESTS.parent), **mode_setting)
     sample = TESTS.parent / "skyrl_rewards" / "sample_data" / "math.jsonl"
     done = subprocess.run(
-        [sys.executable, "-m", "skyrl_rewards.cli", "score", "--config", "math.yaml"]
+        # --pool: 24 rows would be scored in this process, without Ray (issue 43)
+        [sys.executable, "-m", "skyrl_rewards.cli", "score", "--config", "math.yaml", "--pool"]
         + ["--input", str(sample), "--output", str(tmp_path / "out.jsonl"), "--no-progress"],
         cwd=tmp_path,
         env=env,

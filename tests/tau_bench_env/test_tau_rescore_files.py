@@ -71,7 +71,9 @@ def test_unreadable_file(
 
 def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rescore", str(tmp_path / "none.json"), "--domain", "airline"]) == 2
-    assert "No such file or directory" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'none.json'}: no such file" in err  # one line, no raw [Errno 2]
+    assert "Errno" not in err
 
 
 def test_size_cap_is_checked_before_parsing(
