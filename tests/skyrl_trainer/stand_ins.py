@@ -198,6 +198,8 @@ class StandInEngine:
         self.model.eval()
         self.replies = {k: list(v) for k, v in replies.items()}
         self.generator = torch.Generator().manual_seed(seed)
+        self.never_sampled: list[int] = []
+        """Token ids sampling never draws (the vision engine: the image placeholders)."""
         self.synced: list[str] = []
         self.generated = {"scripted": 0, "sampled": 0}
         self.events: list[list[Any]] = []
@@ -263,6 +265,7 @@ class StandInEngine:
         with torch.no_grad():  # plain ancestral sampling: the engine's generator, reproducible
             for _ in range(max_new_tokens):
                 logits = self._logits(context, inputs)[-1] / max(temperature, 1e-5)
+                logits[self.never_sampled] = float("-inf")
                 token = int(
                     torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator)
                 )
@@ -319,6 +322,15 @@ class VisionStandInEngine(StandInEngine):
         super().__init__(model_path, replies, seed)
         self.processor = AutoProcessor.from_pretrained(model_path)
         self.rendered_images = 0
+        # a sampled <|image_pad|> would count as an image token in the forward's mask and break
+        # the features-to-tokens match (a random tiny policy draws one in a few percent of
+        # samples); a trained model never writes one, and vLLM never reads one as an image
+        config = self.model.config
+        self.never_sampled = [
+            int(getattr(config, name))
+            for name in ("image_token_id", "video_token_id")
+            if getattr(config, name, None) is not None
+        ]
 
     def render(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """``{"token_ids", "features"}`` of the chat with a generation prompt, as vLLM renders it."""
