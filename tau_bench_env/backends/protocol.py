@@ -69,6 +69,11 @@ class Domain:
     """Tools of the user's side (empty: the user only talks)."""
     user_tool_schemas: tuple[dict[str, Any], ...] = ()
     user_read_only_tools: frozenset[str] = frozenset()
+    search_tools: frozenset[str] = frozenset()
+    """Read-only tools that search reference text the data does not hold (banking_knowledge's
+    knowledge base): a call reads and writes no data, and tau2 1.x's evaluator does not run it
+    again (its replay skips every tool that does not mutate state). ``rescore`` of a tau2
+    results file logs such a call with its recorded result instead of running the search."""
     task_set: TaskSet = UNKNOWN_TASK_SET
     """The named tasks' set (:meth:`tasks`): printed by every summary that scores them."""
     task_records: Callable[[], Mapping[str, Mapping[str, Any]]] | None = field(

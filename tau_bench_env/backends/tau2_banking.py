@@ -25,7 +25,8 @@ What tau2 does, and how it is kept here:
   own tool kit (:class:`_EpisodeKits`, on the episode's data), so an unlock
   lasts to the end of the episode and no other episode sees it; ``rescore``
   replays a recorded run's calls in order on a fresh episode, so unlocks are
-  replayed too. The discoverable tools themselves can be called by name, as
+  replayed too (not its knowledge-base searches, :attr:`Domain.search_tools`,
+  which tau2's evaluator does not run again either). The discoverable tools themselves can be called by name, as
   tau2's environment runs them (its gold actions do), but have no schema in
   the prompt. The user's tools are the task's (tau2's ``Task.user_tools``,
   :meth:`BankingDomain.user_tool_schemas_for`).
@@ -95,6 +96,8 @@ REFUSED_VARIANTS = {
     "alltools": "gives the agent a shell and a second, dense search",
 }
 """A word in a setup's name -> why it is not served."""
+RETRIEVAL_MIXINS = "tau2.domains.banking_knowledge.retrieval_mixins"
+"""The module of tau2's knowledge-base search tools (:attr:`Domain.search_tools`)."""
 
 
 def variant_of(domain: str, *, embeddings: bool = False) -> str:
@@ -140,6 +143,19 @@ def read_log_allowlist(task: Task) -> frozenset[str]:
     )
 
 
+def _discoverable_once(kit: Any) -> Any:
+    """``kit`` answering ``get_discoverable_tools`` from a table built once.
+
+    tau2's method rebuilds the table on every call (every tool bound anew, then
+    filtered), and its discoverable-tool calls ask for it two or three times
+    each; the table is fixed per kit object (the class's tools, bound to it),
+    so a copy of the same table is the same answer.
+    """
+    table = type(kit).get_discoverable_tools(kit)
+    kit.get_discoverable_tools = lambda: dict(table)
+    return kit
+
+
 class _EpisodeKits:
     """One episode's tool kits (agent's and user's), over whichever database the episode
     holds at the call; the agent's keeps its unlocks for the episode's whole life."""
@@ -149,8 +165,8 @@ class _EpisodeKits:
         agent._user_discoverable_tools_state = {}
         agent._agent_discoverable_tools_state = {}
         agent.set_read_log_allowlist(set(allowlist))
-        self.agent = agent
-        self.user = user_class(None)
+        self.agent = _discoverable_once(agent)
+        self.user = _discoverable_once(user_class(None))
 
     def over(self, db: Any) -> SimpleNamespace:
         """Both kits pointed at ``db``."""
@@ -297,6 +313,13 @@ def _read_only(kit: Any, name: str) -> bool:
     return kit.tool_type(name).value in READ_ONLY_TYPES and not kit.tool_mutates_state(name)
 
 
+def _searches(kit: Any, name: str) -> bool:
+    """A retrieval tool of tau2's setups (``KB_search``, ``grep``, ...: a method of its
+    ``retrieval_mixins``) that does not mutate state: it searches the knowledge base only."""
+    module = getattr(getattr(type(kit), name, None), "__module__", "")
+    return module == RETRIEVAL_MIXINS and not kit.tool_mutates_state(name)
+
+
 def load_banking_domain(
     domain: str,
     *,
@@ -327,6 +350,7 @@ def load_banking_domain(
         tool_schemas=schemas,
         terminate_tools=TERMINATE_TOOLS & set(names),
         read_only_tools=read_only,
+        search_tools=frozenset(n for n in names if _searches(agent_kit, n)),
         policy=environment.get_policy(),
         splits={"base": _SplitLoader(spec.environment, "base")},  # tau2 has no splits here
         hash_index=HashIndex({}),

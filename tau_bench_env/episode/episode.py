@@ -94,6 +94,12 @@ class Episode:
         self.transcript += [("assistant", None), ("tool", observation)]
         return observation
 
+    def log_tool_call(self, name: str, kwargs: Mapping[str, Any], observation: str) -> None:
+        """Log a tool call with a known observation, without running it (``rescore``'s
+        replay of a call to one of :attr:`Domain.search_tools`, which touch no data)."""
+        self.actions.append(Action(name, dict(kwargs)))
+        self.transcript += [("assistant", None), ("tool", observation)]
+
     def call_user_tool(self, name: str, kwargs: Mapping[str, Any]) -> str:
         """Log and run a user-side tool call (same bounds); returns the observation."""
         action = Action(name, dict(kwargs))

@@ -372,6 +372,9 @@ def replay_simulation(
     the task's message history is the episode's opening (already applied).
     Each replayed tool result is compared with the recorded one
     (:class:`RunScore` ``tool_results``, ``diverged_results``, ``first_divergence``).
+    A call to one of the domain's :attr:`~Domain.search_tools` (banking_knowledge's
+    knowledge-base searches, which touch no data) is logged with its recorded result, not
+    run again nor compared, as tau2 1.x's evaluator skips it in its replay.
 
     A run that did not end by the agent's or the user's stop is scored as cut
     off: 0.0 (tau2's rule; ``score_truncated`` lifts it for the hash reward only).
@@ -404,6 +407,11 @@ def replay_simulation(
             ran = name in domain.user_tools
         elif turn.is_reply:
             episode.respond(str(turn.action.kwargs["content"]))
+            continue
+        elif name in domain.search_tools:
+            # a knowledge-base search: tau2's replay does not run it again; nothing to compare
+            recorded = turn.result.content if turn.result is not None else ""
+            episode.log_tool_call(name, turn.action.kwargs, recorded)
             continue
         elif name != RESPOND or RESPOND in domain.tools:
             # a call the model named "respond" has no tool to run, and is no reply

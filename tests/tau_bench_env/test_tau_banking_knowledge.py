@@ -198,6 +198,14 @@ def test_discovered_tools_last_for_their_episode_only() -> None:
     second = Episode(domain, task)  # same task, same shared domain: no unlock carried over
     assert "has not been unlocked" in _run(second, _call(READ, user_id="x"))
 
+    # each kit's discoverable-tool table is built once: tau2's own, bound to that kit
+    kits = domain.spec.kits(first.data)
+    for kit in (kits.agent, kits.user):
+        table = kit.get_discoverable_tools()
+        assert table == type(kit).get_discoverable_tools(kit) and table
+        assert all(tool.__self__ is kit for tool in table.values())
+    assert kits.agent is not domain.spec.kits(second.data).agent
+
 
 def test_the_allowlist_changes_the_hash_as_tau2_does() -> None:
     from tau2.domains.banking_knowledge.environment import get_environment
@@ -344,7 +352,7 @@ def test_rescore_agrees_with_tau2_on_a_results_file(
     summary = json.loads(capsys.readouterr().out)
     assert summary["runs"] == 4 and summary["success_rate"] == 0.5
     assert summary["agreement"] == 1.0 and summary["disagreements"] == []
-    assert summary["diverged"] == 0  # the search's time is not compared
+    assert summary["diverged"] == 0  # the search is logged, not run again (as in tau2)
 
 
 def _eval(domain: Any, out: Any, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, Any]:

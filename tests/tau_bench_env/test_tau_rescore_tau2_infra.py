@@ -149,6 +149,37 @@ def test_banking_file_rescores_to_tau2s_metrics_on_its_setup(
 
 
 @tau2_bench_only
+@pytest.mark.parametrize("reward", ["hash", "tau2"])
+def test_searches_are_logged_not_run_again(
+    reward: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tau2's replay skips the knowledge-base searches (they mutate nothing): so does
+    ``rescore``'s; every other call still runs and is compared."""
+    from tau_bench_env.backends import load_domain
+
+    assert load_domain("tau2_bench", "banking_knowledge@grep_only").search_tools == {"grep"}
+    assert load_domain("tau2_bench", "banking_knowledge@bm25").search_tools == {"KB_search"}
+    args = ["--backend", "tau2_bench", "--reward", reward]
+    shipped = cli_json([str(BANKING), *args], capsys)
+    raw = json.loads(BANKING.read_text())
+    searches = calls = 0
+    for simulation in raw["simulations"]:
+        named = {c["id"]: c["name"] for m in simulation["messages"] for c in m.get("tool_calls") or []}
+        for message in simulation["messages"]:
+            if message["role"] == "tool":
+                calls += 1
+                if named[message["id"]] == "grep":
+                    searches += 1
+                    message["content"] = "No matches found for pattern: something else"
+    assert searches == 7 and shipped["tool_results"] == calls - searches
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(raw))
+    summary = cli_json([str(edited), *args], capsys)
+    assert summary["diverged"] == 0 and summary["tool_results"] == calls - searches
+    assert_tau2_figures(summary, BANKING)
+
+
+@tau2_bench_only
 @pytest.mark.parametrize("setup", ["bm25", "bm25_grep"])
 def test_another_setup_is_refused_naming_both(
     setup: str, capsys: pytest.CaptureFixture[str]
