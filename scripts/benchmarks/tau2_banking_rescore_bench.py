@@ -1,7 +1,7 @@
 """Per-run time of ``rescore``'s replay of banking_knowledge runs against tau2's own evaluator.
 
-The runs are written by tau2-bench 1.x's own code, as
-``scripts/samples/make_tau2_infra_results_sample.py`` writes its banking file:
+The runs are written by tau2-bench 1.x's own code, through the ``simulate`` of
+``scripts/samples/make_tau2_infra_results_sample.py`` (as its banking file):
 for each of the first ``--tasks`` tasks whose gold actions hold at least one
 read and two writes, ``--trials`` runs on the retrieval setup, each a
 greeting, one call of every search tool of the setup (``KB_search``,
@@ -55,9 +55,8 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts" / "samples"))  # make_tau2_results_sample
+sys.path.insert(0, str(ROOT / "scripts" / "samples"))  # the sample writers' tau2 code
 DOMAIN = "banking_knowledge"
-READ_ONLY_TYPES = frozenset({"read", "generic", "think"})
 SEARCH_ARGUMENT = {"KB_search": "query", "grep": "pattern"}
 """The search tools of the served setups and their one argument."""
 
@@ -68,15 +67,6 @@ def _quiet() -> None:
     logger.disable("tau2")
 
 
-def _read_only(environment: Any, requestor: str, name: str, arguments: dict[str, Any]) -> bool:
-    kit = environment.user_tools if requestor == "user" else environment.tools
-    name = arguments.get("agent_tool_name") or arguments.get("discoverable_tool_name") or name
-    try:
-        return kit.tool_type(name).value in READ_ONLY_TYPES
-    except (KeyError, ValueError, AttributeError):
-        return False
-
-
 def _query(task: Any) -> str:
     """What the run searches for: the task's first discoverable tool, else its first document."""
     for action in task.evaluation_criteria.actions or []:
@@ -85,86 +75,22 @@ def _query(task: Any) -> str:
     return str((task.required_documents or ["card"])[0])
 
 
-def run_config(setup: str, trials: int) -> Any:
-    """The ``TextRunConfig`` a ``tau2 run`` of the file would have had."""
-    from tau2.data_model.simulation import TextRunConfig
-
-    return TextRunConfig(
-        domain=DOMAIN,
-        agent="llm_agent",
-        llm_agent="scripted",
-        user="user_simulator",
-        llm_user="scripted",
-        num_trials=trials,
-        max_steps=60,
-        max_errors=10,
-        seed=0,
-        retrieval_config=setup,
-    )
-
-
-def _simulate(config: Any, task: Any, trial: int) -> Any:
-    """One scored ``SimulationRun`` of ``task`` (tau2's environment and evaluator)."""
-    from make_tau2_results_sample import stamped_run
-    from tau2.data_model.message import AssistantMessage, ToolCall, UserMessage
-    from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
-    from tau2.runner.build import _build_env_kwargs, build_environment
-
-    env_kwargs = _build_env_kwargs(config, task)
-    environment = build_environment(DOMAIN, env_kwargs=env_kwargs)
-    start = task.initial_state
-    if start is not None:
-        environment.set_state(
-            initialization_data=start.initialization_data,
-            initialization_actions=start.initialization_actions,
-            message_history=list(start.message_history or []),
-        )
-    gold = [(a.requestor, a.name, dict(a.arguments)) for a in task.evaluation_criteria.actions]
-    if trial % 2:
-        writes = [i for i, a in enumerate(gold) if not _read_only(environment, *a)]
-        gold = [a for i, a in enumerate(gold) if i != writes[-1]]
-    searches = [
-        ("assistant", name, {argument: _query(task)})
-        for name, argument in SEARCH_ARGUMENT.items()
-        if environment.tools.has_tool(name)
-    ]
-    messages: list[Any] = [
-        AssistantMessage(role="assistant", content="Hi! How can I help you today?"),
-        UserMessage(role="user", content="Hi, I need some help with my account."),
-    ]
-    for number, (requestor, name, arguments) in enumerate(searches + gold):
-        call = ToolCall(id=f"call_{number}", name=name, arguments=arguments, requestor=requestor)
-        sender = UserMessage if requestor == "user" else AssistantMessage
-        messages.append(sender(role=requestor, tool_calls=[call]))
-        messages.append(environment.get_response(call))
-    messages.append(AssistantMessage(role="assistant", content="Is there anything else?"))
-    messages.append(UserMessage(role="user", content="Thanks, that is all. ###STOP###"))
-    run = stamped_run(f"{DOMAIN}-{task.id}-trial{trial}", task.id, "user_stop", messages, trial)
-    run.reward_info = evaluate_simulation(
-        simulation=run,
-        task=task,
-        evaluation_type=EvaluationType.ALL,
-        solo_mode=False,
-        domain=DOMAIN,
-        env_kwargs=env_kwargs,
-    )
-    return run
-
-
 def write_file(path: Path, setup: str, tasks: int, trials: int) -> None:
     """Write the runs (see above) as tau2's ``Results`` JSON at ``path``."""
+    from make_tau2_infra_results_sample import read_only, run_config, simulate
     from make_tau2_results_sample import TIMESTAMP
     from tau2.data_model.simulation import Results
     from tau2.registry import registry
     from tau2.runner.build import build_environment
     from tau2.runner.helpers import get_info
 
-    config = run_config(setup, trials)
+    config = run_config(DOMAIN, setup, trials)
     environment = build_environment(DOMAIN, env_kwargs={"retrieval_variant": setup})
+    searches = [name for name in SEARCH_ARGUMENT if environment.tools.has_tool(name)]
 
     def shape(task: Any) -> tuple[int, int]:
         actions = [(a.requestor, a.name, dict(a.arguments)) for a in task.evaluation_criteria.actions]
-        reads = sum(_read_only(environment, *a) for a in actions)
+        reads = sum(read_only(environment, *a) for a in actions)
         return reads, len(actions) - reads
 
     chosen = [
@@ -172,7 +98,17 @@ def write_file(path: Path, setup: str, tasks: int, trials: int) -> None:
         for t in sorted(registry.get_tasks_loader(DOMAIN)(), key=lambda t: t.id)
         if shape(t)[0] >= 1 and shape(t)[1] >= 2
     ][:tasks]
-    runs = [_simulate(config, task, trial) for trial in range(trials) for task in chosen]
+    runs = [
+        simulate(
+            config,
+            task,
+            "without last write" if trial % 2 else "ground truth",
+            trial,
+            [("assistant", name, {SEARCH_ARGUMENT[name]: _query(task)}) for name in searches],
+        )
+        for trial in range(trials)
+        for task in chosen
+    ]
     info = get_info(config)
     Results(timestamp=TIMESTAMP, info=info, tasks=chosen, simulations=runs).save(path)
 
@@ -184,7 +120,9 @@ def time_tau2(path: Path) -> dict[str, Any]:
     from tau2.runner.build import _build_env_kwargs
 
     results = Results.load(path)
-    config = run_config(results.info.retrieval_config, results.info.num_trials)
+    from make_tau2_infra_results_sample import run_config
+
+    config = run_config(DOMAIN, results.info.retrieval_config, results.info.num_trials)
     tasks = {t.id: t for t in results.tasks}
     wall, cpu, rewards = [], [], []
     for run in results.simulations:

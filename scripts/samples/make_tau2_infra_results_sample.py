@@ -71,7 +71,7 @@ SEARCH = {"banking_knowledge": ("grep", {"pattern": "order_replacement_credit_ca
 """A knowledge-base search the agent makes before the gold actions (per domain)."""
 
 
-def run_config(domain: str, setup: str | None) -> Any:
+def run_config(domain: str, setup: str | None, trials: int = TRIALS) -> Any:
     """The ``TextRunConfig`` a ``tau2 run`` of these files would have had."""
     from tau2.data_model.simulation import TextRunConfig
 
@@ -81,7 +81,7 @@ def run_config(domain: str, setup: str | None) -> Any:
         llm_agent="scripted",
         user="user_simulator",
         llm_user="scripted",
-        num_trials=TRIALS,
+        num_trials=trials,
         max_steps=30,
         max_errors=10,
         seed=0,
@@ -89,7 +89,8 @@ def run_config(domain: str, setup: str | None) -> Any:
     )
 
 
-def _read_only(environment: Any, requestor: str, tool: str, arguments: dict[str, Any]) -> bool:
+def read_only(environment: Any, requestor: str, tool: str, arguments: dict[str, Any]) -> bool:
+    """Whether tau2 types the call's tool (a discoverable call: the tool it calls) read-only."""
     kit = environment.user_tools if requestor == "user" else environment.tools
     if tool in ("call_discoverable_agent_tool", "call_discoverable_user_tool"):
         tool = arguments.get("agent_tool_name") or arguments.get("discoverable_tool_name") or tool
@@ -99,8 +100,12 @@ def _read_only(environment: Any, requestor: str, tool: str, arguments: dict[str,
         return False
 
 
-def simulate(config: Any, task: Any, plan: str, trial: int) -> Any:
-    """One scored ``SimulationRun`` of ``plan`` on ``task`` (tau2's environment and evaluator)."""
+def simulate(
+    config: Any, task: Any, plan: str, trial: int, searches: list[tuple[str, str, Any]] | None = None
+) -> Any:
+    """One scored ``SimulationRun`` of ``plan`` on ``task`` (tau2's environment and evaluator);
+    ``searches``: the (requestor, tool, arguments) calls before the gold actions (default: the
+    domain's :data:`SEARCH`)."""
     from tau2.data_model.message import AssistantMessage, ToolCall, UserMessage
     from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
     from tau2.runner.build import _build_env_kwargs, build_environment
@@ -116,10 +121,11 @@ def simulate(config: Any, task: Any, plan: str, trial: int) -> Any:
         )
     gold = [(a.requestor, a.name, dict(a.arguments)) for a in task.evaluation_criteria.actions]
     if plan == "without last write":
-        writes = [i for i, a in enumerate(gold) if not _read_only(environment, *a)]
+        writes = [i for i, a in enumerate(gold) if not read_only(environment, *a)]
         gold = [a for i, a in enumerate(gold) if i != writes[-1]]
-    steps = [("assistant", *SEARCH[config.domain])] if config.domain in SEARCH else []
-    steps += gold
+    if searches is None:
+        searches = [("assistant", *SEARCH[config.domain])] if config.domain in SEARCH else []
+    steps = searches + gold
     messages: list[Any] = [
         AssistantMessage(role="assistant", content="Hi! How can I help you today?"),
         UserMessage(role="user", content="Hi, I need some help with my account."),
