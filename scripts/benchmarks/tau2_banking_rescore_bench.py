@@ -89,7 +89,9 @@ def write_file(path: Path, setup: str, tasks: int, trials: int) -> None:
     searches = [name for name in SEARCH_ARGUMENT if environment.tools.has_tool(name)]
 
     def shape(task: Any) -> tuple[int, int]:
-        actions = [(a.requestor, a.name, dict(a.arguments)) for a in task.evaluation_criteria.actions]
+        actions = [
+            (a.requestor, a.name, dict(a.arguments)) for a in task.evaluation_criteria.actions
+        ]
         reads = sum(read_only(environment, *a) for a in actions)
         return reads, len(actions) - reads
 

@@ -101,7 +101,11 @@ def read_only(environment: Any, requestor: str, tool: str, arguments: dict[str, 
 
 
 def simulate(
-    config: Any, task: Any, plan: str, trial: int, searches: list[tuple[str, str, Any]] | None = None
+    config: Any,
+    task: Any,
+    plan: str,
+    trial: int,
+    searches: list[tuple[str, str, Any]] | None = None,
 ) -> Any:
     """One scored ``SimulationRun`` of ``plan`` on ``task`` (tau2's environment and evaluator);
     ``searches``: the (requestor, tool, arguments) calls before the gold actions (default: the
@@ -168,7 +172,9 @@ def results(stem: str) -> Any:
     for trial in range(TRIALS):
         for task_id, plans in plan.items():
 
-            def run_fn(task: Any = tasks[task_id], label: str = plans[trial]) -> Any:
+            def run_fn(
+                task: Any = tasks[task_id], label: str = plans[trial], trial: int = trial
+            ) -> Any:
                 if label == "infrastructure error":
                     raise EndpointDown("agent endpoint unreachable (scripted)")
                 return simulate(config, task, label, trial)

@@ -26,9 +26,9 @@ What tau2 does, and how it is kept here:
   lasts to the end of the episode and no other episode sees it; ``rescore``
   replays a recorded run's calls in order on a fresh episode, so unlocks are
   replayed too (not its knowledge-base searches, :attr:`Domain.search_tools`,
-  which tau2's evaluator does not run again either). The discoverable tools themselves can be called by name, as
-  tau2's environment runs them (its gold actions do), but have no schema in
-  the prompt. The user's tools are the task's (tau2's ``Task.user_tools``,
+  which tau2's evaluator does not run again either). The discoverable tools
+  themselves can be called by name, as tau2's environment runs them (its gold
+  actions do), but have no schema in the prompt. The user's tools are the task's (tau2's ``Task.user_tools``,
   :meth:`BankingDomain.user_tool_schemas_for`).
 - **The read-log allowlist.** A call through ``call_discoverable_agent_tool``
   is logged to the ``agent_discoverable_tools`` table (so it counts in the

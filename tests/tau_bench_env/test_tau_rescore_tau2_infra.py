@@ -164,7 +164,9 @@ def test_searches_are_logged_not_run_again(
     raw = json.loads(BANKING.read_text())
     searches = calls = 0
     for simulation in raw["simulations"]:
-        named = {c["id"]: c["name"] for m in simulation["messages"] for c in m.get("tool_calls") or []}
+        named = {
+            c["id"]: c["name"] for m in simulation["messages"] for c in m.get("tool_calls") or []
+        }
         for message in simulation["messages"]:
             if message["role"] == "tool":
                 calls += 1
