@@ -43,7 +43,7 @@ def openrlhf_rows(document: Any, *, max_rows: int) -> list[dict[str, Any]]:
     prompts = _parallel(document, "prompts", len(queries), str)
     labels = _parallel(document, "labels", len(queries), (str, dict))
     rows = []
-    for index, (query, prompt, label) in enumerate(zip(queries, prompts, labels)):
+    for index, (query, prompt, label) in enumerate(zip(queries, prompts, labels, strict=True)):
         if not isinstance(query, str):
             raise BadRequest(f"body.query[{index}]: expected string, got {type_name(query)}")
         completion = query[len(prompt) :] if query.startswith(prompt) else query
@@ -92,7 +92,9 @@ def output_text(output: list[Any]) -> str:
     parts = []
     for index, item in enumerate(output):
         if not isinstance(item, dict):
-            raise BadRequest(f"body.response.output[{index}]: expected object, got {type_name(item)}")
+            raise BadRequest(
+                f"body.response.output[{index}]: expected object, got {type_name(item)}"
+            )
         if item.get("type") != "message":
             continue
         content = item.get("content")

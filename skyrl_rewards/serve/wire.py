@@ -28,7 +28,7 @@ class BadRequest(ValueError):
 def parse_json(body: bytes) -> Any:
     """The JSON document in ``body``; :class:`BadRequest` (400) naming where it breaks."""
     try:
-        return json.loads(body)
+        return json.loads(body.decode("utf-8"))  # bytes to json.loads would also guess UTF-16/32
     except UnicodeDecodeError as error:
         raise BadRequest(f"body: not UTF-8 ({error.reason} at byte {error.start})") from None
     except json.JSONDecodeError as error:
@@ -84,9 +84,12 @@ def cause_of(result: RewardResult) -> str | None:
     """Why a row is masked (each failed component and its error), ``None`` when it is not."""
     if not result.should_mask:
         return None
-    return "; ".join(
-        f"{name}: {result.status.get(name)}: {error}" for name, error in result.errors.items()
-    ) or "masked"
+    return (
+        "; ".join(
+            f"{name}: {result.status.get(name)}: {error}" for name, error in result.errors.items()
+        )
+        or "masked"
+    )
 
 
 def result_json(result: RewardResult) -> dict[str, Any]:
