@@ -194,3 +194,12 @@ def test_tokens_and_settings_are_checked(tmp_path, monkeypatch) -> None:
         read_token(tmp_path / "absent")
     monkeypatch.setenv("SKYRL_REWARDS_SERVE_TOKEN", "from-env")
     assert read_token(None) == "from-env"
+
+
+def test_serve_command_refuses_an_open_host_without_a_token(capsys, monkeypatch) -> None:
+    from skyrl_rewards.cli.main import main
+
+    monkeypatch.delenv("SKYRL_REWARDS_SERVE_TOKEN", raising=False)
+    assert main(["serve", "--config", "pool.yaml", "--host", "0.0.0.0"]) == 2  # the bundled one
+    err = capsys.readouterr().err
+    assert "0.0.0.0 is reachable from other machines and no token is set" in err
