@@ -300,23 +300,52 @@ def test_refusals_answer_a_status_and_log_the_cause(service, auth, send, status,
 
 def test_a_429_storm_is_refused_with_retry_after_and_loses_nothing(service) -> None:
     url, _ = service
-    batches = [slow_rows(2) + rows_of(62) for _ in range(8)]  # 8 x 64 rows; 128 may queue
     before = metrics(url)["events"].get("429", 0)
-    with ThreadPoolExecutor(len(batches)) as threads:
-        responses = list(threads.map(lambda b: post(url, "/v1/score", {"rows": b}), batches))
-    refused = [r for r in responses if r.status_code == 429]
-    served = [(b, r) for b, r in zip(batches, responses, strict=True) if r.status_code == 200]
-    assert len(refused) + len(served) == len(batches)
-    assert refused and served  # at most two 64-row requests fit in 128 queued rows
-    assert all(r.headers["Retry-After"] == "1" and "busy" in r.json()["error"] for r in refused)
-    for batch, response in served:  # every admitted row answered, the hangs masked as timeouts
+    slow = [slow_rows(4) + rows_of(60) for _ in range(2)]  # 2 x 64 rows fill the 128 queued
+    storm = [rows_of(64) for _ in range(6)]
+    with ThreadPoolExecutor(len(slow) + len(storm)) as threads:
+        admitted = [threads.submit(post, url, "/v1/score", {"rows": b}) for b in slow]
+        wait_for(lambda: metrics(url)["queued_rows"] == 128, "the queue full")
+        refused = list(threads.map(lambda b: post(url, "/v1/score", {"rows": b}), storm))
+        assert [r.status_code for r in refused] == [429] * len(storm)
+        assert all(r.headers["Retry-After"] == "1" for r in refused)
+        assert all("busy: 128 rows queued" in r.json()["error"] for r in refused)
+        answered = [future.result(WAIT_S) for future in admitted]
+    for batch, response in zip(slow, answered, strict=True):  # every admitted row answered
         results = response.json()["results"]
-        assert len(results) == 64
-        assert [r["status"]["accuracy"] for r in results[:2]] == ["timeout", "timeout"]
-        assert results[2:] == post(url, "/v1/score", {"rows": batch[2:]}).json()["results"]
+        assert [r["status"]["accuracy"] for r in results[:4]] == ["timeout"] * 4
+        assert all("timed out" in r["cause"] for r in results[:4])
+        assert [r["value"] for r in results[4:]] == [r.total for r in in_process(batch[4:])]
+    for batch in storm:  # the refused come back after Retry-After and are scored
+        time.sleep(1)
+        response = post(url, "/v1/score", {"rows": batch})
+        assert response.status_code == 200 and len(response.json()["results"]) == 64
     seen = metrics(url)
-    assert seen["events"]["429"] == before + len(refused)
+    assert seen["events"]["429"] == before + len(storm)
     assert seen["queued_rows"] == 0
+
+
+def test_a_cancelled_caller_leaves_shared_work_to_the_others(service) -> None:
+    """What the scorer does when Serve cancels a disconnected client's request."""
+    pool = RewardPool.connect(POOL)
+    rows = slow_rows(2) + rows_of(5)
+
+    async def both() -> list[Any]:
+        first = asyncio.ensure_future(pool.score_async(rows))
+        second = asyncio.ensure_future(pool.score_async(rows))  # the same work, joined
+        await asyncio.sleep(0.2)
+        first.cancel()
+        return await asyncio.wait_for(second, WAIT_S)
+
+    try:
+        results = asyncio.run(both())
+        assert [r.status["accuracy"] for r in results[:2]] == ["timeout", "timeout"]
+        assert [r.total for r in results[2:]] == [r.total for r in in_process(rows[2:])]
+        assert [r.total for r in pool.score(rows_of(5))] == [
+            r.total for r in in_process(rows_of(5))
+        ]
+    finally:
+        pool.shutdown()
 
 
 def test_a_client_killed_mid_request_loses_nothing_others_wait_for(service, tmp_path) -> None:
@@ -387,6 +416,8 @@ def test_a_replica_killed_mid_request_reruns_its_work_exactly_once(service) -> N
     assert seen["events"]["replica_retry"] == before + 1  # exactly one re-run
     assert any("scorer replica died mid-request" in f["cause"] for f in seen["recent_faults"])
     wait_for(lambda: len(scorer_replicas(config.app_name)) == 2, "Serve replaced the replica")
+    after = post(url, "/v1/score", {"rows": rows_of(10)}).json()["results"]
+    assert [r["value"] for r in after] == [r.total for r in in_process(rows_of(10))]
 
 
 def test_a_service_without_its_pool_is_refused(service) -> None:
