@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import pytest
 import ray
+from nemo_gym_requests import verify_request
 from ray import serve
 from ray_clusters import two_node_cluster
 from test_pool_faults import HANG_ANSWER, needs_hang
@@ -186,34 +187,7 @@ def test_openrlhf_route_speaks_openrlhfs_shapes(service) -> None:
 
 def test_verify_route_speaks_nemo_gyms_shapes(service) -> None:
     url, _ = service
-    request = {
-        "responses_create_params": {"input": [{"role": "user", "content": "2 + 2?"}]},
-        "response": {
-            "id": "resp_1",
-            "created_at": 1.0,
-            "model": "policy",
-            "object": "response",
-            "output": [
-                {
-                    "id": "msg_1",
-                    "type": "message",
-                    "role": "assistant",
-                    "status": "completed",
-                    "content": [
-                        {
-                            "type": "output_text",
-                            "text": "<think>x</think><answer>4</answer>",
-                            "annotations": [],
-                        }
-                    ],
-                }
-            ],
-            "parallel_tool_calls": False,
-            "tool_choice": "none",
-            "tools": [],
-        },
-        "solution": "<answer>4</answer>",
-    }
+    request = verify_request(["<think>x</think><answer>4</answer>"], solution="<answer>4</answer>")
     answer = post(url, "/verify", request).json()
     here = in_process(
         [{"solution": "<answer>4</answer>", "completion": "<think>x</think><answer>4</answer>"}]

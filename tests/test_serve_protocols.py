@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from nemo_gym_requests import verify_request
 
 from skyrl_rewards.rewards.contract.result import RewardResult
 from skyrl_rewards.serve.protocols import (
@@ -105,33 +106,9 @@ def test_openrlhf_response_has_its_three_keys_and_the_mask() -> None:
     }
 
 
-NEMO_REQUEST = {
-    "responses_create_params": {"input": [{"role": "user", "content": "What is 2 + 2?"}]},
-    "response": {
-        "id": "resp_1",
-        "created_at": 1.0,
-        "model": "policy",
-        "object": "response",
-        "output": [
-            {"type": "reasoning", "id": "rs_1", "summary": []},
-            {
-                "id": "msg_1",
-                "type": "message",
-                "role": "assistant",
-                "status": "completed",
-                "content": [
-                    {"type": "output_text", "text": "<answer>4", "annotations": []},
-                    {"type": "output_text", "text": "</answer>", "annotations": []},
-                ],
-            },
-        ],
-        "parallel_tool_calls": False,
-        "tool_choice": "none",
-        "tools": [],
-    },
-    "solution": "4",
-    "_ng_rollout_id": "r-1",
-}
+NEMO_REQUEST = verify_request(
+    ["<answer>4", "</answer>"], reasoning=True, solution="4", _ng_rollout_id="r-1"
+)
 
 
 def test_verify_row_and_answer() -> None:
