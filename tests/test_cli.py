@@ -796,7 +796,7 @@ def test_a_missing_input_is_named_without_errno(tmp_path: Path, monkeypatch, cap
         (
             [],
             "skyrl-rewards: error: the following arguments are required: "
-            "{score,check,bench,judge-server,pool}",
+            "{score,check,bench,judge-server,pool,serve}",
         ),
     ],
 )

@@ -38,7 +38,12 @@ from skyrl_rewards.pool.config import load_pool_config
 from skyrl_rewards.pool.reward_pool import RewardPool
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.serve.app import scorer_replicas
-from skyrl_rewards.serve.launch import NoPoolToServeError, start_service, stop_service
+from skyrl_rewards.serve.launch import (
+    NoPoolToServeError,
+    ServiceExistsError,
+    start_service,
+    stop_service,
+)
 from skyrl_rewards.serve.settings import ServeConfig
 
 pytestmark = [pytest.mark.slow, pytest.mark.multinode, needs_hang]
@@ -394,7 +399,10 @@ def test_a_replica_killed_mid_request_reruns_its_work_exactly_once(service) -> N
     assert [r["value"] for r in after] == [r.total for r in in_process(rows_of(10))]
 
 
-def test_a_service_without_its_pool_is_refused(service) -> None:
-    _, config = service
+def test_a_second_service_or_one_without_its_pool_is_refused(service) -> None:
+    url, config = service
     with pytest.raises(NoPoolToServeError, match="no reward pool 'absent'"):
-        start_service(ServeConfig(pool_name="absent", port=config.port))
+        start_service(ServeConfig(pool_name="absent", port=config.port, app_name="other"))
+    with pytest.raises(ServiceExistsError, match="'skyrl_rewards' already runs"):
+        start_service(config)
+    assert post(url, "/v1/score", {"rows": rows_of(2)}).status_code == 200  # untouched

@@ -19,6 +19,10 @@ class NoPoolToServeError(ValueError):
     """Raised when the pool the service should serve does not run."""
 
 
+class ServiceExistsError(ValueError):
+    """Raised when an application of the service's name already runs on the cluster."""
+
+
 def base_url(config: ServeConfig) -> str:
     """``http://HOST:PORT`` plus the route prefix, without a trailing slash."""
     host = f"[{config.host}]" if ":" in config.host else config.host
@@ -29,10 +33,19 @@ def start_service(config: ServeConfig) -> str:
     """Deploy the service for ``config`` on the connected cluster; return its base URL.
 
     Raises ``ValueError`` for a non-loopback host without a token (before
-    anything starts) and :class:`NoPoolToServeError` when ``config.pool_name``
-    does not run (start it with ``skyrl-rewards pool start``).
+    anything starts), :class:`NoPoolToServeError` when ``config.pool_name``
+    does not run (start it with ``skyrl-rewards pool start``) and
+    :class:`ServiceExistsError` when ``config.app_name`` already runs (Serve
+    would replace it). Ray Serve has one HTTP host and port per cluster: a
+    second service on a cluster whose Serve already listens shares that
+    address (Serve logs that the new ``http_options`` are not applied).
     """
     check_bind(config)
+    if config.app_name in serve.status().applications:
+        raise ServiceExistsError(
+            f"app_name: a service {config.app_name!r} already runs on this cluster; stop it "
+            "(Ctrl-C its `skyrl-rewards serve`, or `serve.delete`) before starting another"
+        )
     try:
         ray.get_actor(config.pool_name, namespace=config.pool_namespace)
     except ValueError:
