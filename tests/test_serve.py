@@ -243,6 +243,43 @@ def test_verl_reward_function_through_the_service(service, monkeypatch) -> None:
     assert 1 <= sent < len(rows)  # gathered into batches, not one request per sample
 
 
+def test_verl_reward_function_on_the_pool_itself(service) -> None:
+    from skyrl_rewards.serve.verl_reward import close_pool_clients, compute_score
+
+    rows = [row for row in rows_of(10) if "solution" in row]
+
+    async def score_all() -> list[dict[str, float]]:
+        return await asyncio.gather(
+            *(
+                compute_score(
+                    data_source="test",
+                    solution_str=row["completion"],
+                    ground_truth={"solution": row["solution"]},
+                    extra_info={"skyrl_rewards": {"problem_type": "math"}},
+                    pool=POOL,
+                )
+                for row in rows
+            )
+        )
+
+    try:
+        answers = asyncio.run(score_all())
+    finally:
+        close_pool_clients()
+    expected = in_process(
+        [
+            {
+                "problem_type": "math",
+                "solution": r["solution"],
+                "data_source": "test",
+                "completion": r["completion"],
+            }
+            for r in rows
+        ]
+    )
+    assert [a["score"] for a in answers] == [r.total for r in expected]
+
+
 @pytest.mark.parametrize(
     ("auth", "send", "status", "cause"),
     [

@@ -112,6 +112,12 @@ def _pool(name: str, namespace: str) -> Any:
     return _POOLS[key]
 
 
+def close_pool_clients() -> None:
+    """Shut down this process's pool clients (the pool keeps running; the next call reconnects)."""
+    while _POOLS:
+        _POOLS.popitem()[1].shutdown()
+
+
 class _Batcher:
     """Rows of one event loop gathered into ``/v1/score`` requests."""
 
