@@ -14,6 +14,9 @@ by side in alternating turns so that both sides share the machine's load:
   caches warm (measured: whichever side went second was up to 2x faster).
   Items per second of wall time, median round; the overhead is
   1 - HTTP / in-process.
+- ``transport``: ``--small`` batches of ``--batch`` copies of one fresh row (one
+  piece of work: the pool joins the copies), median wall time per side: what
+  carrying a full batch costs beyond its scoring.
 - ``small``: ``--small`` one-row requests (fresh rows: no cache hit), one at a
   time, p50 and p99 latency per side.
 
@@ -94,6 +97,11 @@ def run(rounds: int, batch: int, small: int) -> dict[str, Any]:
                 f"round {round_index + 1}: "
                 + ", ".join(f"{n} {batch / seconds[n][-1]:.0f} items/s" for n in order)
             )
+        transport: dict[str, list[float]] = {name: [] for name in sides}
+        for index in range(small):
+            for name in sides if index % 2 == 0 else reversed(list(sides)):
+                row = {"completion": f"<answer>{index}</answer>", "solution": f"{name}{index}"}
+                transport[name].append(benchlib.timed(sides[name], [row] * batch)[1])
         latency: dict[str, list[float]] = {name: [] for name in sides}
         for index in range(small):
             row = [{"completion": f"<answer>{index}</answer>", "solution": f"{index + 1}"}]
@@ -112,6 +120,7 @@ def run(rounds: int, batch: int, small: int) -> dict[str, Any]:
         "rounds": rounds,
         "items_per_s": {name: round(value, 1) for name, value in items_per_s.items()},
         "overhead": round(1 - items_per_s["http"] / items_per_s["in_process"], 4),
+        "transport_ms": {n: round(benchlib.median(v, 6) * 1e3, 2) for n, v in transport.items()},
         "small_requests": small,
         "small_p50_ms": {
             n: round(benchlib.percentile(v, 0.5) * 1e3, 2) for n, v in latency.items()
@@ -130,6 +139,8 @@ def format_table(report: dict[str, Any]) -> str:
         "|---|---|---|",
         f"| items/s, batches of {report['batch']} (median of {report['rounds']}) | "
         f"{report['items_per_s']['in_process']:.0f} | {report['items_per_s']['http']:.0f} |",
+        f"| {report['batch']} copies of one row, median (ms, {report['small_requests']} each) | "
+        f"{report['transport_ms']['in_process']:.1f} | {report['transport_ms']['http']:.1f} |",
         f"| one-row request p50 / p99 (ms, {report['small_requests']} each) | "
         f"{report['small_p50_ms']['in_process']:.1f} / {report['small_p99_ms']['in_process']:.1f} | "
         f"{report['small_p50_ms']['http']:.1f} / {report['small_p99_ms']['http']:.1f} |",
@@ -143,7 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=8, help="timed batches per side")
     parser.add_argument("--batch", type=int, default=256, help="rows per batch")
-    parser.add_argument("--small", type=int, default=200, help="one-row requests per side")
+    parser.add_argument(
+        "--small", type=int, default=200, help="one-row requests (and copies batches) per side"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     report = run(args.rounds, args.batch, args.small)
