@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -122,6 +123,15 @@ def metrics(url: str) -> dict[str, Any]:
     response = httpx.get(f"{url}/v1/metrics", headers=AUTH, timeout=30)
     assert response.status_code == 200, response.text
     return response.json()
+
+
+def gateway_log(app_name: str) -> str:
+    """What the gateway replicas logged (Serve's replica log files of this cluster's session)."""
+    logs = Path(ray._private.worker._global_node.get_logs_dir_path()) / "serve"
+    return "".join(
+        path.read_text(errors="replace")
+        for path in sorted(logs.glob(f"replica_{app_name}_Gateway_*.log"))
+    )
 
 
 def wait_for(condition: Any, what: str) -> None:
@@ -301,7 +311,7 @@ def test_verl_reward_function_on_the_pool_itself(service) -> None:
     ],
 )
 def test_refusals_answer_a_status_and_log_the_cause(service, auth, send, status, cause) -> None:
-    url, _ = service
+    url, config = service
     before = metrics(url)["events"].get(str(status), 0)
     headers = {**auth, "Content-Type": "application/json"}
     response = httpx.post(f"{url}/v1/score", headers=headers, timeout=60, **send)
@@ -312,6 +322,7 @@ def test_refusals_answer_a_status_and_log_the_cause(service, auth, send, status,
     seen = metrics(url)
     assert seen["events"][str(status)] == before + 1
     assert any(cause in fault["cause"] for fault in seen["recent_faults"])
+    wait_for(lambda: cause in gateway_log(config.app_name), "the cause in the gateway's log")
 
 
 def test_a_429_storm_is_refused_with_retry_after_and_loses_nothing(service) -> None:

@@ -89,6 +89,7 @@ def test_openrlhf_rows_strip_the_prompt_and_read_labels() -> None:
         ({"query": ["a"], "prompts": ["p"]}, "body.labels: missing"),
         ({"query": [3], "prompts": ["p"], "labels": ["1"]}, "body.query[0]: expected string"),
         ({"query": ["a"], "prompts": ["p"], "labels": [3]}, "body.labels[0]: got number"),
+        ({"query": ["a"], "prompts": ["p"], "labels": [None]}, "start OpenRLHF with --label_key"),
     ],
 )
 def test_openrlhf_malformed(body: dict, says: str) -> None:

@@ -14,13 +14,15 @@ once, to another replica (counted ``replica_retry`` with its cause; a second
 death answers 503). A client that disconnects has its request cancelled; the
 pool still finishes the work it shares with other requests (a cancelled
 item's result is dropped, nobody else's). Every refusal is answered with a
-status and a one-line cause, logged and kept in ``GET /v1/metrics``.
+status and a one-line cause, logged (the gateway replica's Serve log,
+``logs/serve/replica_<app>_Gateway_*.log``) and kept in ``GET /v1/metrics``.
 """
 
 # no `from __future__ import annotations`: FastAPI reads the route methods' annotations
 # (``Request``) at import time, and Serve's ingress moves the methods out of this module.
 import asyncio
 import hmac
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -82,7 +84,8 @@ class Gateway:
         self._scorer = scorer
         self._config = ServeConfig(**settings)
         self._token = self._config.token.encode() if self._config.token else None
-        self._metrics = RouteMetrics()
+        # Serve writes the "ray.serve" logger of a replica to its log file (logs/serve/replica_*)
+        self._metrics = RouteMetrics(logging.getLogger("ray.serve"))
         self._queued_rows = 0
 
     @api.post("/v1/score")

@@ -57,6 +57,11 @@ def _parallel(document: dict[str, Any], name: str, count: int, kind: Any) -> lis
     if len(values) != count:
         raise BadRequest(f"body.{name}: {len(values)} entries for {count} queries")
     for index, value in enumerate(values):
+        if value is None and name == "labels":
+            raise BadRequest(
+                f"body.labels[{index}]: null; start OpenRLHF with --label_key naming the "
+                "dataset's answer column (it becomes the row's solution)"
+            )
         if not isinstance(value, kind):
             raise BadRequest(f"body.{name}[{index}]: got {type_name(value)}")
     return values

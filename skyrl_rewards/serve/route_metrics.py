@@ -16,7 +16,8 @@ RECENT_FAULTS = 64
 class RouteMetrics:
     """Requests, rows, masked rows, statuses and latency per route; events (retries, disconnects)."""
 
-    def __init__(self) -> None:
+    def __init__(self, log: logging.Logger = logger) -> None:
+        self._log = log
         self._requests: Counter[str] = Counter()
         self._rows: Counter[str] = Counter()
         self._masked: Counter[str] = Counter()
@@ -44,7 +45,7 @@ class RouteMetrics:
         """Log ``cause`` and keep it among the recent faults under ``kind``."""
         self._events[kind] += 1
         self._faults.append({"route": route, "kind": kind, "cause": cause, "at": time.time()})
-        logger.warning("skyrl-rewards serve: %s %s: %s", route, kind, cause)
+        self._log.warning("skyrl-rewards serve: %s %s: %s", route, kind, cause)
 
     def event(self, kind: str) -> None:
         """Count an event that needs no log line."""
