@@ -38,7 +38,6 @@ from skyrl_rewards.pool import service as pool_service
 from skyrl_rewards.pool.config import load_pool_config
 from skyrl_rewards.pool.reward_pool import RewardPool
 from skyrl_rewards.rewards.mix import RewardMix
-from skyrl_rewards.serve.app import scorer_replicas
 from skyrl_rewards.serve.launch import (
     NoPoolToServeError,
     ServiceExistsError,
@@ -125,13 +124,29 @@ def metrics(url: str) -> dict[str, Any]:
     return response.json()
 
 
-def gateway_log(app_name: str) -> str:
-    """What the gateway replicas logged (Serve's replica log files of this cluster's session)."""
+def replica_logs(app_name: str, deployment: str) -> dict[str, str]:
+    """Replica id -> what it logged (Serve's replica log files of this cluster's session)."""
     logs = Path(ray._private.worker._global_node.get_logs_dir_path()) / "serve"
-    return "".join(
-        path.read_text(errors="replace")
-        for path in sorted(logs.glob(f"replica_{app_name}_Gateway_*.log"))
-    )
+    prefix = f"replica_{app_name}_{deployment}_"
+    return {
+        path.stem[len(prefix) :]: path.read_text(errors="replace")
+        for path in sorted(logs.glob(f"{prefix}*.log"))
+    }
+
+
+def gateway_log(app_name: str) -> str:
+    """What the gateway replicas logged."""
+    return "".join(replica_logs(app_name, "Gateway").values())
+
+
+def scorer_replicas(app_name: str) -> dict[str, Any]:
+    """Replica id -> actor handle of each live scorer replica."""
+    prefix = f"SERVE_REPLICA::{app_name}#Scorer#"
+    return {
+        actor["name"][len(prefix) :]: ray.get_actor(actor["name"], namespace="serve")
+        for actor in ray.util.list_named_actors(all_namespaces=True)
+        if actor["namespace"] == "serve" and actor["name"].startswith(prefix)
+    }
 
 
 def wait_for(condition: Any, what: str) -> None:
@@ -425,23 +440,29 @@ def test_a_client_killed_mid_request_loses_nothing_others_wait_for(service, tmp_
 def test_a_replica_killed_mid_request_reruns_its_work_exactly_once(service) -> None:
     url, config = service
     before = metrics(url)["events"].get("replica_retry", 0)
-    batches = [slow_rows(2) + rows_of(10) for _ in range(2)]
-    with ThreadPoolExecutor(2) as threads:
-        pending = [threads.submit(post, url, "/v1/score", {"rows": b}) for b in batches]
-        # each scorer takes one request at a time: both replicas are busy once 24 rows queue
-        wait_for(lambda: metrics(url)["queued_rows"] == 24, "both requests in flight")
+    batch = slow_rows(2) + rows_of(21)  # 23 rows: no other test sends a request of 23
+    with ThreadPoolExecutor(1) as threads:
+        pending = threads.submit(post, url, "/v1/score", {"rows": batch})
+
+        def running_on() -> list[str]:  # the replica that logged starting this request
+            logs = replica_logs(config.app_name, "Scorer")
+            return [uid for uid, text in logs.items() if "scoring 23 rows" in text]
+
+        wait_for(running_on, "the request running on a scorer replica")
+        (victim,) = running_on()
         replicas = scorer_replicas(config.app_name)
-        assert len(replicas) == 2
-        ray.kill(replicas[0], no_restart=True)
-        responses = [future.result(WAIT_S) for future in pending]
-    assert [r.status_code for r in responses] == [200, 200], [r.text for r in responses]
-    for batch, response in zip(batches, responses, strict=True):
-        results = response.json()["results"]
-        assert [r["value"] for r in results[2:]] == [r.total for r in in_process(batch[2:])]
-        assert [r["status"]["accuracy"] for r in results[:2]] == ["timeout", "timeout"]
+        assert len(replicas) == 2 and victim in replicas
+        ray.kill(replicas[victim], no_restart=True)
+        response = pending.result(WAIT_S)
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [r["value"] for r in results[2:]] == [r.total for r in in_process(batch[2:])]
+    assert [r["status"]["accuracy"] for r in results[:2]] == ["timeout", "timeout"]
     seen = metrics(url)
     assert seen["events"]["replica_retry"] == before + 1  # exactly one re-run
     assert any("scorer replica died mid-request" in f["cause"] for f in seen["recent_faults"])
+    reran = [u for u, t in replica_logs(config.app_name, "Scorer").items() if "scoring 23" in t]
+    assert len(reran) == 2 and victim in reran  # the victim, then one other replica
     wait_for(lambda: len(scorer_replicas(config.app_name)) == 2, "Serve replaced the replica")
     after = post(url, "/v1/score", {"rows": rows_of(10)}).json()["results"]
     assert [r["value"] for r in after] == [r.total for r in in_process(rows_of(10))]

@@ -28,7 +28,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
-import ray
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from ray import serve
@@ -70,9 +69,11 @@ class Scorer:
         from skyrl_rewards.pool.reward_pool import RewardPool
 
         self._pool = RewardPool.connect(pool_name, namespace=pool_namespace)
+        self._log = logging.getLogger("ray.serve")  # this replica's Serve log file
 
     async def score(self, rows: list[dict[str, Any]]) -> list[RewardResult]:
         """One result per row, in order (the pool's, unchanged)."""
+        self._log.info("scoring %d rows", len(rows))
         return await self._pool.score_async(rows)
 
 
@@ -268,13 +269,3 @@ def build_app(config: ServeConfig) -> Any:
         ray_actor_options={"num_cpus": 0},
     )
     return gateway.bind(scorer, asdict(config))
-
-
-def scorer_replicas(app_name: str) -> list[Any]:
-    """The live scorer replica actors of application ``app_name`` (for operators and tests)."""
-    names = [
-        actor["name"]
-        for actor in ray.util.list_named_actors(all_namespaces=True)
-        if actor["namespace"] == "serve" and f"{app_name}#Scorer#" in actor["name"]
-    ]
-    return [ray.get_actor(name, namespace="serve") for name in names]
