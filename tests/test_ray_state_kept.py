@@ -116,3 +116,44 @@ def test_a_local_pool_leaves_the_users_ray_token_alone(
     assert "scored 24 rows" in done.stdout
     assert (home / ".ray" / "auth_token").exists() is token_written, done.stderr[-3000:]
     assert "Token authentication is enabled" not in done.stderr  # Ray's warning on every run
+
+
+A_RUN_WITHOUT_RAY_TMPDIR = """
+import os
+from pathlib import Path
+
+import ray
+
+
+def test_a_local_ray_writes_under_the_runs_folder() -> None:
+    ray.init(address="local", num_cpus=1, include_dashboard=False, _node_ip_address="127.0.0.1")
+    session = ray._private.worker._global_node.get_session_dir_path()
+    ray.shutdown()
+    Path(os.environ["RUN_RECORD"]).write_text(os.environ["RAY_TMPDIR"] + "\\n" + session)
+"""
+
+
+@pytest.mark.slow
+def test_a_run_removes_its_ray_temp_folder(tmp_path: Path) -> None:
+    # issue 43: the suite left its Ray session folders in /tmp/ray. A run started without
+    # RAY_TMPDIR claims a folder of its own, where its Ray sessions go, and removes it at the end
+    (tmp_path / "test_nested.py").write_text(A_RUN_WITHOUT_RAY_TMPDIR)
+    record = tmp_path / "record.txt"
+    env = _without_ray_settings(
+        HOME=str(tmp_path), PYTHONPATH=f"{TESTS}{os.pathsep}{TESTS.parent}", RUN_RECORD=str(record)
+    )
+    env.pop("RAY_TMPDIR", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider"]
+        + [str(tmp_path / "test_nested.py")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    folder, session = record.read_text().splitlines()
+    assert folder.startswith("/tmp/skr_") and session.startswith(f"{folder}/ray/session_")
+    assert not Path(folder).exists()
+    assert "left running by the tests" not in done.stdout  # its Ray ended with ray.shutdown()
