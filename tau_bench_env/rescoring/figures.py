@@ -9,7 +9,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from tau_bench_env.rescoring.intervals import intervals, task_pass_hat_k
-from tau_bench_env.rescoring.run_score import DIVERGENCE_CAUSES, SUCCESS_TOLERANCE, RunScore
+from tau_bench_env.rescoring.run_score import (
+    CAUSE_FIELDS,
+    DIVERGENCE_CAUSES,
+    SUCCESS_TOLERANCE,
+    RunScore,
+)
 
 
 def pass_hat_k(scores: Sequence[RunScore], *, max_k: int | None = None) -> dict[int, float]:
@@ -71,6 +76,7 @@ def divergence_causes(scores: Sequence[RunScore]) -> dict[str, dict[str, Any]]:
             entry = found.setdefault(cause, {"runs": 0, "fields": []})
             entry["runs"] += 1
             entry["fields"].extend(n for n in names if n not in entry["fields"])
+            del entry["fields"][CAUSE_FIELDS:]
     ranked = sorted(found, key=lambda c: (-found[c]["runs"], list(DIVERGENCE_CAUSES).index(c)))
     return {cause: found[cause] for cause in ranked}
 

@@ -76,6 +76,10 @@ DIVERGENCE_CAUSES = {
     "text": "other text (results that are not JSON)",
 }
 """Why a replayed result differs from the recorded one (:func:`difference_causes`), by key."""
+CAUSE_FIELDS = 20
+"""Field names a run keeps per cause (the file's own names: kept short and few)."""
+FIELD_CHARS = 40
+"""Characters of a field name kept."""
 
 
 def _is_error(text: str) -> bool:
@@ -149,7 +153,8 @@ class ResultCheck:
     diverged: int = 0
     first: Divergence | None = None
     causes: dict[str, list[str]] = field(default_factory=dict)
-    """Each cause (:data:`DIVERGENCE_CAUSES`) of the differing results: the fields it shows in."""
+    """Each cause (:data:`DIVERGENCE_CAUSES`) of the differing results: the fields it shows in
+    (at most :data:`CAUSE_FIELDS`, each cut to :data:`FIELD_CHARS` characters)."""
 
     def check(
         self,
@@ -182,7 +187,8 @@ class ResultCheck:
         self.diverged += 1
         for cause, names in difference_causes(expected, got).items():
             known = self.causes.setdefault(cause, [])
-            known.extend(n for n in names if n not in known)
+            known.extend(n[:FIELD_CHARS] for n in names if n[:FIELD_CHARS] not in known)
+            del known[CAUSE_FIELDS:]
         if self.first is None:
             self.first = Divergence(recorded.message, tool, requestor, *_excerpts(expected, got))
 

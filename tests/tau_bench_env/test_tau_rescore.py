@@ -13,7 +13,8 @@ from tau_bench_env.cli.main import main
 from tau_bench_env.rescoring.domain_check import DomainMismatchError, run_mismatch
 from tau_bench_env.rescoring.figures import pass_hat_k, summarize
 from tau_bench_env.rescoring.rescore import replay_run, rescore
-from tau_bench_env.rescoring.run_score import RunScore, difference_causes
+from tau_bench_env.rescoring.run_score import ResultCheck, RunScore, difference_causes
+from tau_bench_env.rescoring.tau2_results import RecordedResult
 
 RESULTS = SAMPLES / "airline_results.json"
 RUNS = json.loads(RESULTS.read_text())
@@ -191,6 +192,17 @@ def test_cli_text_says_why_runs_diverged(capsys: pytest.CaptureFixture[str]) -> 
 )
 def test_difference_causes(recorded: str, replayed: str, causes: dict[str, list[str]]) -> None:
     assert difference_causes(recorded, replayed) == causes
+
+
+def test_the_causes_keep_few_and_short_field_names() -> None:
+    # the names come from the file: a recorded record with 30 long fields of its own is named
+    # by 20 of them, each cut to 40 characters
+    check = ResultCheck()
+    recorded = json.dumps({f"{i:02d}{'k' * 100}": 1 for i in range(30)})
+    check.check(RecordedResult(0, recorded), "{}", "get_user_details")
+    assert check.diverged == 1
+    assert len(check.causes["fields"]) == 20
+    assert {len(name) for name in check.causes["fields"]} == {40}
 
 
 def test_cli_names_the_backends_that_serve_the_domain(capsys: pytest.CaptureFixture[str]) -> None:
