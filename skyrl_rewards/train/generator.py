@@ -26,7 +26,10 @@ one from the config) add, around SkyRL's own agent loop:
   ``env_errors`` count trajectories, not rows.
 - **Containment.** With ``environment.skyrl_gym.on_env_error=mask`` (the
   default) an exception inside the agent loop ends that trajectory alone,
-  masked; the cause is logged once per exception type and counted. The
+  masked; the cause is logged once per exception type and counted. A
+  vision-language response that holds an image placeholder token
+  (``<|image_pad|>``: SkyRL's policy forward would read it as an image slot
+  and fail the step) ends its trajectory the same way. The
   stand-in follows SkyRL's ``generator.skip_failed_rollouts`` convention
   (SkyRL PRs #1641, #1986): ``stop_reason="rollout_error"``, an all-zero loss
   mask (its reward is imputed like any masked trajectory's). When every
@@ -215,6 +218,7 @@ class _MaskingMixin:
             output = await super().agent_loop(
                 clean_prompt(prompt), env_class, env_extras, *args, **kwargs
             )
+            self._check_response(output)
         except Exception as error:
             if self.skyrl_gym_cfg.on_env_error == "raise":
                 raise
@@ -224,6 +228,9 @@ class _MaskingMixin:
             for step in steps:
                 step.loss_mask = [0] * len(step.loss_mask)
         return output
+
+    def _check_response(self, output: TrajectoryOutput | StepWiseOutput) -> None:
+        """Raise when the trainer could not train on ``output`` (the VLM generator checks)."""
 
     async def _stand_in_prompt(self, prompt: list[dict[str, Any]]) -> dict[str, Any]:
         """A failed trajectory's prompt fields: here one EOS token (the VLM generator renders)."""
@@ -422,8 +429,41 @@ class MaskingGymGenerator(_MaskingMixin, SkyRLGymGenerator):
     """SkyRL's text generator with masking, containment and prompt cleaning (module docstring)."""
 
 
+class ImagePlaceholderInResponseError(ValueError):
+    """A vision-language response holds image placeholder tokens (``<|image_pad|>``).
+
+    SkyRL's policy forward marks every such token of the sequence as an image slot
+    (``HFModelWrapper.forward``: ``sequences == image_token_id``), so the model would find more
+    slots than image features and the training step would fail; the trajectory is masked.
+    """
+
+
+IMAGE_PLACEHOLDERS = ("<|image_pad|>", "<|video_pad|>", "<IMG_CONTEXT>")
+"""Tokens a vision-language model's forward reads as image or video slots (Qwen-VL, InternVL)."""
+
+
 class MaskingVLMGymGenerator(_MaskingMixin, SkyRLVLMGymGenerator):
-    """SkyRL's vision-language generator with masking, containment and prompt cleaning."""
+    """SkyRL's vision-language generator with masking, containment and prompt cleaning.
+
+    A response that holds an image placeholder token (a policy can sample one) ends as a
+    failed trajectory: :class:`ImagePlaceholderInResponseError`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        vocab = self.tokenizer.get_vocab()
+        self._placeholders = {vocab[t]: t for t in IMAGE_PLACEHOLDERS if t in vocab}
+
+    def _check_response(self, output: TrajectoryOutput | StepWiseOutput) -> None:
+        if isinstance(output, StepWiseOutput):  # SkyRL's VLM generator refuses step-wise mode
+            return
+        found = [self._placeholders[t] for t in output.response_ids if t in self._placeholders]
+        if found:
+            raise ImagePlaceholderInResponseError(
+                f"the response holds {len(found)} image placeholder token(s) ({found[0]}); the "
+                "policy's forward would read them as image slots without images, so the "
+                "trajectory is masked"
+            )
 
     async def _stand_in_prompt(self, prompt: list[dict[str, Any]]) -> dict[str, Any]:
         """The failed trajectory's prompt as the engine renders it, with its images' tensors

@@ -128,8 +128,9 @@ def generate_with_one_failure(
     vision: bool,
     extra: Sequence[str] = (),
     engine_cls: type[VisionEngine] = VisionEngine,
+    replies: dict[str, list[Any]] = REPLIES,
 ) -> tuple[RayPPOTrainer, dict, list[str]]:
-    """Two prompts, two samples each; the inference call of trajectory ``0_1`` fails.
+    """Two prompts, two samples each; trajectory ``0_1`` fails (by default its inference call).
 
     Returns SkyRL's trainer (GPU dispatch stood in), the generator output and the uids.
     """
@@ -139,7 +140,7 @@ def generate_with_one_failure(
         prompts, 2, None, "skyrl_rewards", TRAINING_PHASE_TRAIN, 1
     )
     cfg = rec_config(pool, vision=vision, extra=extra)
-    engine = engine_cls(tokenizer, REPLIES, logprobs=True)
+    engine = engine_cls(tokenizer, copy.deepcopy(replies), logprobs=True)
     generator = make_generator(cfg, engine, tokenizer)
     out = asyncio.run(generator.generate(batch, disable_tqdm=True))
     trainer = RayPPOTrainer(cfg, None, tokenizer, dataset, engine, generator)
@@ -244,6 +245,33 @@ def test_vision_batch_with_a_failed_trajectory_converts_and_runs_per_micro_batch
         logits = forward_like_skyrl(model, experience)
         assert logits.shape[:2] == experience.sequences.shape
         assert torch.isfinite(logits).all()
+
+
+def test_a_response_with_an_image_placeholder_is_masked_and_the_batch_trains(
+    pool: str, tokenizer: Any, tmp_path: Path
+) -> None:
+    """A sampled ``<|image_pad|>`` in a response: SkyRL's forward would read it as an image slot
+    (one more slot than features: the micro-batch raises); the trajectory becomes a stand-in."""
+    replies = {**REPLIES, "0_1": ["<|image_pad|> " + ANSWER]}
+    trainer, out, uids = generate_with_one_failure(
+        tmp_path, tokenizer, pool, vision=True, replies=replies
+    )
+    image_pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    assert all(image_pad not in ids for ids in out["response_ids"])
+    training_input = trainer.convert_to_training_input(out, uids)
+    check_failed_row(out, training_input)
+    model = tiny_qwen2_5_vl(tokenizer)
+    for experience in BatchIterator(training_input, 1):
+        assert torch.isfinite(forward_like_skyrl(model, experience)).all()
+    # the fault was real: the scripted response, as the engine wrote it, fails that forward
+    scripted = tokenizer.encode(replies["0_1"][0], add_special_tokens=False)
+    assert scripted.count(image_pad) == 1
+    (row,) = [e for i, e in enumerate(BatchIterator(training_input, 1)) if i == 1]
+    sequences = row.sequences.clone()
+    sequences[0, -1] = image_pad
+    row.sequences = sequences
+    with pytest.raises(ValueError, match="Image features and image tokens do not match"):
+        forward_like_skyrl(model, row)
 
 
 def test_routes_and_sample_supports_of_a_failed_trajectory_pass_skyrls_checks(
