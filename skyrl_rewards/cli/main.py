@@ -289,6 +289,8 @@ def cmd_score(args: argparse.Namespace) -> int:
                 + ("" if cfg.address else " and this command's local Ray")
                 + " to stop"
             )
+            # a Ctrl-C while Ray starts ends the command there: nothing scored yet
+            args.ctrl_c.ended = interrupted_message(0, lines, input_path, output)
             with phases_shown("score"):
                 pool = RewardPool.from_config(cfg)
         try:
