@@ -12,6 +12,11 @@ cluster" file (``ray_current_cluster`` in Ray's temp dir, what
 ``ray.init`` creates ``~/.ray/auth_token`` when there is none (after which a
 user's ``ray start --head`` turns on token authentication); both are saved at
 the start and put back at the end.
+
+Every Ray session of the run writes under one temp folder of its own (``RAY_TMPDIR``
+set before Ray is imported, inherited by the CLIs and clusters the tests start), removed
+when the run ends; a Ray process still running then is named in the summary and stopped
+(:mod:`ray_temp`).
 """
 
 from __future__ import annotations
@@ -22,9 +27,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ray_temp import claim, release
+
 # Before Ray is imported: keep every Ray address on 127.0.0.1. Without this Ray swaps a
 # loopback node address for the host's IP, and a multi-node test cluster cannot reach itself.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# ... and every Ray session of this run in one folder of its own, removed at the end (ray_temp)
+RUN_RAY_TMPDIR = claim()
 
 import pytest  # noqa: E402
 import ray  # noqa: E402
@@ -114,9 +123,28 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _AREA_SECONDS[area] = _AREA_SECONDS.get(area, 0.0) + report.duration
 
 
+_STOPPED: list[str] = []
+"""This run's Ray processes that outlived every test and were stopped at the end (ray_temp)."""
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Remove this run's Ray temp folder (every test and fixture has stopped its Ray by now)."""
+    if RUN_RAY_TMPDIR is not None:
+        if ray.is_initialized():
+            ray.shutdown()
+        _STOPPED.extend(release(RUN_RAY_TMPDIR))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Where the run's time went, by area, slowest first (issue 43: a 54-minute run said only
-    dots); ``--durations=N`` lists the slowest single tests."""
+    dots); ``--durations=N`` lists the slowest single tests. Names the Ray processes that a
+    test left running (stopped by :func:`pytest_sessionfinish`)."""
+    if _STOPPED:
+        terminalreporter.section("Ray processes left running by the tests (now stopped)")
+        terminalreporter.write_line(
+            f"{len(_STOPPED)} processes of this run's Ray temp folder {RUN_RAY_TMPDIR} "
+            f"outlived the tests: {', '.join(_STOPPED[:10])}; a fixture does not stop its cluster"
+        )
     if not _AREA_SECONDS:
         return
     total = sum(_AREA_SECONDS.values())

@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -718,12 +717,11 @@ def test_ctrl_c_while_scoring_keeps_the_rows_written_and_says_how_to_go_on(
 
 
 @pytest.mark.slow
-def test_ctrl_c_inside_ray_start_is_answered_at_once_and_a_second_ends_at_once(
-    tmp_path: Path,
-) -> None:
-    """Inside ``ray.init`` (its GCS runs) the main thread sits in Ray's C++ code for seconds:
-    the answer still comes within 2 s, and a second Ctrl-C ends the command within 3 s,
-    nothing of its session left (issue 43: Ctrl-C was held 12-22 s)."""
+def test_ctrl_c_inside_ray_start_ends_the_command_and_its_ray(tmp_path: Path) -> None:
+    """Inside ``ray.init`` (its GCS runs) the main thread sits in Ray's C++ code, and waiting
+    for Ray's start and stop took 6-34 s (issue 43): the first Ctrl-C is answered, the
+    processes Ray started are ended, and the command exits 130 saying that nothing was
+    scored, nothing of its session left. (Its time is measured by bench_ctrl_c.py.)"""
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
     env.pop("RAY_ADDRESS", None)
     args = _score_args("configs/rec.yaml", SAMPLE / "rec.jsonl", tmp_path / "o.jsonl")
@@ -736,43 +734,60 @@ def test_ctrl_c_inside_ray_start_is_answered_at_once_and_a_second_ends_at_once(
         text=True,
         start_new_session=True,
     )
-    lines: list[tuple[float, str]] = []
-
-    def read() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            lines.append((time.monotonic(), line.rstrip()))
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
     try:
         _while_ray_starts(process, tmp_path / "o.jsonl")
-        sent = time.monotonic()
         os.killpg(process.pid, signal.SIGINT)
-        deadline = sent + 2.0
-        while not any("Ctrl-C: stopping" in line for _, line in lines):
-            assert time.monotonic() < deadline, f"no answer within 2 s: {lines}"
-            time.sleep(0.01)
-        answer = next(line for _, line in lines if "Ctrl-C: stopping" in line)
-        assert answer.startswith(
-            "skyrl-rewards score: Ctrl-C: stopping, waiting for Ray's start (it cannot be "
-            "stopped half way) to end and the pool's workers and this command's local Ray to stop"
-        ), answer
-        if process.poll() is None:  # Ray's start may have ended meanwhile on a fast machine
-            second = time.monotonic()
-            os.killpg(process.pid, signal.SIGINT)
-            process.wait(timeout=3.0)
-            assert time.monotonic() - second < 3.0
-            reader.join(timeout=5)
-            assert any("Ctrl-C again: ended at once" in line for _, line in lines), lines
-        process.wait(timeout=120)
-        assert process.returncode == 130
+        _, stderr = process.communicate(timeout=120)
         time.sleep(1.0)
         left = session_processes(process.pid)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, stderr
     assert not left, f"left running after the command exited: {left}"
+    for alarming in ("Traceback", "KeyboardInterrupt", "Segmentation"):
+        assert alarming not in stderr, stderr
+    said = stderr.strip().splitlines()
+    assert said[-1] == (
+        "skyrl-rewards score: interrupted before any row was scored (0 of 24); nothing written "
+        f"to {tmp_path / 'o.jsonl'}; rerun the same command to score {SAMPLE / 'rec.jsonl'}"
+    ), stderr
+    # held in Ray's start: ended there; else (Ray had started) stopped the usual way
+    assert (
+        "skyrl-rewards score: Ctrl-C: stopping; Ray's start cannot be stopped half way, so the "
+        "processes it started are ended" in said
+        or any(line.startswith("skyrl-rewards score: Ctrl-C: stopping, waiting") for line in said)
+    ), stderr
+
+
+END_A_TREE = """
+import os
+import subprocess
+import time
+
+from skyrl_rewards.cli.interrupts import descendants, end_descendants
+
+# a shell with two children of its own (a process tree like Ray's: GCS, raylet, its agents)
+subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"])
+deadline = time.monotonic() + 30
+while len(descendants(os.getpid())) < 3 and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(end_descendants(), len(descendants(os.getpid())))
+"""
+
+
+def test_end_descendants_leaves_no_process_of_the_tree() -> None:
+    # what a Ctrl-C inside Ray's start, or a second Ctrl-C, does (in a child process: it makes
+    # the process adopt orphans, which this test run should not)
+    done = subprocess.run(
+        [sys.executable, "-c", END_A_TREE],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["3", "0"]  # the shell and its two children; none left
 
 
 def test_a_missing_input_is_named_without_errno(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -796,7 +811,7 @@ def test_a_missing_input_is_named_without_errno(tmp_path: Path, monkeypatch, cap
         (
             [],
             "skyrl-rewards: error: the following arguments are required: "
-            "{score,check,bench,judge-server,pool}",
+            "{score,check,bench,judge-server,pool,serve}",
         ),
     ],
 )

@@ -1,6 +1,7 @@
 """The packages' layers: imports point one way, and the reward functions load without Ray.
 
-skyrl_rewards: integrations (``train``, ``cli``, ``data``) -> ``pool`` (Ray) -> ``rewards`` (pure).
+skyrl_rewards: integrations (``train``, ``cli``, ``data``, ``serve``) -> ``pool`` (Ray) -> ``rewards``
+(pure); ``cli`` may start ``serve``, ``serve`` imports no other integration.
 tau_bench_env: ``cli`` -> ``evaluation`` -> ``rescoring`` -> ``episode`` -> ``users``,
 ``backends`` -> ``data_model`` -> ``config``. Between the packages: ``tau_bench_env`` may
 import ``skyrl_rewards``, never the other way round. Inside a layer too, no two modules import
@@ -54,9 +55,19 @@ FORBIDDEN = {
         "skyrl_rewards.train",
         "skyrl_rewards.cli",
         "skyrl_rewards.data",
+        "skyrl_rewards.serve",
         "tau_bench_env",
     ),
     "pool": (
+        "skyrl_gym",
+        "skyrl.",
+        "skyrl_rewards.train",
+        "skyrl_rewards.cli",
+        "skyrl_rewards.data",
+        "skyrl_rewards.serve",
+        "tau_bench_env",
+    ),
+    "serve": (
         "skyrl_gym",
         "skyrl.",
         "skyrl_rewards.train",

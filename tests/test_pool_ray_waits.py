@@ -11,6 +11,7 @@ import ipaddress
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -259,6 +260,7 @@ def token_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
         yield f"127.0.0.1:{port}", token
     finally:
         _stop_cluster(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)  # its session folder and address record
 
 
 def _client_env(tmp_path: Path, token: str | None, address: str | None = None) -> dict[str, str]:

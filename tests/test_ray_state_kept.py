@@ -30,6 +30,23 @@ def _without_ray_settings(**values: str) -> dict[str, str]:
     return {**env, **values}
 
 
+def _nested_run(test: str, folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """A nested pytest run of the test source ``test`` (in ``folder``) with this suite's conftest,
+    in ``env``; asserts that it passed."""
+    (folder / "test_nested.py").write_text(test)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider"]
+        + [str(folder / "test_nested.py")],
+        cwd=folder,
+        env={**env, "PYTHONPATH": f"{TESTS}{os.pathsep}{TESTS.parent}"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    return done
+
+
 A_TEST_CLUSTER = """
 import os
 
@@ -64,20 +81,8 @@ def test_a_session_leaves_the_users_ray_files_as_they_were(
             if content is not None:
                 path.parent.mkdir(parents=True)
                 path.write_bytes(content)
-        (tmp_path / "test_nested.py").write_text(A_TEST_CLUSTER)
-        env = _without_ray_settings(
-            RAY_TMPDIR=ray_tmp, HOME=str(home), PYTHONPATH=f"{TESTS}{os.pathsep}{TESTS.parent}"
-        )
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider"]
-            + [str(tmp_path / "test_nested.py")],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
-        assert done.returncode == 0, done.stdout[-3000:]
+        env = _without_ray_settings(RAY_TMPDIR=ray_tmp, HOME=str(home))
+        done = _nested_run(A_TEST_CLUSTER, tmp_path, env)
         assert "1 passed" in done.stdout
         for path, content in zip(files, users_files, strict=True):
             if content is None:
@@ -116,3 +121,32 @@ def test_a_local_pool_leaves_the_users_ray_token_alone(
     assert "scored 24 rows" in done.stdout
     assert (home / ".ray" / "auth_token").exists() is token_written, done.stderr[-3000:]
     assert "Token authentication is enabled" not in done.stderr  # Ray's warning on every run
+
+
+A_RUN_WITHOUT_RAY_TMPDIR = """
+import os
+from pathlib import Path
+
+import ray
+
+
+def test_a_local_ray_writes_under_the_runs_folder() -> None:
+    ray.init(address="local", num_cpus=1, include_dashboard=False, _node_ip_address="127.0.0.1")
+    session = ray._private.worker._global_node.get_session_dir_path()
+    ray.shutdown()
+    Path(os.environ["RUN_RECORD"]).write_text(os.environ["RAY_TMPDIR"] + "\\n" + session)
+"""
+
+
+@pytest.mark.slow
+def test_a_run_removes_its_ray_temp_folder(tmp_path: Path) -> None:
+    # issue 43: the suite left its Ray session folders in /tmp/ray. A run started without
+    # RAY_TMPDIR claims a folder of its own, where its Ray sessions go, and removes it at the end
+    record = tmp_path / "record.txt"
+    env = _without_ray_settings(HOME=str(tmp_path), RUN_RECORD=str(record))
+    env.pop("RAY_TMPDIR", None)
+    done = _nested_run(A_RUN_WITHOUT_RAY_TMPDIR, tmp_path, env)
+    folder, session = record.read_text().splitlines()
+    assert folder.startswith("/tmp/skr_") and session.startswith(f"{folder}/ray/session_")
+    assert not Path(folder).exists()
+    assert "left running by the tests" not in done.stdout  # its Ray ended with ray.shutdown()

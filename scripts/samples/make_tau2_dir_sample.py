@@ -14,8 +14,8 @@ needed: the layout is written here as tau2's ``save`` writes it.
 Usage:
 
     python scripts/samples/make_tau2_dir_sample.py \\
-        --source tests/tau_bench_env/data/tau2_airline_results.json \\
-        --out tests/tau_bench_env/data/tau2_airline_dir
+        --source tau_bench_env/sample_data/tau2_airline_results.json \\
+        --out tau_bench_env/sample_data/tau2_airline_dir
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import json
 import shutil
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[2] / "tests" / "tau_bench_env" / "data"
+DATA = Path(__file__).resolve().parents[2] / "tau_bench_env" / "sample_data"
 
 
 def index_entry(simulation: dict) -> dict:

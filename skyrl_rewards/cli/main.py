@@ -9,6 +9,7 @@ Commands::
     skyrl-rewards pool status --name NAME [--address ADDR]
     skyrl-rewards pool stop --name NAME [--address ADDR]
     skyrl-rewards judge-server [--host HOST] [--port PORT]
+    skyrl-rewards serve --config CFG [--host HOST] [--port PORT] [--token-file F] [key=value ...]
 
 ``CFG`` is an omegaconf YAML file: a reward mix (``configs/rec.yaml``,
 ``configs/detection.yaml``, ``configs/math.yaml``) and/or pool settings
@@ -32,6 +33,10 @@ timed out or errored: its value is a fallback) stay out of the statistics
 and plots, are counted per component, and are listed by line. ``check`` is
 the pre-flight pass: it lists the rows that would score as dataset errors.
 
+``serve`` serves a pool over HTTP until Ctrl-C (:mod:`skyrl_rewards.serve`,
+docs/service.md): the batch route ``/v1/score``, OpenRLHF's ``/get_reward``,
+NeMo-Gym's ``/verify``; loopback unless a token is set.
+
 ``judge-server`` serves a rule-based stand-in for a judge model (an
 OpenAI-compatible endpoint, :mod:`skyrl_rewards.cli.judge_server`) until
 Ctrl-C, to try judge configs without a GPU.
@@ -52,11 +57,9 @@ second Ctrl-C ends it at once, its Ray processes killed
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +70,8 @@ from skyrl_rewards.cli.interrupts import INTERRUPTED, StopOnCtrlC, ctrl_c_handle
 from skyrl_rewards.cli.judge_server import DEFAULT_HOST as DEFAULT_JUDGE_HOST
 from skyrl_rewards.cli.judge_server import DEFAULT_MODEL as DEFAULT_JUDGE_MODEL
 from skyrl_rewards.cli.judge_server import DEFAULT_PORT as DEFAULT_JUDGE_PORT
+from skyrl_rewards.cli.phase_lines import phases_shown
+from skyrl_rewards.cli.serve_command import add_serve_parser, serve_until_stopped
 from skyrl_rewards.data.jsonl import check_writable, read_numbered_rows, to_samples, write_rows
 from skyrl_rewards.pool.config import PoolConfig, load_pool_config
 from skyrl_rewards.rewards.contract.result import RewardResult
@@ -200,24 +205,6 @@ def _stop_ray() -> None:
         ray.shutdown()
 
 
-@contextmanager
-def phases_shown(command: str) -> Iterator[None]:
-    """Print a pool's start-up phases (:mod:`skyrl_rewards.pool.phases`) on stderr in the block."""
-    shown = logging.getLogger("skyrl_rewards.pool.phases")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"skyrl-rewards {command}: %(message)s"))
-    level, propagate = shown.level, shown.propagate
-    shown.addHandler(handler)
-    shown.setLevel(logging.INFO)
-    shown.propagate = False
-    try:
-        yield
-    finally:
-        shown.removeHandler(handler)
-        shown.setLevel(level)
-        shown.propagate = propagate
-
-
 def unjudged_warning(mix: Any, samples: Sequence[Mapping[str, Any]], input_path: Path) -> str:
     """The warning for a mix with a judge that no row of the input goes to; ``""`` otherwise.
 
@@ -302,6 +289,8 @@ def cmd_score(args: argparse.Namespace) -> int:
                 + ("" if cfg.address else " and this command's local Ray")
                 + " to stop"
             )
+            # a Ctrl-C while Ray starts ends the command there: nothing scored yet
+            args.ctrl_c.ended = interrupted_message(0, lines, input_path, output)
             with phases_shown("score"):
                 pool = RewardPool.from_config(cfg)
         try:
@@ -472,13 +461,34 @@ def cmd_judge_server(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """``serve``: the pool behind HTTP (Ray Serve) until Ctrl-C; stops what it started."""
+    from skyrl_rewards.serve.settings import ServeConfig, check_bind, read_token
+
+    cfg = load_config(args.config, args.overrides)
+    settings = ServeConfig(
+        host=args.host,
+        port=args.port,
+        token=read_token(args.token_file),
+        pool_name=cfg.name,
+        pool_namespace=cfg.namespace,
+        num_scorers=args.scorers,
+        max_rows=args.max_rows,
+        max_queued_rows=args.max_queued_rows,
+    )
+    check_bind(settings)  # refused before Ray starts
+    report_config(args.config, cfg)
+    args.ctrl_c.cleanup = "the service and the pool it started to stop"
+    return serve_until_stopped(cfg, settings)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of all commands."""
     parser = argparse.ArgumentParser(
         prog="skyrl-rewards", description="Score, check and serve SkyRL rewards."
     )
     commands = parser.add_subparsers(
-        dest="command", required=True, metavar="{score,check,bench,judge-server,pool}"
+        dest="command", required=True, metavar="{score,check,bench,judge-server,pool,serve}"
     )
 
     score = commands.add_parser("score", help="score a JSONL file through a reward pool")
@@ -561,6 +571,8 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument("--address", default=None, help="Ray address (default: auto)")
         sub.set_defaults(func=func)
+
+    add_serve_parser(commands, cmd_serve)
     return parser
 
 

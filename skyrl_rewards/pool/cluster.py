@@ -23,7 +23,8 @@
 Ctrl-C while Ray starts (in :func:`start_local_ray` and :func:`join_cluster`)
 is held until ``ray.init`` returns and delivered then: a Ray interrupted half
 way leaves its agents running for a minute after the process has gone
-(:func:`sigint_held`; the command line answers such a Ctrl-C at once).
+(:func:`sigint_held`; the command line instead ends the processes Ray started
+and exits at once).
 
 Every failure raises an error naming the cause and the fix.
 """
@@ -244,9 +245,9 @@ def sigint_held() -> Iterator[None]:
     it (by default: ``KeyboardInterrupt`` right after the block). Outside the
     main thread, where Python runs no signal handler, the block runs as is.
     A handler with a ``hold(what)`` context manager (the command line's
-    :class:`~skyrl_rewards.cli.interrupts.StopOnCtrlC`) stays in place and holds
-    the interrupt itself: it says at once that it is stopping, and a second
-    Ctrl-C ends the process at once.
+    :class:`~skyrl_rewards.cli.interrupts.StopOnCtrlC`) stays in place and takes
+    the interrupt itself: it says at once that it is stopping, ends the
+    processes Ray has started and exits.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -254,7 +255,7 @@ def sigint_held() -> Iterator[None]:
     hold = getattr(signal.getsignal(signal.SIGINT), "hold", None)
     # a handler that holds Ctrl-C itself (the command line's: it answers at once)
     if hold is not None:
-        with hold("Ray's start (it cannot be stopped half way)"):
+        with hold("Ray's start"):
             yield
         return
     received: list[int] = []

@@ -71,6 +71,7 @@ from tau_bench_env.rescoring.gold_check import (
 from tau_bench_env.rescoring.intervals import interval_text, method_line
 from tau_bench_env.rescoring.rescore import FORMATS, REWARDS, detect_format, rescore
 from tau_bench_env.rescoring.results_file import DEFAULT_MAX_MIB, ResultsFileError, load_results
+from tau_bench_env.rescoring.run_score import DIVERGENCE_CAUSES
 from tau_bench_env.rescoring.tau2_results import domain_for_file, recorded_trials
 from tau_bench_env.rescoring.user_review_runs import REVIEW_KEY, review_rescored
 
@@ -219,12 +220,46 @@ def run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _divergence_lines(summary: dict, messages: str, kept: bool) -> list[str]:
-    """The diverged runs: how many, whether the figures keep them, each one's first difference."""
+def _why_lines(summary: dict, setting: dict[str, str]) -> list[str]:
+    """Why runs diverged: the backend against the recording, each cause with its runs, the fix."""
+    backend, domain = setting["backend"], setting["domain"]
+    if setting["format"] == "tau_bench" and backend != "tau_bench":
+        why = (
+            f"a tau-bench results file, recorded on tau-bench's own {domain} tools and data; "
+            f"backend {backend} replays its calls on {backend}'s {domain} tools and data, "
+            "whose results differ:"
+        )
+        fix = (
+            "--backend tau_bench replays the file on tau-bench's own tools and data (tau-bench "
+            'installed from its repository: docs/usage.md, "Installing the tau-bench '
+            'backends"); --keep-diverged keeps these runs in the figures'
+        )
+    else:
+        why = (
+            f"the runs were recorded on other tools or data than backend {backend}'s {domain} "
+            "(another version, a changed database or initial state):"
+        )
+        fix = (
+            "replay on the backend and version the file was recorded with; --keep-diverged "
+            "keeps these runs in the figures"
+        )
+    lines = [f"  why: {why}"]
+    for cause, found in summary["divergence_causes"].items():
+        where = f": {', '.join(found['fields'][:6])}" if found["fields"] else ""
+        lines.append(f"    {found['runs']} runs: {DIVERGENCE_CAUSES[cause]}{where}")
+    return [*lines, f"  fix: {fix}"]
+
+
+def _divergence_lines(summary: dict, setting: dict[str, str], kept: bool) -> list[str]:
+    """The diverged runs: how many, whether the figures keep them, why, each one's first
+    difference."""
+    messages = "messages" if setting["format"] == "tau2" else "traj"
     compared = f"{summary['tool_results']} tool results compared"
     if summary["diverged"]:
         compared += "; kept in the figures below" if kept else "; left out of the figures below"
     lines = [f"diverged: {summary['diverged']} of {summary['runs']} runs ({compared})"]
+    if summary["diverged"]:
+        lines.extend(_why_lines(summary, setting))
     for item in summary["divergences"]:
         first = item["first"]
         lines.append(
@@ -258,6 +293,16 @@ def _share(value: float | None) -> str:
     return "n/a (no run scored)" if value is None else f"{value:.4f}"
 
 
+def _over_line(summary: dict, kept: bool) -> str:
+    """``(over S of N runs: ...)`` when the figures leave runs out, else ``""``."""
+    if summary["scored"] == summary["runs"]:
+        return ""
+    apart = [] if kept or not summary["diverged"] else [f"{summary['diverged']} diverged"]
+    if summary["left_out"]:
+        apart.append(f"{summary['left_out']} left out")
+    return f" (over {summary['scored']} of {summary['runs']} runs: {', '.join(apart)})"
+
+
 def _left_out_lines(summary: dict) -> list[str]:
     """The runs that are no judgement, each with its cause."""
     if not summary["left_out"]:
@@ -283,18 +328,18 @@ def _pass_hat_k_line(summary: dict) -> str:
 def _report(
     summary: dict, results: Path, setting: dict[str, str], kept: bool, user_tools: set[str]
 ) -> str:
-    messages = "messages" if setting["format"] == "tau2" else "traj"
     lines = [
         f"results: {results} ({setting['format']})",
         f"backend: {setting['backend']}  domain: {setting['domain']}  reward: {setting['reward']}",
         task_set_line(summary["task_set"]),
         f"runs: {summary['runs']}",
-        *_divergence_lines(summary, messages, kept),
+        *_divergence_lines(summary, setting, kept),
         *_foreign_lines(summary, setting["domain"], user_tools),
         *_left_out_lines(summary),
         f"scored: {summary['scored']}",
         f"success rate: {_share(summary['success_rate'])}"
-        + interval_text(summary["intervals"]["success_rate"]),
+        + interval_text(summary["intervals"]["success_rate"])
+        + _over_line(summary, kept),
         _pass_hat_k_line(summary),
         *(
             f"  k={k}: {value:.4f}" + interval_text(summary["intervals"]["pass_hat_k"].get(k))

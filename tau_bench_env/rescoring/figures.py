@@ -9,7 +9,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from tau_bench_env.rescoring.intervals import intervals, task_pass_hat_k
-from tau_bench_env.rescoring.run_score import SUCCESS_TOLERANCE, RunScore
+from tau_bench_env.rescoring.run_score import (
+    CAUSE_FIELDS,
+    DIVERGENCE_CAUSES,
+    SUCCESS_TOLERANCE,
+    RunScore,
+)
 
 
 def pass_hat_k(scores: Sequence[RunScore], *, max_k: int | None = None) -> dict[int, float]:
@@ -56,6 +61,26 @@ def figure_intervals(
     return intervals(task_outcomes(scored), ks, pass_tasks={s.task_id for s in pass_scores})
 
 
+def divergence_causes(scores: Sequence[RunScore]) -> dict[str, dict[str, Any]]:
+    """Why the diverged runs diverged: each cause (:data:`DIVERGENCE_CAUSES`) with ``runs``
+    (how many runs show it; a run may show several) and ``fields`` (where it shows), most
+    runs first.
+
+    >>> from tau_bench_env.rescoring.run_score import RunScore
+    >>> divergence_causes([RunScore(1, 0, 1.0, 1.0, None, 2, 1, divergence_causes={"values": ["b"]})])
+    {'values': {'runs': 1, 'fields': ['b']}}
+    """
+    found: dict[str, dict[str, Any]] = {}
+    for score in scores:
+        for cause, names in score.divergence_causes.items():
+            entry = found.setdefault(cause, {"runs": 0, "fields": []})
+            entry["runs"] += 1
+            entry["fields"].extend(n for n in names if n not in entry["fields"])
+            del entry["fields"][CAUSE_FIELDS:]
+    ranked = sorted(found, key=lambda c: (-found[c]["runs"], list(DIVERGENCE_CAUSES).index(c)))
+    return {cause: found[cause] for cause in ranked}
+
+
 def summarize(
     scores: Sequence[RunScore], *, keep_diverged: bool = False, max_k: int | None = None
 ) -> dict[str, Any]:
@@ -80,6 +105,8 @@ def summarize(
     ``infra_error_count``: those that are tau2's infrastructure errors (its metrics' name).
     ``intervals``: 95 % per-task bootstrap intervals of the success rate and
     of each pass^k (:func:`figure_intervals`; method and level named).
+    ``divergence_causes``: why the diverged runs diverged (:func:`divergence_causes`;
+    each of ``divergences`` names its own ``causes``).
     """
     diverged_tasks = set() if keep_diverged else {s.task_id for s in scores if s.diverged}
     scored = [s for s in scores if not s.left_out and (keep_diverged or not s.diverged)]
@@ -142,8 +169,10 @@ def summarize(
                 "tool_results": s.tool_results,
                 "diverged_results": s.diverged_results,
                 "first": s.first_divergence.to_dict() if s.first_divergence else None,
+                "causes": s.divergence_causes,
             }
             for s in scores
             if s.diverged
         ],
+        "divergence_causes": divergence_causes(scores),
     }

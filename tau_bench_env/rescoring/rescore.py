@@ -263,6 +263,7 @@ def replay_run(
         results.compared,
         results.diverged,
         results.first,
+        divergence_causes=results.causes,
     )
 
 
@@ -449,6 +450,7 @@ def replay_simulation(
         results.first,
         foreign_tools(domain, simulation),
         left_out,
+        results.causes,
     )
 
 

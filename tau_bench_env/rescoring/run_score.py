@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tau_bench_env.episode.nvidia_tau2_reward import (
@@ -69,6 +69,63 @@ def _excerpts(recorded: str, replayed: str) -> tuple[str, str]:
     return _cut(recorded, start), _cut(replayed, start)
 
 
+DIVERGENCE_CAUSES = {
+    "fields": "other fields (a record field on one side only)",
+    "values": "other values (a field on both sides holds other data)",
+    "failed": "a call that failed on one side only",
+    "text": "other text (results that are not JSON)",
+}
+"""Why a replayed result differs from the recorded one (:func:`difference_causes`), by key."""
+CAUSE_FIELDS = 20
+"""Field names a run keeps per cause (the file's own names: kept short and few)."""
+FIELD_CHARS = 40
+"""Characters of a field name kept."""
+
+
+def _is_error(text: str) -> bool:
+    return text.lstrip().startswith("Error")
+
+
+def _walk(recorded: Any, replayed: Any, name: str, found: dict[str, set[str]]) -> None:
+    """Add to ``found`` each field that only one side has and each field whose value differs."""
+    if isinstance(recorded, dict) and isinstance(replayed, dict):
+        for key in recorded.keys() ^ replayed.keys():
+            found["fields"].add(key)
+        for key in recorded.keys() & replayed.keys():
+            _walk(recorded[key], replayed[key], key, found)
+    elif (
+        isinstance(recorded, list) and isinstance(replayed, list) and len(recorded) == len(replayed)
+    ):
+        for old, new in zip(recorded, replayed, strict=True):
+            _walk(old, new, name, found)
+    elif recorded != replayed:
+        found["values"].add(name)
+
+
+def difference_causes(recorded: str, replayed: str) -> dict[str, list[str]]:
+    """Why two normalised tool results that differ do so: cause -> the fields it shows in.
+
+    Causes (:data:`DIVERGENCE_CAUSES`): ``fields`` (a field on one side only,
+    at any depth), ``values`` (a field on both sides with another value; the
+    field's name, or ``(the result)`` for a top-level value), ``failed`` (one
+    side an ``Error...`` text, the other not), ``text`` (either side not JSON).
+
+    >>> difference_causes('{"a": 1.0, "b": "EWR"}', '{"a": 1.0, "b": "IAH", "c": null}')
+    {'fields': ['c'], 'values': ['b']}
+    >>> difference_causes("Error: no such user", '{"id": "u1"}')
+    {'failed': []}
+    """
+    if _is_error(recorded) != _is_error(replayed):
+        return {"failed": []}
+    try:
+        old, new = json.loads(recorded), json.loads(replayed)
+        found: dict[str, set[str]] = {"fields": set(), "values": set()}
+        _walk(old, new, "(the result)", found)
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to walk
+        return {"text": []}
+    return {cause: sorted(names) for cause, names in found.items() if names}
+
+
 @dataclass(frozen=True)
 class Divergence:
     """A tool result that differs on replay from the one the file recorded."""
@@ -95,6 +152,9 @@ class ResultCheck:
     compared: int = 0
     diverged: int = 0
     first: Divergence | None = None
+    causes: dict[str, list[str]] = field(default_factory=dict)
+    """Each cause (:data:`DIVERGENCE_CAUSES`) of the differing results: the fields it shows in
+    (at most :data:`CAUSE_FIELDS`, each cut to :data:`FIELD_CHARS` characters)."""
 
     def check(
         self,
@@ -125,6 +185,10 @@ class ResultCheck:
         if expected == got:
             return
         self.diverged += 1
+        for cause, names in difference_causes(expected, got).items():
+            known = self.causes.setdefault(cause, [])
+            known.extend(n[:FIELD_CHARS] for n in names if n[:FIELD_CHARS] not in known)
+            del known[CAUSE_FIELDS:]
         if self.first is None:
             self.first = Divergence(recorded.message, tool, requestor, *_excerpts(expected, got))
 
@@ -150,6 +214,8 @@ class RunScore:
     """Why the run is no judgement and stays out of the figures (``"infrastructure_error"``:
     tau2 1.x's termination reason, which its metrics leave out; ``"judge_failure"``: no
     verdict from the NL-assertion judge), ``""`` for a judged run."""
+    divergence_causes: dict[str, list[str]] = field(default_factory=dict)
+    """Why its results differ (:attr:`ResultCheck.causes`), ``{}`` when none does."""
 
     @property
     def agrees(self) -> bool:

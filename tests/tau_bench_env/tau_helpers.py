@@ -7,6 +7,7 @@ import importlib.util
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,9 @@ from tau_bench_env.backends import Domain, installed_official_backend
 from tau_bench_env.data_model.hashing import data_hash
 from tau_bench_env.data_model.tasks import RESPOND, Action, Task
 from tau_bench_env.episode.reward import replay_hash
+
+SAMPLES = Path(__file__).resolve().parents[2] / "tau_bench_env" / "sample_data"
+"""The bundled results files (tau-bench's and tau2's formats), where the docs point."""
 
 HAS_TAU_BENCH = importlib.util.find_spec("tau_bench") is not None
 tau_bench_only = [

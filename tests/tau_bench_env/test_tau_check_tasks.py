@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from tau_helpers import SAMPLES
 
 from tau_bench_env.backends import load_domain
 from tau_bench_env.cli.main import main
 from tau_bench_env.data_model.tasks import Action, Task
 from tau_bench_env.rescoring.gold_check import GoldChecks, check_task
-
-DATA = Path(__file__).parent / "data"
 
 TAU2_499 = {
     # tau2-bench #499: 18 gold actions of retail fail during replay, in these 15 tasks
@@ -85,11 +83,11 @@ def test_the_check_runs_once_per_task() -> None:
 
 
 def test_rescore_names_the_affected_scored_tasks(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["rescore", str(DATA / "tau2_retail_results.json"), "--json"]) == 0
+    assert main(["rescore", str(SAMPLES / "tau2_retail_results.json"), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["gold_checks"]["affected_tasks"] == ["38"]
     assert summary["gold_checks"]["tasks"] == summary["tasks"]
-    assert main(["rescore", str(DATA / "tau2_retail_results.json")]) == 0
+    assert main(["rescore", str(SAMPLES / "tau2_retail_results.json")]) == 0
     out = capsys.readouterr().out
     assert (
         "gold checks: 1 of 2 scored tasks affected (1 with a gold action that fails in replay, "

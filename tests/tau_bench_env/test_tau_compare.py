@@ -7,11 +7,10 @@ import random
 from pathlib import Path
 
 import pytest
+from tau_helpers import SAMPLES
 
 from tau_bench_env.cli.main import main
 from tau_bench_env.rescoring.compare import BEYOND, WITHIN, compare, task_rewards
-
-DATA = Path(__file__).parent / "data"
 
 
 def tau_bench_runs(rewards: dict[int, list[float]]) -> list[dict]:
@@ -84,7 +83,7 @@ def test_paired_interval_matches_tau2_540() -> None:
 
 
 def test_tau2_files_and_the_dir_format_are_read(capsys: pytest.CaptureFixture[str]) -> None:
-    single, folder = DATA / "tau2_airline_results.json", DATA / "tau2_airline_dir"
+    single, folder = SAMPLES / "tau2_airline_results.json", SAMPLES / "tau2_airline_dir"
     assert main(["compare", str(single), str(folder), "--json"]) == 0
     found = json.loads(capsys.readouterr().out)
     assert found["common"] == ["3", "11", "19"] and found["only_a"] == found["only_b"] == []

@@ -6,16 +6,17 @@ import json
 from pathlib import Path
 
 import pytest
-from tau_helpers import tau_bench_only
+from tau_helpers import SAMPLES, tau_bench_only
 
 from tau_bench_env.backends import load_domain
 from tau_bench_env.cli.main import main
 from tau_bench_env.rescoring.domain_check import DomainMismatchError, run_mismatch
 from tau_bench_env.rescoring.figures import pass_hat_k, summarize
 from tau_bench_env.rescoring.rescore import replay_run, rescore
-from tau_bench_env.rescoring.run_score import RunScore
+from tau_bench_env.rescoring.run_score import ResultCheck, RunScore, difference_causes
+from tau_bench_env.rescoring.tau2_results import RecordedResult
 
-RESULTS = Path(__file__).parent / "data" / "airline_results.json"
+RESULTS = SAMPLES / "airline_results.json"
 RUNS = json.loads(RESULTS.read_text())
 
 
@@ -134,7 +135,7 @@ def test_cli_text_says_which_tasks_pass_hat_k_counts(capsys: pytest.CaptureFixtu
     # 3 runs diverged
     assert main(["rescore", str(RESULTS), "--domain", "airline", "--backend", "tau2"]) == 0
     out = capsys.readouterr().out
-    assert "success rate: 0.7500 [0.0000, 1.0000]\n" in out
+    assert "success rate: 0.7500 [0.0000, 1.0000] (over 4 of 15 runs: 11 diverged)\n" in out
     assert "  k=1: 1.0000 [1.0000, 1.0000]\n" in out
     assert (
         "pass^k (over 1 of 5 tasks: a task counts only when every run of it was scored, none "
@@ -143,6 +144,65 @@ def test_cli_text_says_which_tasks_pass_hat_k_counts(capsys: pytest.CaptureFixtu
     assert main(["rescore", str(RESULTS), "--domain", "airline", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert (summary["pass_hat_k_tasks"], summary["tasks"], summary["scored"]) == (1, 5, 4)
+
+
+def test_cli_text_says_why_runs_diverged(capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 43: "diverged: 11 of 15 runs ... left out" and a success rate over 4 runs, the
+    # reason only in the docs. The file was recorded by tau-bench; tau2's records carry
+    # fields tau-bench's lack (a reservation's status, a user's user_id) and its data other
+    # values (reservation Z7GOZK's destination and flight type)
+    assert main(["rescore", str(RESULTS), "--domain", "airline"]) == 0
+    out = capsys.readouterr().out
+    expected = [
+        "diverged: 11 of 15 runs (23 tool results compared; left out of the figures below)",
+        "  why: a tau-bench results file, recorded on tau-bench's own airline tools and data; "
+        "backend tau2 replays its calls on tau2's airline tools and data, whose results differ:",
+        "    9 runs: other fields (a record field on one side only): status, user_id",
+        "    2 runs: other values (a field on both sides holds other data): destination, "
+        "flight_type",
+        "  fix: --backend tau_bench replays the file on tau-bench's own tools and data "
+        '(tau-bench installed from its repository: docs/usage.md, "Installing the tau-bench '
+        'backends"); --keep-diverged keeps these runs in the figures',
+    ]
+    assert "\n".join(expected) + "\n" in out
+    assert main(["rescore", str(RESULTS), "--domain", "airline", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["divergence_causes"] == {
+        "fields": {"runs": 9, "fields": ["status", "user_id"]},
+        "values": {"runs": 2, "fields": ["destination", "flight_type"]},
+    }
+    by_run = {(d["task_id"], d["trial"]): d["causes"] for d in summary["divergences"]}
+    assert by_run[(1, 0)] == {"values": ["destination", "flight_type"]}
+    assert by_run[(44, 0)] == {"fields": ["status", "user_id"]}
+
+
+@pytest.mark.parametrize(
+    ("recorded", "replayed", "causes"),
+    [
+        ('{"a": 1.0}', '{"a": 1.0, "s": null}', {"fields": ["s"]}),  # a field the replay adds
+        ('{"a": {"b": 1.0, "c": 2.0}}', '{"a": {"b": 1.0}}', {"fields": ["c"]}),  # nested, lost
+        ('{"a": "EWR"}', '{"a": "IAH"}', {"values": ["a"]}),  # the same field, other data
+        ('{"l": [1.0, 2.0]}', '{"l": [1.0]}', {"values": ["l"]}),  # a list of another length
+        ('[{"x": 1.0}]', '[{"x": 2.0}]', {"values": ["x"]}),  # inside a list
+        ('"a"', '"b"', {"values": ["(the result)"]}),  # a top-level value
+        ('{"a": 1.0, "b": 1.0}', '{"a": 2.0, "c": 1.0}', {"fields": ["b", "c"], "values": ["a"]}),
+        ("Error: no such user", '{"id": "u1"}', {"failed": []}),  # failed on one side only
+        ("Reservation cancelled", "Reservation kept", {"text": []}),  # not JSON
+    ],
+)
+def test_difference_causes(recorded: str, replayed: str, causes: dict[str, list[str]]) -> None:
+    assert difference_causes(recorded, replayed) == causes
+
+
+def test_the_causes_keep_few_and_short_field_names() -> None:
+    # the names come from the file: a recorded record with 30 long fields of its own is named
+    # by 20 of them, each cut to 40 characters
+    check = ResultCheck()
+    recorded = json.dumps({f"{i:02d}{'k' * 100}": 1 for i in range(30)})
+    check.check(RecordedResult(0, recorded), "{}", "get_user_details")
+    assert check.diverged == 1
+    assert len(check.causes["fields"]) == 20
+    assert {len(name) for name in check.causes["fields"]} == {40}
 
 
 def test_cli_names_the_backends_that_serve_the_domain(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from tau_helpers import SAMPLES
 
 from tau_bench_env.cli.main import main
 from tau_bench_env.rescoring.results_file import ResultsFileError, load_results
 
-DATA = Path(__file__).parent / "data"
-SINGLE = DATA / "tau2_airline_results.json"
-FOLDER = DATA / "tau2_airline_dir"
+SINGLE = SAMPLES / "tau2_airline_results.json"
+FOLDER = SAMPLES / "tau2_airline_dir"
 SCRIPT = Path(__file__).parents[2] / "scripts" / "samples" / "make_tau2_dir_sample.py"
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tau_helpers import SAMPLES
 
 from tau_bench_env.cli.main import main
 
-DATA = Path(__file__).parent / "data"
-TAU_BENCH_FILE = DATA / "airline_results.json"
-TAU2_FILE = DATA / "tau2_airline_results.json"
+TAU_BENCH_FILE = SAMPLES / "airline_results.json"
+TAU2_FILE = SAMPLES / "tau2_airline_results.json"
 
 
 def refused(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:

