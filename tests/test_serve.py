@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from skyrl_rewards.pool.reward_pool import RewardPool
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.serve.launch import (
     NoPoolToServeError,
+    ServeAddressError,
     ServiceExistsError,
     start_service,
     stop_service,
@@ -474,4 +476,25 @@ def test_a_second_service_or_one_without_its_pool_is_refused(service) -> None:
         start_service(ServeConfig(pool_name="absent", port=config.port, app_name="other"))
     with pytest.raises(ServiceExistsError, match="'skyrl_rewards' already runs"):
         start_service(config)
+    # Serve has one address per cluster: a service asking for another one is refused before
+    # it deploys (Serve would keep its own address, not the one asked for and printed)
+    with pytest.raises(ServeAddressError, match=f"already listens on 127.0.0.1:{config.port}"):
+        start_service(replace(config, app_name="other", port=config.port + 1))
+    assert "other" not in serve.status().applications
+    # the command line: a second `skyrl-rewards serve` is refused and leaves the first running
+    second = subprocess.run(
+        [
+            *(sys.executable, "-m", "skyrl_rewards.cli", "serve"),
+            *("--config", "configs/pool.yaml", "--port", str(config.port)),
+            f"name={POOL}",
+            f"address={ray.get_runtime_context().gcs_address}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert second.returncode == 2, second.stderr[-2000:]
+    assert "'skyrl_rewards' already runs" in second.stderr
+    assert config.app_name in serve.status().applications
     assert post(url, "/v1/score", {"rows": rows_of(2)}).status_code == 200  # untouched

@@ -80,8 +80,10 @@ def serve_until_stopped(cfg: PoolConfig, settings: ServeConfig) -> int:
         with phases_shown("serve"):
             pool_service.start(cfg)
         started_pool = True
+    deployed = False
     try:
         url = start_service(settings)
+        deployed = True
         token = ", a token required" if settings.token else ""
         print(
             f"skyrl-rewards serve: {url} (POST /v1/score, /get_reward, /verify; GET "
@@ -91,7 +93,7 @@ def serve_until_stopped(cfg: PoolConfig, settings: ServeConfig) -> int:
         while True:
             time.sleep(3600)
     finally:
-        if settings.app_name in serve.status().applications:
-            stop_service(settings)
+        if deployed and settings.app_name in serve.status().applications:
+            stop_service(settings)  # this command's own service, never another's
         if started_pool:
             pool_service.stop(cfg.name, namespace=cfg.namespace)

@@ -8,6 +8,8 @@ returns once every replica is up. :func:`stop_service` deletes the application.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import ray
 from ray import serve
 
@@ -17,6 +19,14 @@ from skyrl_rewards.serve.settings import ServeConfig, check_bind
 
 class NoPoolToServeError(ValueError):
     """Raised when the pool the service should serve does not run."""
+
+
+class ServeAddressError(ValueError):
+    """Raised when Ray Serve already listens on another address than the one asked for."""
+
+
+class ServiceStartError(ValueError):
+    """Raised when the application's replicas do not start (the CLI exits 2 with the cause)."""
 
 
 class ServiceExistsError(ValueError):
@@ -36,9 +46,8 @@ def start_service(config: ServeConfig) -> str:
     anything starts), :class:`NoPoolToServeError` when ``config.pool_name``
     does not run (start it with ``skyrl-rewards pool start``) and
     :class:`ServiceExistsError` when ``config.app_name`` already runs (Serve
-    would replace it). Ray Serve has one HTTP host and port per cluster: a
-    second service on a cluster whose Serve already listens shares that
-    address (Serve logs that the new ``http_options`` are not applied).
+    would replace it). Ray Serve has one HTTP host and port per cluster: when
+    it already listens elsewhere, :class:`ServeAddressError` (before deploying).
     """
     check_bind(config)
     if config.app_name in serve.status().applications:
@@ -57,13 +66,41 @@ def start_service(config: ServeConfig) -> str:
         proxy_location="HeadOnly",
         http_options={"host": config.host, "port": config.port},
     )
-    serve.run(
-        build_app(config),
-        name=config.app_name,
-        route_prefix=config.route_prefix,
-        blocking=False,
-    )
+    check_listening(config)
+    try:
+        serve.run(
+            build_app(config),
+            name=config.app_name,
+            route_prefix=config.route_prefix,
+            blocking=False,
+        )
+    except RuntimeError as error:  # Serve's "deploying ... failed": a replica did not start
+        cause = (str(error).strip() or type(error).__name__).splitlines()[0]
+        raise ServiceStartError(
+            f"the service did not start: {cause} (the replicas' logs: "
+            "<ray session>/logs/serve/replica_*.log)"
+        ) from error
     return base_url(config)
+
+
+def check_listening(config: ServeConfig) -> None:
+    """Raise :class:`ServeAddressError` unless Serve listens on ``config.host:config.port``.
+
+    A Serve already started on the cluster keeps its own HTTP options (``serve.start``
+    only logs that the new ones are not applied): a loopback, tokenless service could then
+    answer on a public address, or at a URL other than the one printed.
+    """
+    from ray.serve.context import _get_global_client
+
+    http = _get_global_client().http_config
+    if (http.host, http.port) != (config.host, config.port):
+        raise ServeAddressError(
+            f"host/port: Ray Serve already listens on {http.host}:{http.port} on this cluster, "
+            f"not on the {config.host}:{config.port} asked for (Serve has one address per "
+            "cluster); serve on that address (with a token unless it is loopback), or stop "
+            "Serve first (`serve shutdown`)"
+        )
+    check_bind(replace(config, host=http.host))
 
 
 def stop_service(config: ServeConfig) -> None:
