@@ -1,13 +1,19 @@
-"""The service's JSON without Ray or HTTP: rows from each protocol, answers from results, the bind rule."""
+"""The service's JSON without Ray: rows from each protocol, answers from results, the bind rule, and
+the verl function against replies it cannot read (a loopback HTTP server)."""
 
 from __future__ import annotations
 
+import asyncio
+import http.server
 import json
+import threading
+from typing import Any
 
 import pytest
 from nemo_gym_requests import verify_request
 
 from skyrl_rewards.rewards.contract.result import RewardResult
+from skyrl_rewards.serve import verl_reward
 from skyrl_rewards.serve.protocols import (
     openrlhf_response,
     openrlhf_rows,
@@ -181,3 +187,53 @@ def test_serve_command_refuses_an_open_host_without_a_token(capsys, monkeypatch)
     assert main(["serve", "--config", "pool.yaml", "--host", "0.0.0.0"]) == 2  # the bundled one
     err = capsys.readouterr().err
     assert "0.0.0.0 is reachable from other machines and no token is set" in err
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "body", "cause"),
+    [
+        (200, {}, b"<html>a proxy's page</html>", "200 without a JSON results list"),
+        (200, {}, b'{"scores": [1.0]}', "200 without a JSON results list"),
+        (200, {}, b'{"results": {"0": 1.0}}', "no list of results for 1 rows"),
+        (429, {"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"}, b"{}", "429"),
+    ],
+)
+def test_the_verl_function_raises_on_a_reply_it_cannot_read_and_never_hangs(
+    status: int, headers: dict[str, str], body: bytes, cause: str
+) -> None:
+    """Every caller of a batch gets an error, however the reply is broken (none waits forever);
+    an HTTP-date ``Retry-After`` is waited as 1 s, within the call's deadline."""
+    calls = []
+
+    class Reply(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            calls.append(self.path)
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Reply)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+
+    async def one() -> Any:
+        return await asyncio.wait_for(
+            verl_reward.compute_score("math", "4", "4", url=url, timeout_s=1.5), timeout=30
+        )
+
+    try:
+        with pytest.raises(verl_reward.RewardServiceError, match=cause):
+            asyncio.run(one())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert calls and set(calls) == {"/v1/score"}  # the broken reply was really served
+    if status == 429:
+        assert len(calls) == 2  # waited 1 s once, then past the 1.5 s deadline: refused

@@ -27,14 +27,19 @@ status and the service's cause.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from skyrl_rewards.serve.settings import TOKEN_ENV
 
-_BATCHERS: dict[tuple[str, str | None, int], _Batcher] = {}
+_BATCHERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str | None], _Batcher]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Each event loop's batchers, by (url, token); dropped with their loop."""
 _POOLS: dict[tuple[str, str], Any] = {}
 
 
@@ -75,10 +80,11 @@ async def compute_score(
         return _answer(result.total, dict(result.components), result.should_mask)
     loop = asyncio.get_running_loop()
     token = os.environ.get(token_env) or None
-    key = (url.rstrip("/"), token, id(loop))
-    batcher = _BATCHERS.get(key)
-    if batcher is None or batcher.loop is not loop:
-        batcher = _BATCHERS[key] = _Batcher(key[0], token, batch_wait_s, max_rows, timeout_s)
+    batchers = _BATCHERS.setdefault(loop, {})
+    key = (url.rstrip("/"), token)
+    batcher = batchers.get(key)
+    if batcher is None:
+        batcher = batchers[key] = _Batcher(key[0], token, batch_wait_s, max_rows, timeout_s)
     answered = await batcher.score(row)
     return _answer(answered["value"], answered["components"], answered["masked"])
 
@@ -161,7 +167,9 @@ class _Batcher:
     ) -> None:
         try:
             results = await self._post([row for row, _ in batch])
-        except (RewardServiceError, OSError) as error:
+        except Exception as error:  # every waiting caller gets it: none waits forever
+            if not isinstance(error, RewardServiceError):
+                error = RewardServiceError(f"{self._url}: {type(error).__name__}: {error}")
             for _, future in batch:
                 if not future.done():
                     future.set_exception(error)
@@ -185,17 +193,31 @@ class _Batcher:
                     "running there?)"
                 ) from None
             if response.status_code == 200:
-                results = response.json()["results"]
-                if len(results) != len(rows):
+                try:
+                    results = response.json()["results"]
+                except (ValueError, KeyError, TypeError):
                     raise RewardServiceError(
-                        f"{self._url}: {len(results)} results for {len(rows)} rows"
-                    )
+                        f"{self._url}: 200 without a JSON results list: {response.text[:200]!r} "
+                        "(is this `skyrl-rewards serve`?)"
+                    ) from None
+                if not isinstance(results, list) or len(results) != len(rows):
+                    count = len(results) if isinstance(results, list) else "no list of"
+                    raise RewardServiceError(f"{self._url}: {count} results for {len(rows)} rows")
                 return results
             cause = _cause(response)
-            wait_s = float(response.headers.get("retry-after", "1") or 1)
+            wait_s = _retry_after_s(response.headers.get("retry-after"))
             if response.status_code not in (429, 503) or time.monotonic() + wait_s > deadline:
                 raise RewardServiceError(f"{self._url}: {response.status_code}: {cause}")
             await asyncio.sleep(wait_s)
+
+
+def _retry_after_s(header: str | None) -> float:
+    """``Retry-After`` in seconds (0-60); 1 s when absent or not a number (an HTTP date)."""
+    try:
+        seconds = float(header or 1)
+    except ValueError:
+        return 1.0
+    return min(max(seconds, 0.0), 60.0) if math.isfinite(seconds) else 1.0
 
 
 def _cause(response: Any) -> str:
