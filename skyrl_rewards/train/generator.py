@@ -445,8 +445,8 @@ IMAGE_PLACEHOLDERS = ("<|image_pad|>", "<|video_pad|>", "<IMG_CONTEXT>")
 class MaskingVLMGymGenerator(_MaskingMixin, SkyRLVLMGymGenerator):
     """SkyRL's vision-language generator with masking, containment and prompt cleaning.
 
-    A response that holds an image placeholder token (a policy can sample one) ends as a
-    failed trajectory: :class:`ImagePlaceholderInResponseError`.
+    A response whose generated tokens hold an image placeholder (a policy can sample one)
+    ends as a failed trajectory: :class:`ImagePlaceholderInResponseError`.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -457,7 +457,13 @@ class MaskingVLMGymGenerator(_MaskingMixin, SkyRLVLMGymGenerator):
     def _check_response(self, output: TrajectoryOutput | StepWiseOutput) -> None:
         if isinstance(output, StepWiseOutput):  # SkyRL's VLM generator refuses step-wise mode
             return
-        found = [self._placeholders[t] for t in output.response_ids if t in self._placeholders]
+        # the model's own tokens only (loss mask 1): an observation's image (loss mask 0) has
+        # its placeholders matched by features in the render
+        found = [
+            self._placeholders[token]
+            for token, generated in zip(output.response_ids, output.loss_mask, strict=False)
+            if generated and token in self._placeholders
+        ]
         if found:
             raise ImagePlaceholderInResponseError(
                 f"the response holds {len(found)} image placeholder token(s) ({found[0]}); the "
