@@ -22,8 +22,8 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 

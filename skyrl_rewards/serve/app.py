@@ -44,9 +44,6 @@ from skyrl_rewards.serve.route_metrics import RouteMetrics
 from skyrl_rewards.serve.settings import ServeConfig
 from skyrl_rewards.serve.wire import BadRequest, parse_json, parse_rows, results_json
 
-ROUTES = ("/v1/score", "/get_reward", "/verify", "/v1/metrics", "/v1/health")
-"""Every route of the service, under its ``route_prefix``."""
-
 api = FastAPI(title="skyrl-rewards", docs_url=None, redoc_url=None, openapi_url=None)
 
 Answer = Callable[[Sequence[RewardResult]], dict[str, Any]]
@@ -219,6 +216,8 @@ class Gateway:
             return []
         try:
             return await self._scorer.score.remote(rows)
+        except RayTaskError as error:  # first: a task error may also subclass its cause's type
+            raise Refused(503, f"the pool could not score: {_first_line(error.cause)}") from None
         except RayActorError as error:
             self._metrics.event_logged(
                 route,
@@ -226,8 +225,6 @@ class Gateway:
                 f"a scorer replica died mid-request ({type(error).__name__}); its "
                 f"{len(rows)} rows run again, once, on another replica",
             )
-        except RayTaskError as error:
-            raise Refused(503, f"the pool could not score: {_first_line(error.cause)}") from None
         try:
             return await self._scorer.score.remote(rows)
         except (RayActorError, RayTaskError) as error:

@@ -71,8 +71,8 @@ def openrlhf_response(results: Sequence[RewardResult]) -> dict[str, Any]:
     """``{"rewards", "scores", "extra_logs"}``: totals, and per component its values and ``masked``."""
     totals = [result.total for result in results]
     names = list(dict.fromkeys(name for result in results for name in result.components))
-    extra_logs: dict[str, list[float]] = {
-        name: [result.components.get(name, float("nan")) for result in results] for name in names
+    extra_logs: dict[str, list[float]] = {  # one mix: every row has the same components
+        name: [result.components.get(name, 0.0) for result in results] for name in names
     }
     extra_logs["masked"] = [1.0 if result.should_mask else 0.0 for result in results]
     return {"rewards": totals, "scores": totals, "extra_logs": extra_logs}

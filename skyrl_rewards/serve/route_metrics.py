@@ -47,10 +47,6 @@ class RouteMetrics:
         self._faults.append({"route": route, "kind": kind, "cause": cause, "at": time.time()})
         self._log.warning("skyrl-rewards serve: %s %s: %s", route, kind, cause)
 
-    def event(self, kind: str) -> None:
-        """Count an event that needs no log line."""
-        self._events[kind] += 1
-
     def snapshot(self) -> dict[str, Any]:
         """Plain JSON: per route its counters, the events and the recent faults."""
         routes = {

@@ -101,7 +101,7 @@ def read_token(token_file: str | Path | None) -> str | None:
     Raises ``ValueError`` naming the file when it cannot be read or is empty.
     """
     if token_file is None:
-        return os.environ.get(TOKEN_ENV) or None
+        return (os.environ.get(TOKEN_ENV) or "").strip() or None
     try:
         token = Path(token_file).read_text(encoding="utf-8").strip()
     except OSError as error:

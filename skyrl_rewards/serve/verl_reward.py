@@ -36,9 +36,9 @@ from typing import Any
 
 from skyrl_rewards.serve.settings import TOKEN_ENV
 
-_BATCHERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str | None], _Batcher]] = (
-    weakref.WeakKeyDictionary()
-)
+_BATCHERS: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[str, str | None], _Batcher]
+] = weakref.WeakKeyDictionary()
 """Each event loop's batchers, by (url, token); dropped with their loop."""
 _POOLS: dict[tuple[str, str], Any] = {}
 

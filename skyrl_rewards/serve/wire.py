@@ -11,7 +11,7 @@ shape raises :class:`BadRequest` naming the field and the row.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from skyrl_rewards.rewards.contract.result import RewardResult
@@ -106,8 +106,3 @@ def result_json(result: RewardResult) -> dict[str, Any]:
 def results_json(results: Sequence[RewardResult]) -> list[dict[str, Any]]:
     """:func:`result_json` of each result, in order."""
     return [result_json(result) for result in results]
-
-
-def masked_count(results: Sequence[Mapping[str, Any]]) -> int:
-    """How many of the answered rows are masked."""
-    return sum(1 for result in results if result["masked"])
