@@ -325,6 +325,8 @@ def test_verl_reward_function_on_the_pool_itself(service) -> None:
         # size caps: rows and bytes
         (AUTH, {"json": {"rows": rows_of(65)}}, 413, "65 rows in one request, at most 64"),
         (AUTH, {"content": b"{" + b" " * 300_000 + b"}"}, 413, "at most 262144"),
+        # no Content-Length (chunked): the stream is counted as it is read
+        (AUTH, {"content": iter([b"{", b" " * 300_000, b"}"])}, 413, "more than 262144"),
     ],
 )
 def test_refusals_answer_a_status_and_log_the_cause(service, auth, send, status, cause) -> None:
