@@ -110,6 +110,7 @@ def service() -> Iterator[tuple[str, ServeConfig]]:
             max_rows=64,
             max_queued_rows=128,
             max_body_bytes=256 * 1024,
+            max_queued_bytes=300 * 1024,
         )
         url = start_service(config)
         try:
@@ -369,6 +370,26 @@ def test_a_429_storm_is_refused_with_retry_after_and_loses_nothing(service) -> N
     seen = metrics(url)
     assert seen["events"]["429"] == before + len(storm)
     assert seen["queued_rows"] == 0
+
+
+def test_bodies_past_max_queued_bytes_are_refused_before_they_are_read(service) -> None:
+    url, _ = service
+    before = metrics(url)["events"].get("429", 0)
+    padding = "x" * 30_000  # a column no reward reads
+    held = [{**row, "padding": padding} for row in slow_rows(6)]  # about 180 kB, in flight
+    large = [{**row, "padding": padding} for row in rows_of(5)]  # 150 kB more: past 300 KiB
+    with ThreadPoolExecutor(1) as threads:
+        admitted = threads.submit(post, url, "/v1/score", {"rows": held})
+        wait_for(lambda: metrics(url)["queued_bytes"] > 180_000, "the held body in flight")
+        refused = post(url, "/v1/score", {"rows": large})
+        assert refused.status_code == 429 and refused.headers["Retry-After"] == "1"
+        assert "body bytes in flight" in refused.json()["error"]
+        assert admitted.result(WAIT_S).status_code == 200
+    after = post(url, "/v1/score", {"rows": large})  # the held body answered: room again
+    assert after.status_code == 200
+    assert [r["value"] for r in after.json()["results"]] == [r.total for r in in_process(large)]
+    seen = metrics(url)
+    assert seen["events"]["429"] == before + 1 and seen["queued_bytes"] == 0
 
 
 def test_a_cancelled_caller_leaves_shared_work_to_the_others(service) -> None:

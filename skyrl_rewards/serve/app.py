@@ -1,8 +1,9 @@
 """The Ray Serve application: a gateway in front of scorer replicas that are clients of the pool.
 
 ``Gateway`` (the HTTP ingress, one replica) checks the token, caps the body and
-the rows, admits rows up to ``max_queued_rows`` (past it: 429 with
-``Retry-After``, never an unbounded wait), turns each protocol into rows and the
+the rows, admits bodies up to ``max_queued_bytes`` (before reading them) and rows
+up to ``max_queued_rows`` (past either: 429 with ``Retry-After``, never an
+unbounded wait), turns each protocol into rows and the
 results back into that protocol, and counts every route. ``Scorer`` replicas
 (``num_scorers``, spread over the cluster's nodes) each hold one
 :class:`~skyrl_rewards.pool.reward_pool.RewardPool` client of the running pool
@@ -85,6 +86,7 @@ class Gateway:
         # Serve writes the "ray.serve" logger of a replica to its log file (logs/serve/replica_*)
         self._metrics = RouteMetrics(logging.getLogger("ray.serve"))
         self._queued_rows = 0
+        self._queued_bytes = 0
 
     @api.post("/v1/score")
     async def score(self, request: Request) -> JSONResponse:
@@ -121,7 +123,13 @@ class Gateway:
             self._check_token(request)
         except Refused as refused:
             return self._refuse("/v1/metrics", refused)
-        return JSONResponse({**self._metrics.snapshot(), "queued_rows": self._queued_rows})
+        return JSONResponse(
+            {
+                **self._metrics.snapshot(),
+                "queued_rows": self._queued_rows,
+                "queued_bytes": self._queued_bytes,
+            }
+        )
 
     @api.get("/v1/health")
     async def health(self) -> dict[str, str]:
@@ -136,8 +144,10 @@ class Gateway:
     ) -> JSONResponse:
         start = time.perf_counter()
         rows: list[dict[str, Any]] = []
+        reserved = 0
         try:
             self._check_token(request)
+            reserved = self._reserve_bytes(request)
             rows, answer = read(parse_json(await self._body(request)))
             results = await self._admitted(route, rows)
             payload = answer(results)
@@ -153,6 +163,8 @@ class Gateway:
                 "dropped, the work they share with other requests goes on",
             )
             raise
+        finally:
+            self._queued_bytes -= reserved
         masked = sum(1 for result in results if result.should_mask)
         self._metrics.answered(
             route, 200, rows=len(rows), masked=masked, seconds=time.perf_counter() - start
@@ -174,11 +186,27 @@ class Gateway:
         if not hmac.compare_digest(offered.encode(), self._token):
             raise Refused(401, "wrong token", {"WWW-Authenticate": "Bearer"})
 
-    async def _body(self, request: Request) -> bytes:
+    def _reserve_bytes(self, request: Request) -> int:
+        """The bytes the body may hold (its ``Content-Length``, else ``max_body_bytes``), now
+        counted in flight; 413 when it declares more than the cap, 429 past ``max_queued_bytes``."""
         limit = self._config.max_body_bytes
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
+        size = int(declared) if declared is not None and declared.isdigit() else limit
+        if size > limit:
             raise Refused(413, f"body: {declared} bytes, at most {limit}; split the batch")
+        if self._queued_bytes + size > self._config.max_queued_bytes:
+            raise Refused(
+                429,
+                f"busy: {self._queued_bytes} body bytes in flight, {size} more would pass "
+                f"max_queued_bytes={self._config.max_queued_bytes}; retry after "
+                f"{self._config.retry_after_s}s",
+                {"Retry-After": str(self._config.retry_after_s)},
+            )
+        self._queued_bytes += size
+        return size
+
+    async def _body(self, request: Request) -> bytes:
+        limit = self._config.max_body_bytes
         body = bytearray()
         async for chunk in request.stream():
             body += chunk

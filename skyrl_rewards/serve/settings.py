@@ -51,6 +51,10 @@ class ServeConfig:
     """Most rows in one request; more is answered 413."""
     max_queued_rows: int = 16384
     """Rows admitted and not yet answered, per gateway replica; past it a request gets 429."""
+    max_queued_bytes: int = 256 * 1024 * 1024
+    """Request bodies being read or scored, per gateway replica (a body without a
+    ``Content-Length`` counts as ``max_body_bytes``); past it a request gets 429 before its
+    body is read, so many large requests at once cannot exhaust the gateway's memory."""
     retry_after_s: int = 1
     """The ``Retry-After`` of a 429, in seconds."""
     request_timeout_s: float = 900.0
@@ -62,6 +66,11 @@ class ServeConfig:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
         if self.max_body_bytes < 1024:
             raise ValueError(f"max_body_bytes: must be at least 1024, got {self.max_body_bytes}")
+        if self.max_queued_bytes < self.max_body_bytes:
+            raise ValueError(
+                f"max_queued_bytes: must be at least max_body_bytes ({self.max_body_bytes}), "
+                f"got {self.max_queued_bytes}: a full-size request could never be admitted"
+            )
         if self.max_queued_rows < self.max_rows:
             raise ValueError(
                 f"max_queued_rows: must be at least max_rows ({self.max_rows}), "
