@@ -195,15 +195,19 @@ class Gateway:
         if size > limit:
             raise Refused(413, f"body: {declared} bytes, at most {limit}; split the batch")
         if self._queued_bytes + size > self._config.max_queued_bytes:
-            raise Refused(
-                429,
-                f"busy: {self._queued_bytes} body bytes in flight, {size} more would pass "
-                f"max_queued_bytes={self._config.max_queued_bytes}; retry after "
-                f"{self._config.retry_after_s}s",
-                {"Retry-After": str(self._config.retry_after_s)},
-            )
+            raise self._busy(f"{self._queued_bytes} body bytes in flight", size, "max_queued_bytes")
         self._queued_bytes += size
         return size
+
+    def _busy(self, queued: str, more: int, limit: str) -> Refused:
+        """The 429 of a request that ``more`` would take past the setting ``limit``."""
+        retry_s = self._config.retry_after_s
+        return Refused(
+            429,
+            f"busy: {queued}, {more} more would pass {limit}={getattr(self._config, limit)}; "
+            f"retry after {retry_s}s",
+            {"Retry-After": str(retry_s)},
+        )
 
     async def _body(self, request: Request) -> bytes:
         limit = self._config.max_body_bytes
@@ -217,13 +221,7 @@ class Gateway:
     async def _admitted(self, route: str, rows: list[dict[str, Any]]) -> list[RewardResult]:
         """Score ``rows`` if the queue has room for them (429 otherwise)."""
         if self._queued_rows + len(rows) > self._config.max_queued_rows:
-            raise Refused(
-                429,
-                f"busy: {self._queued_rows} rows queued, {len(rows)} more would pass "
-                f"max_queued_rows={self._config.max_queued_rows}; retry after "
-                f"{self._config.retry_after_s}s",
-                {"Retry-After": str(self._config.retry_after_s)},
-            )
+            raise self._busy(f"{self._queued_rows} rows queued", len(rows), "max_queued_rows")
         self._queued_rows += len(rows)
         try:
             return await asyncio.wait_for(
