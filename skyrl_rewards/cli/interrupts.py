@@ -117,6 +117,7 @@ class StopOnCtrlC:
 
     def end_now(self) -> None:
         """Kill every descendant process (Ray's included) and exit 130 without clean-up."""
+        _quiet_threads()
         killed = end_descendants()
         self._say(
             f"Ctrl-C again: ended at once ({killed} started processes killed); "
@@ -132,6 +133,7 @@ class StopOnCtrlC:
                 f"Ctrl-C: stopping; {held} cannot be stopped half way, so the processes it "
                 "started are ended"
             )
+            _quiet_threads()
             end_descendants()
             (self.stream or sys.stderr).write(f"{self.ended}\n")
         finally:
@@ -179,6 +181,13 @@ def _watch(woken: socket.socket, handler: StopOnCtrlC) -> None:
         for signum in data:
             if signum == signal.SIGINT:
                 handler.pressed()
+
+
+def _quiet_threads() -> None:
+    """The process is ending on purpose: a thread that fails because a killed process went
+    away (Ray's ``ray_listen_error_messages``, subscribed to the GCS) ends without printing a
+    traceback over the command's last line."""
+    threading.excepthook = lambda args: None
 
 
 def _exit() -> None:
