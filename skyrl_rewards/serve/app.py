@@ -243,7 +243,7 @@ class Gateway:
         try:
             return await self._scorer.score.remote(rows)
         except RayTaskError as error:  # first: a task error may also subclass its cause's type
-            raise Refused(503, f"the pool could not score: {_first_line(error.cause)}") from None
+            raise Refused(503, f"the pool could not score: {first_line(error.cause)}") from None
         except RayActorError as error:
             self._metrics.event_logged(
                 route,
@@ -269,7 +269,8 @@ class Gateway:
         )
 
 
-def _first_line(error: BaseException | None) -> str:
+def first_line(error: BaseException | None) -> str:
+    """The first line of ``error``'s message (its type's name when the message is empty)."""
     text = str(error).strip() or type(error).__name__
     return text.splitlines()[0]
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 import ray
 from ray import serve
 
-from skyrl_rewards.serve.app import build_app
+from skyrl_rewards.serve.app import build_app, first_line
 from skyrl_rewards.serve.settings import ServeConfig, check_bind
 
 
@@ -75,9 +75,8 @@ def start_service(config: ServeConfig) -> str:
             blocking=False,
         )
     except RuntimeError as error:  # Serve's "deploying ... failed": a replica did not start
-        cause = (str(error).strip() or type(error).__name__).splitlines()[0]
         raise ServiceStartError(
-            f"the service did not start: {cause} (the replicas' logs: "
+            f"the service did not start: {first_line(error)} (the replicas' logs: "
             "<ray session>/logs/serve/replica_*.log)"
         ) from error
     return base_url(config)
