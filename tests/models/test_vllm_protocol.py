@@ -4,8 +4,10 @@ The loopback servers answer through vLLM's own API routers, request classes
 and response classes (``vllm_protocol.py``): a route vLLM does not serve is a
 404, a body its request class refuses is a 400 (``server.refused`` counts
 both), a reply is vLLM's response object as vLLM serializes it. Every API the
-client speaks is driven through them, and the pinned shapes the main venv's
-servers use are checked equal to vLLM's. ``tests/test_skyrl_trainer_py312.py``
+client speaks is driven through them, the pinned shapes the main venv's
+servers use are checked against vLLM's (the reward model's equal, the judge's
+chat and ``/tokenize`` fields vLLM's with its values), and their routes are
+the POST routes of vLLM's own routers. ``tests/test_skyrl_trainer_py312.py``
 runs this module in ``.venv-skyrl``; without vLLM it is skipped.
 """
 
