@@ -166,6 +166,43 @@ class JudgeServer(ScriptedServer):
         )
         return 60.0 * slope
 
+    def pinned_chat(
+        self,
+        number: int,
+        body: dict[str, Any],
+        content: str | None,
+        prompt_tokens: int,
+        completion_tokens: int,
+    ) -> dict[str, Any]:
+        """The chat reply without vLLM installed: vLLM's ``ChatCompletionResponse`` fields the
+        client reads, as pinned here (``test_vllm_protocol.py`` checks them against vLLM's)."""
+        return {
+            "id": f"chatcmpl-{number}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
+    def pinned_tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The ``/tokenize`` reply without vLLM installed (``{"count", "max_model_len", "tokens"}``)."""
+        if "messages" in body:
+            count = self.prompt_tokens(body["messages"])
+        else:
+            count = self.count_tokens(body.get("prompt", ""))
+        return {"count": count, "max_model_len": 32768, "tokens": []}
+
     def _vllm_answers(self) -> dict[str, Answer]:
         """The stand-in engine behind vLLM's chat and tokenize routers (vLLM's response objects)."""
         p = protocol()
@@ -233,11 +270,7 @@ class JudgeServer(ScriptedServer):
                 if server.vllm is not None:
                     self._answer(*server.vllm.post("/tokenize", body))
                     return
-                if "messages" in body:
-                    count = server.prompt_tokens(body["messages"])
-                else:
-                    count = server.count_tokens(body.get("prompt", ""))
-                self.send(200, {"count": count, "max_model_len": 32768, "tokens": []})
+                self.send(200, server.pinned_tokenize(body))
 
             def _serve(self, turn: Turn, number: int, body: dict[str, Any]) -> None:
                 planned = turn.planned
@@ -260,25 +293,7 @@ class JudgeServer(ScriptedServer):
                     server._replies.pop(key, None)  # a body vLLM refused never took it
                     return
                 self.send(
-                    200,
-                    {
-                        "id": f"chatcmpl-{number}",
-                        "object": "chat.completion",
-                        "created": int(time.time()),
-                        "model": body.get("model"),
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": content},
-                                "finish_reason": "stop",
-                            }
-                        ],
-                        "usage": {
-                            "prompt_tokens": prompt_tokens,
-                            "completion_tokens": completion_tokens,
-                            "total_tokens": prompt_tokens + completion_tokens,
-                        },
-                    },
+                    200, server.pinned_chat(number, body, content, prompt_tokens, completion_tokens)
                 )
 
             def _answer(self, status: int, reply: Any) -> None:

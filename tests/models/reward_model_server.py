@@ -33,11 +33,13 @@ routes answer in the same shapes, pinned, with the same 404s;
 ``test_vllm_protocol.py`` checks the two agree.
 
 ``server="sglang"`` serves SGLang's (0.5.23) OpenAI-compatible routes, pinned
-to its source (``sglang.srt.entrypoints.openai.protocol``,
-``serving_embedding.py``, ``serving_classify.py``; its package does not import
-without torch and triton): ``POST /v1/embeddings`` ``{"model", "input"}`` ->
-``{"data": [{"embedding": [logits], "index", "object": "embedding"}],
-"model", "object": "list", "usage"}`` (a reward model's raw scores) and
+to its source (``sglang/srt/entrypoints/openai/protocol.py``,
+``serving_embedding.py``, ``serving_classify.py``; sglang cannot be a
+dependency beside vLLM 0.30; ``test_sglang_protocol.py`` checks them against
+SGLang's own classes where its protocol module imports): ``POST
+/v1/embeddings`` ``{"model", "input"}`` -> ``{"data": [{"embedding":
+[logits], "index", "object": "embedding"}], "model", "object": "list",
+"usage"}`` (a reward model's raw scores) and
 ``POST /v1/classify`` ``{"model", "input"}`` -> vLLM's classify shape with
 ``probs`` always a softmax (``use_activation`` ignored: a one-label model's
 ``probs`` is ``[1.0]``). A body without ``input`` is a 400.

@@ -4,8 +4,10 @@ The loopback servers answer through vLLM's own API routers, request classes
 and response classes (``vllm_protocol.py``): a route vLLM does not serve is a
 404, a body its request class refuses is a 400 (``server.refused`` counts
 both), a reply is vLLM's response object as vLLM serializes it. Every API the
-client speaks is driven through them, and the pinned shapes the main venv's
-servers use are checked equal to vLLM's. ``tests/test_skyrl_trainer_py312.py``
+client speaks is driven through them, the pinned shapes the main venv's
+servers use are checked against vLLM's (the reward model's equal, the judge's
+chat and ``/tokenize`` fields vLLM's with its values), and their routes are
+the POST routes of vLLM's own routers. ``tests/test_skyrl_trainer_py312.py``
 runs this module in ``.venv-skyrl``; without vLLM it is skipped.
 """
 
@@ -17,14 +19,16 @@ import math
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 pytest.importorskip("vllm")
 
-from judge_server import JudgeServer, complete_all  # noqa: E402
+from judge_server import CHAT_ROUTE, JudgeServer, complete_all  # noqa: E402
 from judge_texts import load_tokenizer, messages, save_tokenizer, tokens_endpoint  # noqa: E402
 from PIL import Image  # noqa: E402
 from reward_model_server import (  # noqa: E402
+    VLLM_ROUTES,
     RewardModelServer,
     conversation_text,
     expected_logits,
@@ -164,6 +168,50 @@ def test_the_pinned_shapes_are_vllms(server: Any, path: str, body: dict[str, Any
         k: v for k, v in pinned_usage.items() if v is not None
     }
     assert reply == pinned
+
+
+def test_the_loopback_routes_are_vllms(server: Any) -> None:
+    # the routes vLLM's own routers answer POST on, mounted as `vllm serve` mounts them
+    assert server.vllm.post_routes == set(VLLM_ROUTES)
+    with JudgeServer() as judge:
+        assert {CHAT_ROUTE, "/tokenize"} <= judge.vllm.post_routes
+
+
+def within(pinned: Any, reply: Any) -> bool:
+    """Every field of ``pinned`` is in ``reply`` with the same value (``reply`` may have more)."""
+    if isinstance(pinned, dict):
+        return isinstance(reply, dict) and all(
+            key in reply and within(value, reply[key]) for key, value in pinned.items()
+        )
+    if isinstance(pinned, list):
+        return (
+            isinstance(reply, list)
+            and len(pinned) == len(reply)
+            and all(within(a, b) for a, b in zip(pinned, reply, strict=True))
+        )
+    return pinned == reply
+
+
+def test_the_judge_servers_pinned_shapes_are_vllms(tmp_path: Path) -> None:
+    # the main venv's judge server answers chat and /tokenize in these pinned shapes: each is
+    # the fields of vLLM's reply to the body the client sent, with vLLM's values
+    folder = save_tokenizer(tmp_path / "tok")
+    chat = messages("english", 40, 0)
+    with JudgeServer(tokenizer=load_tokenizer(folder), reply=lambda body: "0.75") as judge:
+        config = EndpointConfig.from_mapping({"base_url": judge.url, "model": "judge"})
+        (outcome,), _ = complete_all(config, [ModelRequest(JUDGE_LANE, "e", {"messages": chat})])
+        body, served = judge.bodies[-1], judge.served[-1]
+        reply = httpx.post(judge.url + "/chat/completions", json=body).json()
+        tokenize = {"model": "judge", "messages": chat, "add_generation_prompt": True}
+        counted = httpx.post(judge.url.removesuffix("/v1") + "/tokenize", json=tokenize).json()
+        pinned_count = judge.pinned_tokenize(tokenize)
+        refused = judge.refused
+    assert outcome.text == "0.75" and refused == 0
+    pinned = judge.pinned_chat(1, body, "0.75", served.prompt_tokens, served.completion_tokens)
+    for key in ("id", "created"):
+        assert type(reply.pop(key)) is type(pinned.pop(key))
+    assert within(pinned, reply), (pinned, reply)
+    assert within(pinned_count, counted), (pinned_count, counted)
 
 
 def test_a_judge_through_vllms_chat_and_tokenize(tmp_path: Path) -> None:

@@ -142,6 +142,15 @@ class VllmApp:
 
         self._client = TestClient(vllm_app(answers), raise_server_exceptions=False)
 
+    @property
+    def post_routes(self) -> set[str]:
+        """The paths vLLM's routers of this app answer ``POST`` on."""
+        return {
+            route.path
+            for route in self._client.app.routes
+            if "POST" in (getattr(route, "methods", None) or ())
+        }
+
     def post(
         self, path: str, body: Any, headers: Mapping[str, str] | None = None
     ) -> tuple[int, Any]:

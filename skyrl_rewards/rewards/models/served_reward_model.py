@@ -36,9 +36,11 @@ and response classes of vLLM 0.30, tested against them in
   normalised over the label ids (``apply_softmax``, vLLM's default): the text
   scored is ``query + item`` and the value is ``P(yes) / (P(yes) + P(no))``.
 
-``server: sglang`` (shapes pinned to SGLang's source,
-``python/sglang/srt/entrypoints/openai/serving_embedding.py`` and
-``serving_classify.py``; its protocol module does not import without its engine):
+``server: sglang`` (shapes pinned to SGLang 0.5.23's source,
+``python/sglang/srt/entrypoints/openai/protocol.py``, ``serving_embedding.py``
+and ``serving_classify.py``, since sglang cannot be a dependency beside vLLM
+0.30; checked against its own classes in ``tests/models/test_sglang_protocol.py``
+where its protocol module imports):
 
 - ``embeddings`` (``POST /v1/embeddings``, a model served with
   ``--is-embedding``): ``{"model", "input": [str, ...]}``; reply ``{"data":
