@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
+from oriented_images import BROKEN_EXIF, exif_bytes, save_oriented, save_png_with_late_exif
 from PIL import Image
 from transformers.image_utils import load_image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
@@ -186,17 +187,32 @@ def test_a_refused_image_is_no_matter_for_formats_without_a_qwen_processor(tmp_p
 
 
 @pytest.mark.parametrize("orientation", [1, 2, 3, 4, 5, 6, 7, 8])
-@pytest.mark.parametrize("kind", ["JPEG", "PNG", "WEBP"])
+@pytest.mark.parametrize("kind", ["JPEG", "PNG", "WEBP", "PNG after IDAT"])
 def test_the_size_is_the_one_transformers_loads(
     orientation: int, kind: str, tmp_path: Path
 ) -> None:
-    path = tmp_path / f"photo_{orientation}.{kind.lower()}"
-    exif = Image.Exif()
-    exif[0x0112] = orientation
-    Image.new("RGB", (400, 300), (0, 90, 200)).save(path, kind, exif=exif.tobytes())
+    path = tmp_path / f"photo_{orientation}.{kind.split()[0].lower()}"
+    if kind == "PNG after IDAT":  # Pillow finds this eXIf chunk only by decoding the image
+        save_png_with_late_exif(path, exif_bytes(orientation))
+        assert "exif" not in Image.open(path).info
+    else:
+        save_oriented(path, kind, orientation)
     loaded = load_image(str(path))  # transformers: ImageOps.exif_transpose, as vLLM's loader
     assert image_size(str(path)) == loaded.size
     assert loaded.size == ((300, 400) if orientation >= 5 else (400, 300))
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["header", "after IDAT"])
+def test_broken_exif_is_no_orientation(late: bool, tmp_path: Path) -> None:
+    """vLLM keeps the image as stored when the transpose fails (tests/skyrl_trainer checks it)."""
+    path = tmp_path / "broken.png"
+    if late:
+        save_png_with_late_exif(path, BROKEN_EXIF)
+    else:
+        Image.new("RGB", (400, 300)).save(path, exif=BROKEN_EXIF)
+    with pytest.raises(SyntaxError):
+        load_image(str(path))  # transformers does not suppress the failure
+    assert image_size(str(path)) == (400, 300)
 
 
 def test_a_box_on_the_turned_photo_scores_one(tmp_path: Path) -> None:
