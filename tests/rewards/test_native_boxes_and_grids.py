@@ -149,6 +149,8 @@ def test_a_grid_some_engine_produced_is_used_and_another_is_a_dataset_error(
             '{"action": "click", "bbox": [1, 0, 100, 1]}',
             ["click(50, 0)", 'type("x")', "nothing"],
         ),
+        # no position to convert at all: the image is still one the policy never saw
+        ("gui_action", '{"action": "type", "text": "x"}', ['type("x")', "click(50, 0)", "nothing"]),
         ("gui_point", "[1, 0, 100, 1]", ["[1, 0, 100, 1]", "none"]),
     ],
 )
