@@ -129,6 +129,15 @@ def test_a_grid_some_engine_produced_is_used_and_another_is_a_dataset_error(
         assert iou_reward(answer, truth, image_path=[str(path)], image_grid_thw=[impossible]) == [
             None
         ]
+    # [1, 5, 10] (a 140x70 input) is this resize on a merge-1 tower: an odd grid no merge-2
+    # processor makes, used once the reward is told the merge size
+    merge_1 = Qwen2VLImageProcessorPil(patch_size=14, merge_size=1, min_pixels=1, max_pixels=9800)
+    odd = merge_1(images=[Image.open(path)], return_tensors="np")["image_grid_thw"].tolist()
+    assert odd == [[1, 5, 10]]
+    on_70 = ["<answer>[28, 17.5, 112, 52.5]</answer>"]  # the truth in the 140x70 input
+    assert iou_reward(on_70, truth, image_path=[str(path)], image_grid_thw=odd) == [None]
+    scored = iou_reward(on_70, truth, image_path=[str(path)], image_grid_thw=odd, merge_size=1)
+    assert scored == [1.0]
 
 
 # --- an image the processors refuse
