@@ -357,8 +357,8 @@ class GuiAction(BoxComponent):
     original pixels), ``f1_threshold`` (0.5), ``substring_match`` (False:
     GUI-R1's one-word substring rule), ``type_credit`` (0.0: the value of a
     right type with a wrong argument), and the box parameters. Only rows whose
-    ground truth is a point action convert positions; every row with an image
-    has it read, so that an image the processor refuses is a dataset error
+    ground truth is a point action convert positions; in a Qwen family every
+    row's image is read, so that one the processor refuses is a dataset error
     for every answer whatever the action.
     """
 
