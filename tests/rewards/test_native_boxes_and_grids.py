@@ -244,3 +244,17 @@ def test_relative_coordinates_are_clamped_to_the_grid(photo: str) -> None:
     reward = make_reward("giou", box_format="qwen3_vl")
     past = reward(["[-4, 0, 1004, 1000]", "[0, 0, 999, 999]"], [full, full], image_path=[photo] * 2)
     assert past[0] == 1.0 and past[1] > 0.99
+
+
+def test_a_gui_action_row_without_a_position_reads_its_image(tmp_path: Path) -> None:
+    """A type target converts nothing, yet its row's image is read: a missing one is named."""
+    reward = make_reward("gui_action", on_error="raise")
+    solution = ['{"action": "type", "text": "x"}']
+    path = tmp_path / "screen.png"
+    Image.new("RGB", (400, 300)).save(path)
+    assert reward(['type("x")'], solution, image_path=[str(path)]) == [1.0]
+    assert reward(['type("x")'], solution) == [1.0]  # no image at all: nothing to read
+    with pytest.raises(ValueError, match="image_path: cannot read image"):
+        reward(['type("x")'], solution, image_path=[str(tmp_path / "missing.png")])
+    relative = make_reward("gui_action", box_format="relative_1000", on_error="raise")
+    assert relative(['type("x")'], solution, image_path=[str(tmp_path / "missing.png")]) == [1.0]
