@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
+from skyrl_rewards import iou_reward
 from skyrl_rewards.cli.main import main
 from skyrl_rewards.data.check import check_rows
 from skyrl_rewards.rewards.geometry.box_formats import BoxFormatChoice
@@ -144,3 +146,79 @@ def test_rows_from_an_engine_with_other_bounds_get_the_bounds_hint(
     assert "relative_1000" not in problems[0]
     at_engine = RewardMix.from_config({"iou": {"max_pixels": 1_003_520}, "format_rec": {}})
     assert check_rows([the_row], tmp_path, at_engine) == []
+
+
+ENGINE_MAX_PIXELS = 1_003_520
+
+
+def random_truth(rng: random.Random, width: int, height: int, least: int) -> list[int]:
+    """A box of at least ``least`` pixels a side inside a ``width`` x ``height`` image."""
+    x1, y1 = rng.randint(0, width - least), rng.randint(0, height - least)
+    return [x1, y1, rng.randint(x1 + least, width), rng.randint(y1 + least, height)]
+
+
+def test_every_row_answered_at_an_engines_bounds_gets_the_bounds_hint() -> None:
+    """Random photos past the engine's max_pixels, each answered in whole pixels of the engine's input.
+
+    Checked at the reward's default bounds, every row that scores under 0.9 there is reported
+    with the engine's input size, a middling overlap (0.5 to 0.9, a moderate shrink) and a
+    thin box (whose short side says little about the scale) included; at the engine's bounds
+    none is. Rows whose answer scores under 0.9 even at the engine's bounds (a box a few input
+    pixels thin, rounded) are left out: nothing fits them.
+    """
+    rng = random.Random(42)
+    engine = BoxFormatChoice.build("qwen2_5_vl", max_pixels=ENGINE_MAX_PIXELS).default
+    at_default = RewardMix.from_config({"iou": {}, "format_rec": {}})
+    at_engine = RewardMix.from_config({"iou": {"max_pixels": ENGINE_MAX_PIXELS}, "format_rec": {}})
+    middling = thin = 0
+    for _ in range(300):
+        width = rng.randint(900, 4500)
+        area = rng.choice([rng.uniform(1.15, 2), rng.uniform(2, 16)]) * ENGINE_MAX_PIXELS
+        height = round(area / width)
+        image = Image.new("L", (width, height))
+        truth = random_truth(rng, width, height, least=rng.choice([10, 30, 200]))
+        input_w, input_h = engine.resized(width, height)
+        scales = [input_w / width, input_h / height] * 2
+        answer = [round(v * s) for v, s in zip(truth, scales, strict=True)]
+        the_row = {**row("", truth, answer), "image_path": None, "image": image}
+        completion, solution = [the_row["completion"]], [the_row["solution"]]
+        if iou_reward(completion, solution, image=[image], max_pixels=ENGINE_MAX_PIXELS)[0] < 0.9:
+            continue
+        assert check_rows([the_row], Path("."), at_engine) == []
+        problems = [str(p) for p in check_rows([the_row], Path("."), at_default)]
+        score = iou_reward(completion, solution, image=[image])[0]
+        if score >= 0.9:
+            continue
+        assert len(problems) == 1, (width, height, truth, answer, score)
+        assert f"it fits qwen2_5_vl at a {input_w}x{input_h} input" in problems[0]
+        middling += score >= 0.5
+        thin += min(answer[2] - answer[0], answer[3] - answer[1]) < 16
+    assert middling >= 5 and thin >= 5  # the cases the hint used to miss
+
+
+def test_a_sloppy_reference_in_the_right_format_gets_no_bounds_hint() -> None:
+    """References drawn loosely (each side off by a few percent of the box) in the declared
+    format's own input: a resize under other bounds never 'fits' them by coincidence."""
+    rng = random.Random(7)
+    at_default = RewardMix.from_config({"iou": {}, "format_rec": {}})
+    fmt = BoxFormatChoice.build("qwen2_5_vl").default
+    for _ in range(400):
+        width, height = rng.randint(100, 4500), rng.randint(100, 4500)
+        truth = random_truth(rng, width, height, least=4)
+        input_w, input_h = fmt.resized(width, height)
+        scales = [input_w / width, input_h / height] * 2
+        sides = [truth[2] - truth[0], truth[3] - truth[1]] * 2
+        jitter = rng.choice([0.02, 0.05, 0.1, 0.3])
+        answer = [
+            round((v + rng.gauss(0, jitter * side)) * s)
+            for v, side, s in zip(truth, sides, scales, strict=True)
+        ]
+        if answer[2] <= answer[0] or answer[3] <= answer[1]:
+            continue
+        the_row = {
+            **row("", truth, answer),
+            "image_path": None,
+            "image": Image.new("L", (width, height)),
+        }
+        for problem in check_rows([the_row], Path("."), at_default):
+            assert "it fits qwen2_5_vl at" not in str(problem), (width, height, truth, answer)

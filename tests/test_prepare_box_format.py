@@ -148,3 +148,32 @@ def test_prepared_rows_carry_the_engines_settings_and_score_right_with_a_default
 def test_a_relative_family_carries_no_resize(tmp_path: Path) -> None:
     rows = prepared_rows(tmp_path, BoxFormatChoice.build("qwen3_vl"))
     assert {row["image_resize"] is None for row in rows} == {True}
+
+
+def test_the_script_takes_the_towers_patch_size(tmp_path: Path) -> None:
+    """Rows whose grids a patch-16 tower made (the real processor's) are refused at patch 14
+    and prepared with ``--patch-size 16``, which every row then carries."""
+    tower = Qwen2VLImageProcessorPil(patch_size=16, merge_size=2)
+    rows = [json.loads(line) for line in REC.read_text().splitlines()[:4]]
+    for row in rows:
+        image = Image.open(REC.parent / row["image_path"])
+        row["image_grid_thw"] = tower(images=[image], return_tensors="np")["image_grid_thw"][
+            0
+        ].tolist()
+    source = tmp_path / "rec.jsonl"
+    (tmp_path / "images").symlink_to(REC.parent / "images")
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, str(ROOT / "scripts" / "data" / "prepare_skyrl_data.py")]
+        command += ["--input", str(source), "--out-dir", str(tmp_path / "out"), "--box-format"]
+        return subprocess.run(
+            command + list(args), capture_output=True, text=True, timeout=120, cwd=ROOT
+        )
+
+    refused = run("resized_pixels")
+    assert refused.returncode == 1 and "image_grid_thw: the row's grid" in refused.stderr
+    done = run("resized_pixels", "--patch-size", "16")
+    assert done.returncode == 0, done.stderr
+    prepared = pq.read_table(tmp_path / "out" / "train.parquet").to_pylist()
+    assert {row["image_resize"]["patch_size"] for row in prepared} == {16}

@@ -8,7 +8,8 @@ For a vision-language policy, name its box format: every row then carries
 instruction; a resized-pixel row (``qwen2_5_vl``) also carries the engine's
 processor settings given here (``image_resize``), which the box rewards use
 for it, so the reward needs no second copy of them; a row's
-``image_grid_thw`` that no pixel bounds give for its image is refused:
+``image_grid_thw`` must be the resize at those settings (a grid from another
+engine is stale: the line is refused, naming both grids):
 
     python scripts/data/prepare_skyrl_data.py --input rec.jsonl --out-dir out/data/rec --box-format qwen3_vl
     python scripts/data/prepare_skyrl_data.py --input rec.jsonl --out-dir out/data/rec \

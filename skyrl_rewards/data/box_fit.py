@@ -12,7 +12,10 @@ the rows where the numbers say the format is wrong:
   row names what fits. For a resized-pixel format, a resize under other
   pixel bounds (an engine's ``max_pixels``) is tried first: the family is
   right there and the fix is the bounds, so that is the hint, not another
-  coordinate system that fits by coincidence.
+  coordinate system that fits by coincidence. Such a resize is reported
+  for a middling overlap too (IoU below 0.9) when it puts the box on the
+  ground truth almost exactly (IoU 0.97 or more): an engine's bounds a
+  little under the image's size cost every answer a tenth or more, silently.
 
 A grid that no pixel bounds give for the image is a dataset error of the
 reward itself (``image_grid_thw``), reported with the others by
@@ -22,6 +25,7 @@ reward itself (``image_grid_thw``), reported with the others by
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,6 +53,9 @@ OUTSIDE_TOLERANCE = 0.02
 POOR_IOU = 0.5
 FITTING_IOU = 0.9
 """Below :data:`POOR_IOU` in the declared format and at least :data:`FITTING_IOU` in another: reported."""
+
+EXACT_IOU = 0.97
+"""Below :data:`FITTING_IOU` and at least this at a resize under other pixel bounds: reported too."""
 
 MAX_IMPLIED_FACTORS = 10_000
 """An implied input past this many factors a side is no resize (a degenerate ground truth)."""
@@ -123,9 +130,12 @@ def _completion_fit(
     if len(predicted) != 1 or len(truths) != 1:
         return []
     declared = iou(converted[0], truths[0])
-    if declared >= POOR_IOU:
+    if declared >= FITTING_IOU:
         return []
-    hint = _hint(predicted, truths, fmt, size)
+    if declared >= POOR_IOU:  # middling: only a resize under other bounds that fits exactly
+        hint = _bounds_hint(predicted, truths, fmt, size, EXACT_IOU)
+    else:
+        hint = _hint(predicted, truths, fmt, size)
     if not hint:
         return []
     return [
@@ -143,13 +153,20 @@ def _hint(predicted: list[Box], truths: list[Box], fmt: BoxFormat, size: tuple[i
 
 
 def _bounds_hint(
-    predicted: list[Box], truths: list[Box], fmt: BoxFormat, size: tuple[int, int]
+    predicted: list[Box],
+    truths: list[Box],
+    fmt: BoxFormat,
+    size: tuple[int, int],
+    fitting: float = FITTING_IOU,
 ) -> str:
     """``"; it fits qwen2_5_vl at a WxH input ..."`` when a resize under other pixel bounds fits, or ``""``.
 
-    The input size the box implies (its extent over the truth's, times the
-    image's) is rounded to the factor; the possible resizes within two
-    factors of it are tried.
+    Fits: an IoU of at least ``fitting`` with the ground truth. The input
+    size the box implies on each axis (its extent over the truth's, times the
+    image's side) is rounded to the factor; the possible resizes
+    (:func:`grid_is_possible`) near it are tried, the other side following
+    the image's aspect, so that a thin box's imprecise axis does not hide
+    the fit.
     """
     if fmt.coords != RESIZED_PIXELS or len(predicted) != 1 or len(truths) != 1:
         return ""
@@ -164,15 +181,14 @@ def _bounds_hint(
     if max(rows, cols) > MAX_IMPLIED_FACTORS:
         return ""
     best, best_iou = None, 0.0
-    for a in range(max(1, round(rows) - 2), round(rows) + 3):
-        for b in range(max(1, round(cols) - 2), round(cols) + 3):
-            if not grid_is_possible((a * fmt.merge_size, b * fmt.merge_size), size, fmt):
-                continue
-            resized = (b * factor, a * factor)
-            overlap = iou(fmt.to_original(box, size, resized), truth)
-            if overlap > best_iou:
-                best, best_iou = resized, overlap
-    if best is None or best_iou < FITTING_IOU or best == fmt.resized(width, height):
+    for a, b in _nearby_grids(rows, cols, size):
+        if not grid_is_possible((a * fmt.merge_size, b * fmt.merge_size), size, fmt):
+            continue
+        resized = (b * factor, a * factor)
+        overlap = iou(fmt.to_original(box, size, resized), truth)
+        if overlap > best_iou:
+            best, best_iou = resized, overlap
+    if best is None or best_iou < fitting or best == fmt.resized(width, height):
         return ""
     return (
         f"; it fits {fmt.name} at a {best[0]}x{best[1]} input (IoU {best_iou:.2f}), the resize "
@@ -180,6 +196,27 @@ def _bounds_hint(
         f"{fmt.max_pixels}: give the reward the engine's min_pixels/max_pixels, or prepare the "
         "rows with them (prepare_skyrl_data.py --max-pixels)"
     )
+
+
+def _nearby_grids(rows: float, cols: float, size: tuple[int, int]) -> set[tuple[int, int]]:
+    """``(rows, cols)`` in factors within two of the implied ones, on both axes or on one with the other by the aspect.
+
+    One scale resizes both sides, each floored (``max_pixels``) or ceiled
+    (``min_pixels``): ``a`` factors down gives ``b`` within
+    ``floor((a - 1) * W / H)`` to ``ceil((a + 1) * W / H)``, and the same across.
+    """
+    width, height = size
+
+    def near(value: float) -> range:
+        return range(max(1, round(value) - 2), round(value) + 3)
+
+    def across(count: int, ratio: float) -> range:
+        return range(max(1, math.floor((count - 1) * ratio)), math.ceil((count + 1) * ratio) + 1)
+
+    grids = {(a, b) for a in near(rows) for b in near(cols)}
+    grids |= {(a, b) for a in near(rows) for b in across(a, width / height)}
+    grids |= {(a, b) for b in near(cols) for a in across(b, height / width)}
+    return grids
 
 
 def _fits_hint(

@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
+from oriented_images import BROKEN_EXIF, exif_bytes, save_oriented, save_png_with_late_exif
 from PIL import Image
 from transformers.image_utils import load_image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
@@ -128,6 +129,15 @@ def test_a_grid_some_engine_produced_is_used_and_another_is_a_dataset_error(
         assert iou_reward(answer, truth, image_path=[str(path)], image_grid_thw=[impossible]) == [
             None
         ]
+    # [1, 5, 10] (a 140x70 input) is this resize on a merge-1 tower: an odd grid no merge-2
+    # processor makes, used once the reward is told the merge size
+    merge_1 = Qwen2VLImageProcessorPil(patch_size=14, merge_size=1, min_pixels=1, max_pixels=9800)
+    odd = merge_1(images=[Image.open(path)], return_tensors="np")["image_grid_thw"].tolist()
+    assert odd == [[1, 5, 10]]
+    on_70 = ["<answer>[28, 17.5, 112, 52.5]</answer>"]  # the truth in the 140x70 input
+    assert iou_reward(on_70, truth, image_path=[str(path)], image_grid_thw=odd) == [None]
+    scored = iou_reward(on_70, truth, image_path=[str(path)], image_grid_thw=odd, merge_size=1)
+    assert scored == [1.0]
 
 
 # --- an image the processors refuse
@@ -148,6 +158,8 @@ def test_a_grid_some_engine_produced_is_used_and_another_is_a_dataset_error(
             '{"action": "click", "bbox": [1, 0, 100, 1]}',
             ["click(50, 0)", 'type("x")', "nothing"],
         ),
+        # no position to convert at all: the image is still one the policy never saw
+        ("gui_action", '{"action": "type", "text": "x"}', ['type("x")', "click(50, 0)", "nothing"]),
         ("gui_point", "[1, 0, 100, 1]", ["[1, 0, 100, 1]", "none"]),
     ],
 )
@@ -186,17 +198,32 @@ def test_a_refused_image_is_no_matter_for_formats_without_a_qwen_processor(tmp_p
 
 
 @pytest.mark.parametrize("orientation", [1, 2, 3, 4, 5, 6, 7, 8])
-@pytest.mark.parametrize("kind", ["JPEG", "PNG", "WEBP"])
+@pytest.mark.parametrize("kind", ["JPEG", "PNG", "WEBP", "PNG after IDAT"])
 def test_the_size_is_the_one_transformers_loads(
     orientation: int, kind: str, tmp_path: Path
 ) -> None:
-    path = tmp_path / f"photo_{orientation}.{kind.lower()}"
-    exif = Image.Exif()
-    exif[0x0112] = orientation
-    Image.new("RGB", (400, 300), (0, 90, 200)).save(path, kind, exif=exif.tobytes())
+    path = tmp_path / f"photo_{orientation}.{kind.split()[0].lower()}"
+    if kind == "PNG after IDAT":  # Pillow finds this eXIf chunk only by decoding the image
+        save_png_with_late_exif(path, exif_bytes(orientation))
+        assert "exif" not in Image.open(path).info
+    else:
+        save_oriented(path, kind, orientation)
     loaded = load_image(str(path))  # transformers: ImageOps.exif_transpose, as vLLM's loader
     assert image_size(str(path)) == loaded.size
     assert loaded.size == ((300, 400) if orientation >= 5 else (400, 300))
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["header", "after IDAT"])
+def test_broken_exif_is_no_orientation(late: bool, tmp_path: Path) -> None:
+    """vLLM keeps the image as stored when the transpose fails (tests/skyrl_trainer checks it)."""
+    path = tmp_path / "broken.png"
+    if late:
+        save_png_with_late_exif(path, BROKEN_EXIF)
+    else:
+        Image.new("RGB", (400, 300)).save(path, exif=BROKEN_EXIF)
+    with pytest.raises(SyntaxError):
+        load_image(str(path))  # transformers does not suppress the failure
+    assert image_size(str(path)) == (400, 300)
 
 
 def test_a_box_on_the_turned_photo_scores_one(tmp_path: Path) -> None:
@@ -217,3 +244,17 @@ def test_relative_coordinates_are_clamped_to_the_grid(photo: str) -> None:
     reward = make_reward("giou", box_format="qwen3_vl")
     past = reward(["[-4, 0, 1004, 1000]", "[0, 0, 999, 999]"], [full, full], image_path=[photo] * 2)
     assert past[0] == 1.0 and past[1] > 0.99
+
+
+def test_a_gui_action_row_without_a_position_reads_its_image(tmp_path: Path) -> None:
+    """A type target converts nothing, yet its row's image is read: a missing one is named."""
+    reward = make_reward("gui_action", on_error="raise")
+    solution = ['{"action": "type", "text": "x"}']
+    path = tmp_path / "screen.png"
+    Image.new("RGB", (400, 300)).save(path)
+    assert reward(['type("x")'], solution, image_path=[str(path)]) == [1.0]
+    assert reward(['type("x")'], solution) == [1.0]  # no image at all: nothing to read
+    with pytest.raises(ValueError, match="image_path: cannot read image"):
+        reward(['type("x")'], solution, image_path=[str(tmp_path / "missing.png")])
+    relative = make_reward("gui_action", box_format="relative_1000", on_error="raise")
+    assert relative(['type("x")'], solution, image_path=[str(tmp_path / "missing.png")]) == [1.0]

@@ -554,6 +554,19 @@ class BoxComponent(Component):
         """The row's map from its format to original pixels (``None``: as written; see ``row_converter``)."""
         return row_converter(sample, self.box_format.for_row(sample))
 
+    def check_image_seen(self, sample: Mapping[str, Any]) -> None:
+        """Nothing when the row's image (if any) is one the row's format's processor accepts.
+
+        For a row scored without converting a box (a GUI action with no
+        position): ``ValueError`` naming the column for an image a Qwen
+        family's processor refuses or one that cannot be read, as
+        :func:`row_converter` raises for the others: the policy never saw it.
+        """
+        fmt = self.box_format.for_row(sample)
+        found = row_image_size(sample) if fmt.qwen_processor else None
+        if found is not None:
+            check_aspect(*found)
+
     def box_work_key(self, sample: Mapping[str, Any], *parts: str) -> Hashable | None:
         """A work key over ``parts`` plus what the conversion reads; ``None`` for in-memory images."""
         if self.box_format.for_row(sample).coords == ORIGINAL:

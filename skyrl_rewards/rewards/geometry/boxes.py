@@ -8,8 +8,9 @@ import numbers
 import os
 import re
 import stat
+import struct
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 from PIL import Image
 
@@ -30,6 +31,9 @@ _CORNER_PAIR = re.compile(
 EXIF_ORIENTATION = 0x0112
 EXIF_TRANSPOSED = frozenset({5, 6, 7, 8})
 """EXIF orientations that swap width and height (a quarter turn, possibly mirrored)."""
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+"""The eight bytes before a PNG file's first chunk."""
 
 
 def is_finite_number(value: Any) -> bool:
@@ -167,20 +171,44 @@ def image_size(path: str, field: str = "image_path") -> tuple[int, int]:
         try:
             with Image.open(file) as image:
                 width, height = image.size
-                if _orientation(image) in EXIF_TRANSPOSED:
+                if _orientation(image, file) in EXIF_TRANSPOSED:
                     return height, width
                 return width, height
         except (OSError, Image.DecompressionBombError, SyntaxError, ValueError) as error:
             raise ValueError(f"{field}: cannot read image {path!r}: {error}") from error
 
 
-def _orientation(image: Image.Image) -> int | None:
-    """The EXIF orientation of an opened image, from its header only (``None`` without one).
+def _orientation(image: Image.Image, file: BinaryIO) -> int | None:
+    """The EXIF orientation of an image opened from ``file``, without decoding it (``None`` without one).
 
-    A PNG's ``eXIf`` chunk is read when it precedes the pixel data, as the PNG
-    specification asks; Pillow would decode the whole image to look past it.
+    A PNG's ``eXIf`` chunk after the pixel data counts too, as it does for
+    ``exif_transpose`` (Pillow decodes the image to find it): the chunks are
+    skipped over by their lengths instead (:func:`_late_png_exif`). Broken
+    EXIF data is no orientation, as for vLLM (its ``normalize_image`` keeps
+    the image as stored when the transpose fails).
     """
-    if image.format == "PNG" and "exif" not in image.info:
+    try:
+        if image.format == "PNG" and "exif" not in image.info:
+            exif = Image.Exif()
+            exif.load(_late_png_exif(file))
+        else:
+            exif = image.getexif()
+        orientation = exif.get(EXIF_ORIENTATION)
+    except (OSError, SyntaxError, ValueError, struct.error):
         return None
-    orientation = image.getexif().get(EXIF_ORIENTATION)
     return orientation if isinstance(orientation, int) else None
+
+
+def _late_png_exif(file: BinaryIO) -> bytes:
+    """The payload of a PNG file's ``eXIf`` chunk found by walking its chunk headers, or ``b""``."""
+    file.seek(len(PNG_SIGNATURE))
+    while True:
+        header = file.read(8)
+        if len(header) < 8:
+            return b""
+        length, kind = struct.unpack(">I4s", header)
+        if kind == b"eXIf":
+            return file.read(length)
+        if kind == b"IEND":
+            return b""
+        file.seek(length + 4, os.SEEK_CUR)  # the data and its CRC

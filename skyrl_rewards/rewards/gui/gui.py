@@ -357,7 +357,9 @@ class GuiAction(BoxComponent):
     original pixels), ``f1_threshold`` (0.5), ``substring_match`` (False:
     GUI-R1's one-word substring rule), ``type_credit`` (0.0: the value of a
     right type with a wrong argument), and the box parameters. Only rows whose
-    ground truth is a point action read the image.
+    ground truth is a point action convert positions; in a Qwen family every
+    row's image is read, so that one the processor refuses is a dataset error
+    for every answer whatever the action.
     """
 
     name = "gui_action"
@@ -375,7 +377,11 @@ class GuiAction(BoxComponent):
 
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
         target = target_action(sample_solution(sample))
-        convert = self.converter(sample) if target.is_located else None
+        if target.is_located:
+            convert = self.converter(sample)
+        else:
+            self.check_image_seen(sample)
+            convert = None
         return gui_action_score(content, target, self.params, convert=convert)
 
 
