@@ -288,8 +288,8 @@ def start_ray_when_it_comes_up(cfg: Any) -> None:
 def masked_gradient(trainer: Any, batches: list[Any]) -> dict[str, float]:
     """SkyRL's loss and grad norm on the masked rows of the first batch where one of them was
     played out (a fallback reward). A failed rollout's stand-in alone makes no control: its
-    rollout logprobs are zeros, so ``rollout_is`` zeroes its loss even unmasked (ratio out of
-    range)."""
+    rollout logprob is 0.0, and ``rollout_is`` zeroes a token whose ratio (here the tiny
+    policy's probability of that token) is out of its range, masked or not."""
     for batch in batches:
         masked = [i for i, row in enumerate(batch["loss_mask"]) if not row.any()]
         if any(batch["rollout_logprobs"][i].any() for i in masked):
