@@ -88,7 +88,10 @@ def scored_by_workers(pool_name: str) -> int:
     """Computations counted by the pool's live workers themselves."""
     return sum(
         ray.get(
-            [a.scored.options(concurrency_group=CONTROL).remote() for a in worker_handles(pool_name)],
+            [
+                a.scored.options(concurrency_group=CONTROL).remote()
+                for a in worker_handles(pool_name)
+            ],
             timeout=30,
         )
     )
@@ -190,6 +193,7 @@ def test_a_worker_killed_mid_flight_loses_nothing_and_blocks_nothing(pool: Rewar
     metrics = shared_pool(pool.config.name).metrics()
     assert metrics["items"] == 256 * 8 and metrics["worker_restarts"] == 1
     assert metrics["retries"] > 0  # it died with tasks in flight: they were scored again
+
     # the groups did not wait for the replacement; it comes up meanwhile (a new process)
     def replaced() -> dict:
         workers = shared_pool(pool.config.name).metrics()["workers"]
@@ -224,6 +228,10 @@ class GenerationProcess:
         }
 
 
+GROUPS_PER_PROCESS = 384
+"""Two generation processes, 768 groups of 8 in flight between them."""
+
+
 @pytest.mark.multinode
 def test_generation_processes_on_two_nodes_share_the_pool_through_a_worker_kill(
     _ray_session: None,
@@ -232,7 +240,11 @@ def test_generation_processes_on_two_nodes_share_the_pool_through_a_worker_kill(
     with two_node_cluster(head_cpus=1), RewardPool.from_config(cfg) as pool:
         nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
         head = ray.get_runtime_context().get_node_id()
-        env = {"env_vars": {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}}
+        env = {
+            "env_vars": {
+                "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
+            }
+        }
         processes = [
             GenerationProcess.options(
                 scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
@@ -244,11 +256,15 @@ def test_generation_processes_on_two_nodes_share_the_pool_through_a_worker_kill(
             if node != head
         ]
         assert len(processes) == 2
-        per_process = [  # distinct answers across the two processes too
-            groups_of(128, 8, spread_s=3.0, distinct=8, seed=p, first=p * 10_000) for p in range(2)
+        per_process = [  # 768 groups in all, GRPO-like; distinct answers across the processes
+            groups_of(GROUPS_PER_PROCESS, 8, spread_s=3.0, distinct=3, seed=p, first=p * 10_000)
+            for p in range(2)
         ]
         before = {w["slot"]: w for w in pool.metrics()["workers"]}
-        calls = [gen.play.remote(pool.config.name, g) for gen, g in zip(processes, per_process)]
+        calls = [
+            gen.play.remote(pool.config.name, g)
+            for gen, g in zip(processes, per_process, strict=True)
+        ]
         wait_until(lambda: scored_by_workers(pool.config.name) > 100, 120, "scoring to start")
         victim = before[0]
         os.kill(victim["pid"], signal.SIGKILL)
@@ -257,7 +273,7 @@ def test_generation_processes_on_two_nodes_share_the_pool_through_a_worker_kill(
         assert {r["node"] for r in reports} == set(nodes) - {head}
         for groups, report in zip(per_process, reports, strict=True):
             assert_each_scored_once_and_its_own(groups, report["outcomes"])
-            assert report["items"] == 128 * 8
+            assert report["items"] == GROUPS_PER_PROCESS * 8
         # each process saw the worker go: one replaced it, the other found the replacement
         assert sum(r["retries"] for r in reports) > 0
         directory = ray.get_actor(cfg["name"], namespace="skyrl_rewards")

@@ -28,14 +28,18 @@ generation workers (SkyRL's bound: ``2 <= workers <= 2 * (1 + 1)``), policy loss
 ``rec_qwen3``: ``cpu_training_step``'s REC rows for a tiny random Qwen3-VL (three prompts,
 three samples: the gold box, a wrong box, a sample; the third row's solution malformed, so
 masked) through ``MaskingVLMGymGenerator`` and a reward pool started from
-``configs/rec.yaml``; one group a step, two generation workers.
+``configs/rec.yaml``; one group a step, two generation workers. The first prompt's third
+sample is scripted with an image placeholder token (``<|image_pad|>``, which SkyRL's policy
+forward would read as an image slot): the generator's guard ends it as a ``rollout_error``
+stand-in.
 
 It writes ``OUT_DIR/summary.json``: every group the generator returned (its trajectories,
 rewards, masks, stop reasons, the step it was scheduled at, its start and end), each training
 step's groups and staleness, the trainer's logged metrics, the engine's event log (generations,
 pauses, weight loads, resumes in the order they reached it), weights' checksums, the pool's
-task count, the user endpoint's calls and errors, and SkyRL's loss and gradient norm on the
-masked rows alone (advantages forced to 1.0), with the same rows unmasked as the control.
+task count, the user endpoint's calls and errors, the warnings the generator logged (the first
+cause of each kind of failed trajectory), and SkyRL's loss and gradient norm on the masked rows
+alone (advantages forced to 1.0), with the same rows unmasked as the control.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -80,6 +85,9 @@ STOP = "###STOP###"
 GOODBYE = "Goodbye."
 REFUSED_TASK_INDEX = 10_000
 """A task index past the split: the tau env refuses the row when it is made."""
+PLACEHOLDER_TRAJECTORY = "0_2"
+"""The REC trajectory whose scripted response holds an image placeholder token."""
+PLACEHOLDER_REPLY = "<|image_pad|> <think>It is here.</think> <answer>[0, 0, 10, 10]</answer>"
 
 
 def tau_rows(out: Path) -> tuple[Path, dict[str, list[str]], list[str]]:
@@ -167,14 +175,20 @@ def text_overrides(user_url: str) -> list[str]:
     ]
 
 
-class Observed:
-    """What the run did, recorded from outside SkyRL's code (wrapped methods, nothing changed)."""
+class Observed(logging.Handler):
+    """What the run did, recorded from outside SkyRL's code (wrapped methods, nothing changed);
+    as a logging handler, the generator's warnings."""
 
     def __init__(self) -> None:
+        super().__init__(logging.WARNING)
         self.groups: list[dict[str, Any]] = []
         self.steps: list[dict[str, Any]] = []
         self.batches: list[Any] = []
         self.logs: list[dict[str, Any]] = []
+        self.warnings: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.warnings.append(record.getMessage())
 
 
 def experiment(cfg: Any, client: StandInEngineClient, seen: Observed) -> Any:
@@ -272,10 +286,13 @@ def start_ray_when_it_comes_up(cfg: Any) -> None:
 
 
 def masked_gradient(trainer: Any, batches: list[Any]) -> dict[str, float]:
-    """SkyRL's loss and grad norm on the masked rows of the first batch that has some."""
+    """SkyRL's loss and grad norm on the masked rows of the first batch where one of them was
+    played out (a fallback reward). A failed rollout's stand-in alone makes no control: its
+    rollout logprob is 0.0, and ``rollout_is`` zeroes a token whose ratio (here the tiny
+    policy's probability of that token) is out of its range, masked or not."""
     for batch in batches:
         masked = [i for i, row in enumerate(batch["loss_mask"]) if not row.any()]
-        if masked:
+        if any(batch["rollout_logprobs"][i].any() for i in masked):
             return masked_rows_gradient(trainer, batch, masked)
     return {}
 
@@ -303,6 +320,7 @@ def text_setup(out: Path, stack: contextlib.ExitStack) -> dict[str, Any]:
 def rec_setup(out: Path, task: str) -> dict[str, Any]:
     """The REC run: ``cpu_training_step``'s rows for the family, fully async."""
     data, replies, overrides, gold = rec_data(out, task)
+    replies[PLACEHOLDER_TRAJECTORY] = [PLACEHOLDER_REPLY]
     return {
         "data": data,
         "replies": replies,
@@ -343,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             register_installed_envs()
             engine, client = start_engine(engine_cls, client_cls, policy, setup["replies"])
             seen = Observed()
+            logging.getLogger("skyrl_rewards.train.generator").addHandler(seen)
             exp = experiment(cfg, client, seen)
             run_started = time.perf_counter()
             exp.run()
@@ -381,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         "masked_rows_gradient": gradient,
         "pool_tasks": pool_tasks,
         "user_endpoint": user_endpoint_seen,
+        "generator_warnings": seen.warnings,
         "gold": setup.get("gold", {}),
         "run_s": round(run_s, 2),
         "total_s": round(time.perf_counter() - started, 2),

@@ -237,7 +237,7 @@ class StandInEngine:
                 self.generated["sampled"] += 1
             full = torch.tensor([list(prompt) + ids])
             with torch.no_grad():
-                logits = self._logits(full, inputs)[len(prompt) - 1 : -1]
+                logits = self._logits(full, inputs, prompt_len=len(prompt))[len(prompt) - 1 : -1]
             logprobs = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids)[:, None])[:, 0]
             out["responses"].append(self.tokenizer.decode(ids, skip_special_tokens=True))
             out["response_ids"].append(ids)
@@ -251,8 +251,9 @@ class StandInEngine:
             raise ValueError("stand-in engine: image features for a text-only policy")
         return {}
 
-    def _logits(self, ids: Any, inputs: Mapping[str, Any]) -> Any:
-        """``[len, vocab]`` float logits of the one sequence ``ids`` (``[1, len]``)."""
+    def _logits(self, ids: Any, inputs: Mapping[str, Any], prompt_len: int | None = None) -> Any:
+        """``[len, vocab]`` float logits of the one sequence ``ids`` (``[1, len]``), whose first
+        ``prompt_len`` tokens are the prompt (None: all of it)."""
         return self.model(ids, **inputs).logits[0].float()
 
     def _sample(
@@ -382,7 +383,18 @@ class VisionStandInEngine(StandInEngine):
             "image_grid_thw": decoded["image_grid_thw"],
         }
 
-    def _logits(self, ids: Any, inputs: Mapping[str, Any]) -> Any:
+    def _logits(self, ids: Any, inputs: Mapping[str, Any], prompt_len: int | None = None) -> Any:
+        """The forward on the prompt's image slots only. vLLM fills image slots where its render
+        put them; a placeholder token in a scripted response is text to it, where the HF model
+        would count it as a slot and refuse the features. It goes in as the pad token: its own
+        logprob is exact, those after it approximate, and the generator's guard drops that
+        trajectory's logprobs with it (:class:`ImagePlaceholderInResponseError`)."""
+        if inputs and prompt_len is not None:
+            response = ids[:, prompt_len:]
+            written = self.torch.isin(response, self.torch.tensor(self.never_sampled))
+            if written.any():
+                ids = ids.clone()
+                ids[:, prompt_len:] = response.masked_fill(written, self.tokenizer.pad_token_id)
         if inputs:
             token_types = (ids == self.model.config.image_token_id).long()
             inputs = {**inputs, "mm_token_type_ids": token_types}

@@ -249,17 +249,34 @@ def test_fully_async_training_on_rec_with_a_qwen3_vl_policy(tmp_path: Path) -> N
     report(compact(summary), wall, peak)
     assert sorted(g["uid"] for g in summary["groups"]) == ["0", "1", "2"]
     assert overlapping(summary["groups"]) == 2  # SkyRL's two workers, one group each
+    groups = {g["uid"]: g for g in summary["groups"]}
     by_id = {
-        t: (r, m, n)
+        t: (r, m, n, s)
         for g in summary["groups"]
-        for t, r, m, n in zip(
-            g["trajectories"], g["rewards"], g["masked"], g["loss_tokens"], strict=True
+        for t, r, m, n, s in zip(
+            g["trajectories"],
+            g["rewards"],
+            g["masked"],
+            g["loss_tokens"],
+            g["stop_reasons"],
+            strict=True,
         )
     }
     for trajectory, gold in summary["gold"].items():  # the pool's iou + format_rec
         assert by_id[trajectory][0] == pytest.approx(1.0 + gold["iou"], abs=1e-4)
     assert by_id["0_1"][0] == by_id["1_1"][0] == 1.0  # a wrong box in the right format
     assert all(by_id[f"2_{k}"][1] and by_id[f"2_{k}"][2] == 0 for k in range(3))
+    # 0_2's response held <|image_pad|>: the generator's guard ended it as SkyRL's rollout_error
+    # placeholder (the policy forward would have failed the step on it), its reward the group's
+    # judged mean; the run went on
+    reward, masked, loss_tokens, stop = by_id["0_2"]
+    assert masked and loss_tokens == 0 and stop == "rollout_error"
+    assert reward == pytest.approx((by_id["0_0"][0] + by_id["0_1"][0]) / 2)
+    assert groups["0"]["metrics"]["generate/env_errors"] == 1.0
+    assert any(
+        "ImagePlaceholderInResponseError: the response holds 1 image placeholder" in warning
+        for warning in summary["generator_warnings"]
+    ), summary["generator_warnings"]
     assert summary["pool_tasks"] == 18  # 9 samples x 2 rewards, counted at the pool
     steps = summary["steps"]
     assert [s["step"] for s in steps] == [1, 2, 3]
@@ -267,6 +284,8 @@ def test_fully_async_training_on_rec_with_a_qwen3_vl_policy(tmp_path: Path) -> N
     # every trained row carried its image: pixel rows per row of each step's batch
     assert [len(rows) for rows in summary["batch_image_rows"]] == [3, 3, 3]
     assert summary["engine"]["rendered_images"] >= 9
+    masked_rows = sum(tokens == 0 for batch in summary["batch_loss_tokens"] for tokens in batch)
+    assert masked_rows == 4  # 0_2, 2_0, 2_1, 2_2
     gradient = summary["masked_rows_gradient"]
     assert gradient["masked_loss"] == 0.0 and gradient["masked_grad_norm"] == 0.0
     assert gradient["unmasked_grad_norm"] > 0.0
