@@ -21,7 +21,11 @@ format                 the model's box is in                to original pixels
 InternVL2.5 answers on the 0-1000 grid too (``relative_1000``). A reward
 clamps relative coordinates to their grid (0-1000 or 0-1) before converting
 (:meth:`BoxFormat.clamped`): Qwen3-VL writes 0-999 and at times past 1000
-(QwenLM/Qwen3-VL#1741), and a box past the image's edge is the edge.
+(QwenLM/Qwen3-VL#1741), and a box past the image's edge is the edge. The
+row's :class:`BoxConverter` counts the boxes it clamped, and the reward notes
+that count on its score (``ComponentScore.clamped``), so that a pool's
+``clamped_boxes`` and ``RewardResult.clamped`` show how often a policy
+writes past its grid.
 
 For a resized-pixel format the size the model saw comes from the row:
 
@@ -48,13 +52,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from PIL import Image
 
 from skyrl_rewards.rewards.contract.component_base import Component, work_digest
+from skyrl_rewards.rewards.contract.result import ComponentScore
 from skyrl_rewards.rewards.contract.text import answer_span, completion_text
 from skyrl_rewards.rewards.geometry.boxes import Box, grid_thw, image_path, image_size
 from skyrl_rewards.suggest import did_you_mean
@@ -385,7 +390,42 @@ def row_image_size(columns: Mapping[str, Any]) -> tuple[tuple[int, int], str] | 
     return image_size(image_path(value, column)), column
 
 
-def row_converter(columns: Mapping[str, Any], fmt: BoxFormat) -> Callable[[Box], Box] | None:
+class BoxConverter:
+    """The map from a row's predicted boxes to its original pixels, counting the boxes it clamps.
+
+    A call maps one box (a point as ``(x, y, x, y)``) with
+    :meth:`BoxFormat.to_original`; a relative box is first clamped to its grid
+    (:meth:`BoxFormat.clamped`), and :attr:`clamped` counts the calls whose box
+    that changed. Built per row and answer by :func:`row_converter`.
+
+    >>> convert = BoxConverter(FAMILIES["qwen3_vl"], (200, 100))
+    >>> convert((0, 0, 1004, 500)), convert.clamped
+    ((0.0, 0.0, 200.0, 50.0), 1)
+    """
+
+    def __init__(
+        self, fmt: BoxFormat, size: tuple[int, int], resized: tuple[int, int] | None = None
+    ) -> None:
+        self.fmt = fmt
+        self.size = size
+        self.resized = resized
+        self.clamped = 0
+
+    def __call__(self, box: Box) -> Box:
+        inside = self.fmt.clamped(box)
+        if inside != tuple(box):
+            self.clamped += 1
+        return self.fmt.to_original(inside, self.size, self.resized)
+
+
+def note_clamped(score: ComponentScore, convert: BoxConverter | None) -> ComponentScore:
+    """``score`` with the count of boxes ``convert`` clamped (``ComponentScore.clamped``); its value unchanged."""
+    if convert is None or not convert.clamped:
+        return score
+    return dataclasses.replace(score, clamped=convert.clamped)
+
+
+def row_converter(columns: Mapping[str, Any], fmt: BoxFormat) -> BoxConverter | None:
     """The map from ``fmt``'s boxes to the row's original pixels; ``None`` to compare as written.
 
     ``None`` for ``original``, and for a resized-pixel row with neither an
@@ -418,9 +458,8 @@ def row_converter(columns: Mapping[str, Any], fmt: BoxFormat) -> Callable[[Box],
     if fmt.qwen_processor:
         check_aspect(size, column)
     if fmt.coords != RESIZED_PIXELS:
-        return lambda box: fmt.to_original(fmt.clamped(box), size)
-    resized = model_input_size(grid, size, fmt, column)
-    return lambda box: fmt.to_original(box, size, resized)
+        return BoxConverter(fmt, size)
+    return BoxConverter(fmt, size, model_input_size(grid, size, fmt, column))
 
 
 def aspect_refused(size: tuple[int, int]) -> bool:
@@ -550,7 +589,7 @@ class BoxComponent(Component):
             max_pixels=max_pixels,
         )
 
-    def converter(self, sample: Mapping[str, Any]) -> Callable[[Box], Box] | None:
+    def converter(self, sample: Mapping[str, Any]) -> BoxConverter | None:
         """The row's map from its format to original pixels (``None``: as written; see ``row_converter``)."""
         return row_converter(sample, self.box_format.for_row(sample))
 
