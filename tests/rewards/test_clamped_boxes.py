@@ -15,7 +15,8 @@ import pytest
 from PIL import Image
 
 from skyrl_rewards.rewards.contract.result import ComponentScore, RewardResult
-from skyrl_rewards.rewards.geometry.box_formats import FAMILIES, BoxConverter
+from skyrl_rewards.rewards.geometry.box_formats import FAMILIES
+from skyrl_rewards.rewards.geometry.converter import BoxConverter
 from skyrl_rewards.rewards.mix import RewardMix
 from skyrl_rewards.rewards.registry import build_component
 

@@ -41,10 +41,10 @@ from skyrl_rewards.rewards.geometry.box_formats import (
     ORIGINAL,
     BoxComponent,
     BoxFormatChoice,
-    note_clamped,
     row_converter,
 )
 from skyrl_rewards.rewards.geometry.boxes import Box, as_box, is_finite_number
+from skyrl_rewards.rewards.geometry.converter import note_clamped
 
 MAX_MATCHED_PREDICTIONS = 100
 """Predictions past this count are never matched (they still count in the denominator)."""

@@ -38,12 +38,8 @@ from skyrl_rewards.rewards.contract.text import (
     completion_text,
     tagged_answer,
 )
-from skyrl_rewards.rewards.geometry.box_formats import (
-    BOX_FORMAT_COLUMN,
-    ORIGINAL,
-    BoxComponent,
-    note_clamped,
-)
+from skyrl_rewards.rewards.geometry.box_formats import BOX_FORMAT_COLUMN, ORIGINAL, BoxComponent
+from skyrl_rewards.rewards.geometry.converter import note_clamped
 
 MAP_METHODS = ("map", "od_ap", "od_ap50", "odLength")
 """The ``accu_reward_method`` values scored here."""

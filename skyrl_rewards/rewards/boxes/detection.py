@@ -10,8 +10,9 @@ from skyrl_rewards.rewards.contract.component_base import sample_solution
 from skyrl_rewards.rewards.contract.json_extract import json_block, parse_json
 from skyrl_rewards.rewards.contract.result import ComponentScore, Status
 from skyrl_rewards.rewards.contract.text import MAX_ANSWER_CHARS, clean
-from skyrl_rewards.rewards.geometry.box_formats import ORIGINAL, BoxComponent, note_clamped
+from skyrl_rewards.rewards.geometry.box_formats import ORIGINAL, BoxComponent
 from skyrl_rewards.rewards.geometry.boxes import Box, as_box, iou, is_finite_number
+from skyrl_rewards.rewards.geometry.converter import note_clamped
 
 MAX_DETECTIONS = 300
 """Predictions past this count are not matched (they still count as false alarms)."""

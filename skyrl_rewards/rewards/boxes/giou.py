@@ -28,13 +28,9 @@ from typing import Any
 from skyrl_rewards.rewards.boxes.rec import ground_truth_box
 from skyrl_rewards.rewards.contract.component_base import sample_solution
 from skyrl_rewards.rewards.contract.result import ComponentScore, Status
-from skyrl_rewards.rewards.geometry.box_formats import (
-    BoxComponent,
-    BoxFormatChoice,
-    note_clamped,
-    row_converter,
-)
+from skyrl_rewards.rewards.geometry.box_formats import BoxComponent, BoxFormatChoice, row_converter
 from skyrl_rewards.rewards.geometry.boxes import Box, as_box, predicted_box
+from skyrl_rewards.rewards.geometry.converter import note_clamped
 
 GIOU_MODES = ("giou", "giou_unit", "iou_squared")
 """Shapes of the ``giou`` reward (see the module docstring)."""

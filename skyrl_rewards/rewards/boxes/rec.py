@@ -28,10 +28,10 @@ from skyrl_rewards.rewards.geometry.box_formats import (
     IMAGE_RESIZE_COLUMN,
     BoxComponent,
     BoxFormatChoice,
-    note_clamped,
     row_converter,
 )
 from skyrl_rewards.rewards.geometry.boxes import Box, as_box, iou, predicted_box
+from skyrl_rewards.rewards.geometry.converter import note_clamped
 
 
 def ground_truth_box(sol: Any) -> Box:

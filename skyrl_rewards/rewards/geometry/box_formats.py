@@ -22,10 +22,10 @@ InternVL2.5 answers on the 0-1000 grid too (``relative_1000``). A reward
 clamps relative coordinates to their grid (0-1000 or 0-1) before converting
 (:meth:`BoxFormat.clamped`): Qwen3-VL writes 0-999 and at times past 1000
 (QwenLM/Qwen3-VL#1741), and a box past the image's edge is the edge. The
-row's :class:`BoxConverter` counts the boxes it clamped, and the reward notes
-that count on its score (``ComponentScore.clamped``), so that a pool's
-``clamped_boxes`` and ``RewardResult.clamped`` show how often a policy
-writes past its grid.
+row's :class:`~skyrl_rewards.rewards.geometry.converter.BoxConverter` counts
+the boxes it clamped, and the reward notes that count on its score
+(``ComponentScore.clamped``), so that a pool's ``clamped_boxes`` and
+``RewardResult.clamped`` show how often a policy writes past its grid.
 
 For a resized-pixel format the size the model saw comes from the row:
 
@@ -59,9 +59,9 @@ from typing import Any
 from PIL import Image
 
 from skyrl_rewards.rewards.contract.component_base import Component, work_digest
-from skyrl_rewards.rewards.contract.result import ComponentScore
 from skyrl_rewards.rewards.contract.text import answer_span, completion_text
 from skyrl_rewards.rewards.geometry.boxes import Box, grid_thw, image_path, image_size
+from skyrl_rewards.rewards.geometry.converter import BoxConverter
 from skyrl_rewards.suggest import did_you_mean
 
 RESIZED_PIXELS = "resized_pixels"
@@ -388,41 +388,6 @@ def row_image_size(columns: Mapping[str, Any]) -> tuple[tuple[int, int], str] | 
     if isinstance(value, Image.Image):
         return value.size, column
     return image_size(image_path(value, column)), column
-
-
-class BoxConverter:
-    """The map from a row's predicted boxes to its original pixels, counting the boxes it clamps.
-
-    A call maps one box (a point as ``(x, y, x, y)``) with
-    :meth:`BoxFormat.to_original`; a relative box is first clamped to its grid
-    (:meth:`BoxFormat.clamped`), and :attr:`clamped` counts the calls whose box
-    that changed. Built per row and answer by :func:`row_converter`.
-
-    >>> convert = BoxConverter(FAMILIES["qwen3_vl"], (200, 100))
-    >>> convert((0, 0, 1004, 500)), convert.clamped
-    ((0.0, 0.0, 200.0, 50.0), 1)
-    """
-
-    def __init__(
-        self, fmt: BoxFormat, size: tuple[int, int], resized: tuple[int, int] | None = None
-    ) -> None:
-        self.fmt = fmt
-        self.size = size
-        self.resized = resized
-        self.clamped = 0
-
-    def __call__(self, box: Box) -> Box:
-        inside = self.fmt.clamped(box)
-        if inside != tuple(box):
-            self.clamped += 1
-        return self.fmt.to_original(inside, self.size, self.resized)
-
-
-def note_clamped(score: ComponentScore, convert: BoxConverter | None) -> ComponentScore:
-    """``score`` with the count of boxes ``convert`` clamped (``ComponentScore.clamped``); its value unchanged."""
-    if convert is None or not convert.clamped:
-        return score
-    return dataclasses.replace(score, clamped=convert.clamped)
 
 
 def row_converter(columns: Mapping[str, Any], fmt: BoxFormat) -> BoxConverter | None:

@@ -32,8 +32,9 @@ from typing import Any
 from skyrl_rewards.rewards.contract.component_base import sample_solution
 from skyrl_rewards.rewards.contract.result import ComponentScore, Status
 from skyrl_rewards.rewards.contract.text import answer_span, cap
-from skyrl_rewards.rewards.geometry.box_formats import BoxComponent, note_clamped
+from skyrl_rewards.rewards.geometry.box_formats import BoxComponent
 from skyrl_rewards.rewards.geometry.boxes import Box, as_box
+from skyrl_rewards.rewards.geometry.converter import note_clamped
 from skyrl_rewards.rewards.gui.gui_actions import (
     DIRECTION_ACTIONS,
     POINT_ACTIONS,
