@@ -879,3 +879,28 @@ def test_pool_status_says_where_a_stale_address_came_from(tmp_path: Path) -> Non
         f"start` started on this machine, kept after that cluster stopped; if it is gone, "
         f"delete the record (`rm {record}`) or start a cluster (`ray start --head`)"
     ) in said
+
+
+def test_score_says_how_many_boxes_were_clamped_to_the_grid(tmp_path: Path, capsys) -> None:
+    """A Qwen3-VL box past 1000 is scored clamped; ``score`` counts it under the table and per row."""
+    Image.new("RGB", (2000, 1000)).save(tmp_path / "wide.png")
+    config = tmp_path / "qwen3.yaml"
+    config.write_text("rewards:\n  iou: {weight: 1.0, box_format: qwen3_vl}\n")
+    data = tmp_path / "rows.jsonl"
+    rows = [
+        {
+            "id": str(index),
+            "image_path": "wide.png",
+            "solution": "<answer>[1000, 500, 2000, 1000]</answer>",
+            "completion": f"<answer>{box}</answer>",
+        }
+        for index, box in enumerate([[500, 500, 1004, 1000], [500, 500, 1000, 1000]])
+    ]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    output = tmp_path / "scored.jsonl"
+    assert main([*_score_args(config, data, output), "--local"]) == 0
+    out = capsys.readouterr().out
+    assert "clamped boxes (past the 0-1000 or 0-1 grid, scored at its edge): iou 1 in 1 of 2" in out
+    written = [row["reward"] for row in read_rows(output)]
+    assert [r["clamped"] for r in written] == [{"iou": 1}, {}]
+    assert [r["components"]["iou"] for r in written] == [1.0, 1.0]

@@ -13,6 +13,7 @@ from unittest import mock
 import pytest
 import skyrl_gym
 from omegaconf import OmegaConf
+from PIL import Image
 
 from skyrl_rewards.data.jsonl import read_rows, to_samples
 from skyrl_rewards.pool.batching import MicroBatcher
@@ -162,6 +163,26 @@ def test_dataset_error_is_reported_and_masked_not_raised() -> None:
     assert out["metadata"]["status"]["iou"] == "error"
     assert out["metadata"]["should_mask"] is True
     assert "iou" in out["metadata"]["errors"]
+
+
+def test_boxes_past_the_grid_are_counted_in_the_episode_metrics(tmp_path: Path) -> None:
+    """A Qwen3-VL box past 1000 scores as the clamped box; ``clamped_boxes`` says it was clamped."""
+    image = tmp_path / "wide.png"
+    Image.new("RGB", (2000, 1000)).save(image)
+    extras = {
+        "reward_spec": {
+            "method": "rule",
+            "ground_truth": "<answer>[1000, 500, 2000, 1000]</answer>",
+        },
+        "image_path": str(image),
+    }
+    config = {"in_process": True, "rewards": {"iou": {"box_format": "qwen3_vl"}}}
+    for box, clamped in (([500, 500, 1004, 1000], 1.0), ([500, 500, 1000, 1000], 0.0)):
+        env = SkyRLRewardEnv(config, extras)
+        out = env.step(f"<answer>{box}</answer>")
+        assert out["reward"] == 1.0
+        assert out["metadata"]["clamped"] == ({"iou": 1} if clamped else {})
+        assert env.get_metrics()["clamped_boxes"] == clamped
 
 
 def test_null_columns_are_left_out() -> None:

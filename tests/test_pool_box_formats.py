@@ -79,3 +79,31 @@ def test_rows_of_several_families_score_in_one_batch(pool: RewardPool, photo: st
     assert first[3].status["iou"] == "error" and first[3].should_mask
     assert "image_grid_thw: the row's grid [1, 20, 30]" in first[3].errors["iou"]
     assert first[4].components["detection"] == pytest.approx(1.0)  # the reward's qwen3_vl
+
+
+def test_boxes_past_the_grid_score_clamped_and_are_counted(pool: RewardPool, photo: str) -> None:
+    """A Qwen3-VL box past 1000 (QwenLM/Qwen3-VL#1741) scores as its clamped box, and is counted.
+
+    The count crosses the workers and the work cache: on each result
+    (``clamped``) and in the pool's ``clamped_boxes``.
+    """
+    edge = "<answer>[480, 270, 1920, 810]</answer>"  # (250, 250, 1000, 750) on the grid
+    edge_detections = '```json\n[{"bbox_2d": [480, 270, 1920, 810], "label": "cat"}]\n```'
+    qwen3 = {"solution": edge, "image_path": photo, "box_format": "qwen3_vl"}
+    rows = [
+        {**qwen3, "completion": answer([250, 250, 1004, 750])},  # x2 past the grid
+        {**qwen3, "completion": answer([250, 250, 1000, 750])},  # on the grid: nothing counted
+        {  # the detection reward's own qwen3_vl: two boxes, both past the grid
+            "completion": '<answer>```json\n[{"bbox_2d": [250, 250, 1004, 750], "label": "cat"}, '
+            '{"bbox_2d": [-2, 250, 1000, 750], "label": "cat"}]\n```</answer>',
+            "solution": edge_detections,
+            "image_path": photo,
+        },
+    ]
+    before = pool.metrics()["clamped_boxes"]
+    results = pool.score(rows * 4)  # the repeats are answered from the work cache
+    mix = RewardMix.from_config(REWARDS)
+    assert [r.clamped for r in results] == [mix.score(row).clamped for row in rows * 4]
+    assert [r.clamped for r in results[:3]] == [{"iou": 1}, {}, {"detection": 2}]
+    assert results[0].components["iou"] == results[1].components["iou"] == pytest.approx(1.0)
+    assert pool.metrics()["clamped_boxes"] - before == 3 * 4

@@ -242,6 +242,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     """
     from skyrl_rewards.cli.in_process import IN_PROCESS, InProcessScorer, choose_runner
     from skyrl_rewards.cli.summary import (
+        clamped_lines,
         format_table,
         judge_lines,
         masked_rows,
@@ -308,7 +309,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     for line in unreachable:
         print(line, end="\n\n")  # once, above the table: the cause of the rows masked below
     print(format_table(summarize(results, weights)))
-    print(f"\nscored {len(results)} rows -> {output}")
+    print(f"\nscored {len(results)} rows -> {output}", *clamped_lines(results), sep="\n")
     for path in write_histograms(results, output, weights):
         print(f"histogram: {path}")
     latency = metrics.get("latency_s", {})

@@ -194,6 +194,30 @@ def format_table(stats: Sequence[ComponentStats]) -> str:
     return "\n".join(rendered)
 
 
+def clamped_lines(results: Sequence[RewardResult]) -> list[str]:
+    """The clamped-boxes line: per component, the boxes clamped to their grid and in how many rows.
+
+    A box past its grid (a Qwen3-VL coordinate past 1000) is scored as the
+    box clamped to it; this line shows how often the policy wrote one
+    (``RewardResult.clamped``). No line when no box was clamped.
+
+    >>> clamped_lines([RewardResult(1.0, clamped={"iou": 2}), RewardResult(0.0)])
+    ['clamped boxes (past the 0-1000 or 0-1 grid, scored at its edge): iou 2 in 1 of 2 rows']
+    """
+    boxes: dict[str, int] = {}
+    rows: dict[str, int] = {}
+    for result in results:
+        for name, count in result.clamped.items():
+            boxes[name] = boxes.get(name, 0) + count
+            rows[name] = rows.get(name, 0) + 1
+    if not boxes:
+        return []
+    counts = ", ".join(
+        f"{name} {n} in {rows[name]} of {len(results)} rows" for name, n in boxes.items()
+    )
+    return [f"clamped boxes (past the 0-1000 or 0-1 grid, scored at its edge): {counts}"]
+
+
 MASKED_ERROR_CHARS = 160
 """A masked row's message is cut here in the listing (the whole message is in the output file)."""
 

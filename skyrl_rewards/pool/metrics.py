@@ -66,6 +66,7 @@ COUNTERS = {
     "worker_restarts": "workers replaced after a crash, a hang or a lost node",
     "workers_recycled": "workers replaced after max_items_per_worker computations",
     "masked_items": "items with should_mask (some component timed out or errored)",
+    "clamped_boxes": "predicted boxes or points past their relative grid (0-1000, 0-1), scored clamped",
     "lane_calls": "calls sent to a model lane (the judge lane, reward-model workers)",
     "lane_failures": "model-lane computations masked (endpoint or model failure, bad verdict)",
     "lane_timeouts": "model-lane computations whose call ran past the lane's timeout_s",
@@ -124,9 +125,11 @@ class PoolMetrics:
             self._unexported[(name, "")] += n
         self._export_when_due()
 
-    def record_items(self, latencies_s: list[float], *, errors: int, masked: int) -> None:
-        """Record finished items: their latencies (submission to result), error components
-        and masked items."""
+    def record_items(
+        self, latencies_s: list[float], *, errors: int, masked: int, clamped: int = 0
+    ) -> None:
+        """Record finished items: their latencies (submission to result), error components,
+        masked items and clamped boxes."""
         added = [0] * len(self._buckets)
         for bucket in map(functools.partial(bisect.bisect_left, LATENCY_BOUNDARIES_S), latencies_s):
             added[bucket] += 1
@@ -143,6 +146,7 @@ class PoolMetrics:
         self.count("items", len(latencies_s))
         self.count("errors", errors)
         self.count("masked_items", masked)
+        self.count("clamped_boxes", clamped)
 
     def export(self) -> None:
         """Add what was counted since the last export to Ray's exported counters."""

@@ -101,15 +101,18 @@ class Slot:
 def record_results(
     metrics: PoolMetrics, alarm: ErrorRateAlarm, results: list[RewardResult]
 ) -> None:
-    """Count finished items in the metrics and feed them to the error-rate alarm."""
+    """Count finished items (and their clamped boxes) in the metrics and feed them to the error-rate alarm."""
     masked: list[bool] = []
-    errors = 0
+    errors = clamped = 0
     for result in results:
         flag = result.should_mask
         masked.append(flag)
         if flag:
             errors += sum(s == Status.ERROR.value for s in result.status.values())
-    metrics.record_items([r.latency_s for r in results], errors=errors, masked=sum(masked))
+        clamped += sum(result.clamped.values())
+    metrics.record_items(
+        [r.latency_s for r in results], errors=errors, masked=sum(masked), clamped=clamped
+    )
     alarm.record(masked)
 
 

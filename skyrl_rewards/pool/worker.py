@@ -80,11 +80,12 @@ class Progress:
     """One message of a worker's stream.
 
     ``scores`` continue the call's task list where the previous message stopped,
-    as ``(value, status, error)`` tuples. ``fenced`` is set on the first message
-    only: one flag per task, True when the worker yields right before that task.
+    as ``(value, status, error, clamped)`` tuples (a :class:`ComponentScore`'s
+    fields). ``fenced`` is set on the first message only: one flag per task,
+    True when the worker yields right before that task.
     """
 
-    scores: tuple[tuple[float, str, str], ...] = ()
+    scores: tuple[tuple[float, str, str, int], ...] = ()
     fenced: tuple[bool, ...] = ()
 
 
@@ -153,7 +154,7 @@ class RewardWorker:
             yield Progress(fenced=fenced)
             cap_s = first_pass_cap(first_pass_s)
             last_yield = time.perf_counter()
-            pending: list[tuple[float, str, str]] = []
+            pending: list[tuple[float, str, str, int]] = []
             for index, (sample_index, name) in enumerate(tasks):
                 if index >= self._stop_at.get(call_id, len(tasks)):
                     break
@@ -171,7 +172,7 @@ class RewardWorker:
                     else:
                         score = self._timed_score(name, samples[sample_index])
                         status = score.status.value
-                pending.append((float(score.value), status, score.error))
+                pending.append((float(score.value), status, score.error, score.clamped))
                 with self._stops:
                     self._scored += 1
             yield Progress(scores=tuple(pending))

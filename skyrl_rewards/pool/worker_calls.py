@@ -233,10 +233,11 @@ class WorkerCalls:
                 return
             if fenced is None:
                 fenced = call.fenced = progress.fenced
-            for value, status, error in progress.scores:
+            for value, status, error, clamped in progress.scores:
                 task = tasks[done]
                 if status != DEFERRED:
-                    self._finish(task, ComponentScore(value, Status(status), error), cacheable=True)
+                    score = ComponentScore(value, Status(status), error, clamped)
+                    self._finish(task, score, cacheable=True)
                 elif not task.finished and (slow or task.slow_pass == 0):  # not deferred twice
                     self._defer(task)
                 done += 1

@@ -38,9 +38,10 @@ truth and returns the weighted reward with ``done=True``.
   see the prompt the policy answered.
 
 The step ``metadata`` is :meth:`RewardResult.to_dict`: ``total``, each
-component's value, status and error, ``latency_s`` and ``should_mask`` (a
+component's value, status and error, ``latency_s``, ``should_mask`` (a
 component timed out or hit a dataset error: mask the sample rather than train
-on its fallback value).
+on its fallback value) and ``clamped`` (per component, the answer's boxes past
+their relative grid, scored clamped: a Qwen3-VL coordinate past 1000).
 
 Importing this module registers the env with skyrl-gym under the id
 ``skyrl_rewards``; the package also declares it in the ``skyrl_gym.envs``
@@ -269,7 +270,9 @@ class SkyRLRewardEnv(BaseTextEnv):
             ) from None
 
     def get_metrics(self) -> dict[str, Any]:
-        """Per-episode numbers: ``reward/<component>``, ``should_mask`` (1.0 when the result is a fallback), ``reward/latency_s``."""
+        """Per-episode numbers: ``reward/<component>``, ``should_mask`` (1.0 when the result is a fallback),
+        ``reward/latency_s`` and ``clamped_boxes`` (the answer's boxes past their relative grid,
+        scored clamped: :attr:`RewardResult.clamped` summed over components)."""
         if self.result is None:
             return {}
         metrics: dict[str, Any] = {
@@ -277,6 +280,7 @@ class SkyRLRewardEnv(BaseTextEnv):
         }
         metrics[MASK_METRIC] = float(self.result.should_mask)
         metrics["reward/latency_s"] = self.result.latency_s
+        metrics["clamped_boxes"] = float(sum(self.result.clamped.values()))
         return metrics
 
 

@@ -264,6 +264,7 @@ def test_rec_rows_train_through_the_vlm_generator_and_the_pool(
     assert metrics["generate/masked_share"] == pytest.approx(0.25)
     assert metrics["environment/should_mask"] == pytest.approx(0.25)
     assert "environment/reward/iou" in metrics
+    assert metrics["environment/clamped_boxes"] == 0.0  # qwen2_5_vl pixels: nothing to clamp
     # the prompt as rendered: one image placeholder per image, the question as text
     for messages in engine.rendered:
         text = json.dumps(messages)

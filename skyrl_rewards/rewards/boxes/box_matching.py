@@ -44,6 +44,7 @@ from skyrl_rewards.rewards.geometry.box_formats import (
     row_converter,
 )
 from skyrl_rewards.rewards.geometry.boxes import Box, as_box, is_finite_number
+from skyrl_rewards.rewards.geometry.converter import note_clamped
 
 MAX_MATCHED_PREDICTIONS = 100
 """Predictions past this count are never matched (they still count in the denominator)."""
@@ -316,7 +317,7 @@ def boxes_matched_sample_score(
             f"image_path: missing; box_format {fmt.name!r} needs the row's image to convert "
             "the predicted boxes to its pixels"
         )
-    return boxes_matched_score(content, sol, convert=convert, **params)
+    return note_clamped(boxes_matched_score(content, sol, convert=convert, **params), convert)
 
 
 class BoxesMatched(BoxComponent):

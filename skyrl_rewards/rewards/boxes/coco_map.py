@@ -39,6 +39,7 @@ from skyrl_rewards.rewards.contract.text import (
     tagged_answer,
 )
 from skyrl_rewards.rewards.geometry.box_formats import BOX_FORMAT_COLUMN, ORIGINAL, BoxComponent
+from skyrl_rewards.rewards.geometry.converter import note_clamped
 
 MAP_METHODS = ("map", "od_ap", "od_ap50", "odLength")
 """The ``accu_reward_method`` values scored here."""
@@ -373,7 +374,10 @@ class CocoMap(BoxComponent):
 
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
         solution = sample_solution(sample)
-        return coco_map_score(content, solution, self.method, convert=self.converter(sample))
+        convert = self.converter(sample)
+        return note_clamped(
+            coco_map_score(content, solution, self.method, convert=convert), convert
+        )
 
     def work_key(self, sample: Mapping[str, Any]) -> Hashable | None:
         solution = sample.get("solution")

@@ -12,6 +12,7 @@ from skyrl_rewards.rewards.contract.result import ComponentScore, Status
 from skyrl_rewards.rewards.contract.text import MAX_ANSWER_CHARS, clean
 from skyrl_rewards.rewards.geometry.box_formats import ORIGINAL, BoxComponent
 from skyrl_rewards.rewards.geometry.boxes import Box, as_box, iou, is_finite_number
+from skyrl_rewards.rewards.geometry.converter import note_clamped
 
 MAX_DETECTIONS = 300
 """Predictions past this count are not matched (they still count as false alarms)."""
@@ -217,4 +218,5 @@ class DetectionReward(BoxComponent):
                 f"image_path: missing; box_format {fmt.name!r} needs the row's image to convert "
                 "the predicted boxes to its pixels"
             )
-        return detection_score_with_status(content, solution, **self.params, scale=convert)
+        score = detection_score_with_status(content, solution, **self.params, scale=convert)
+        return note_clamped(score, convert)

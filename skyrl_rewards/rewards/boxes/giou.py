@@ -30,6 +30,7 @@ from skyrl_rewards.rewards.contract.component_base import sample_solution
 from skyrl_rewards.rewards.contract.result import ComponentScore, Status
 from skyrl_rewards.rewards.geometry.box_formats import BoxComponent, BoxFormatChoice, row_converter
 from skyrl_rewards.rewards.geometry.boxes import Box, as_box, predicted_box
+from skyrl_rewards.rewards.geometry.converter import note_clamped
 
 GIOU_MODES = ("giou", "giou_unit", "iou_squared")
 """Shapes of the ``giou`` reward (see the module docstring)."""
@@ -169,7 +170,7 @@ def giou_sample_score(
     """
     gt_box = ground_truth_box(sol)
     convert = row_converter(columns, box_format.for_row(columns))
-    return giou_score(content, gt_box, mode, convert=convert)
+    return note_clamped(giou_score(content, gt_box, mode, convert=convert), convert)
 
 
 class Giou(BoxComponent):

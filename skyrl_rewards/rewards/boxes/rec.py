@@ -31,6 +31,7 @@ from skyrl_rewards.rewards.geometry.box_formats import (
     row_converter,
 )
 from skyrl_rewards.rewards.geometry.boxes import Box, as_box, iou, predicted_box
+from skyrl_rewards.rewards.geometry.converter import note_clamped
 
 
 def ground_truth_box(sol: Any) -> Box:
@@ -75,9 +76,8 @@ def iou_sample_score(
     the format needs.
     """
     gt_box = ground_truth_box(sol)
-    return rec_iou_score(
-        content, gt_box, convert=row_converter(columns, box_format.for_row(columns))
-    )
+    convert = row_converter(columns, box_format.for_row(columns))
+    return note_clamped(rec_iou_score(content, gt_box, convert=convert), convert)
 
 
 _MASKED = MaskedRows("iou_reward")

@@ -11,6 +11,11 @@ A component's outcome is one of four statuses:
 
 A trainer should *mask* a sample with a ``timeout`` or ``error`` component
 rather than treat its fallback value as a real judgement of the policy.
+
+A component may also note, beside its value, how many of the answer's boxes
+it clamped to their relative grid (``clamped``: a Qwen3-VL box past 1000 is
+scored as its edge, see :mod:`~skyrl_rewards.rewards.geometry.box_formats`);
+the value is the clamped box's, and the count shows how often it happens.
 """
 
 from __future__ import annotations
@@ -36,11 +41,17 @@ MASKING_VALUES = frozenset(status.value for status in MASKING_STATUSES)
 
 @dataclass(frozen=True)
 class ComponentScore:
-    """One reward component's value on one sample, with its outcome."""
+    """One reward component's value on one sample, with its outcome.
+
+    ``clamped``: how many predicted boxes (a point counts as one) had a
+    coordinate past their relative grid (0-1000 or 0-1) and were scored
+    clamped to it; 0 for every reward that converts no relative box.
+    """
 
     value: float
     status: Status = Status.OK
     error: str = ""
+    clamped: int = 0
 
 
 @dataclass
@@ -49,7 +60,9 @@ class RewardResult:
 
     ``total`` is the weighted sum of ``components``; ``status`` maps each
     component to a :class:`Status` value (as a plain string), ``errors`` holds a
-    message for every component whose status is ``timeout`` or ``error``.
+    message for every component whose status is ``timeout`` or ``error``, and
+    ``clamped`` the count of clamped boxes (:attr:`ComponentScore.clamped`) for
+    every component that clamped one.
     """
 
     total: float
@@ -57,6 +70,7 @@ class RewardResult:
     errors: dict[str, str] = field(default_factory=dict)
     status: dict[str, str] = field(default_factory=dict)
     latency_s: float = 0.0
+    clamped: dict[str, int] = field(default_factory=dict)
 
     @property
     def should_mask(self) -> bool:
@@ -77,6 +91,7 @@ class RewardResult:
             "status": dict(self.status),
             "latency_s": self.latency_s,
             "should_mask": self.should_mask,
+            "clamped": dict(self.clamped),
         }
 
     @classmethod
@@ -94,4 +109,5 @@ class RewardResult:
             errors={name: s.error for name, s in scores.items() if s.error},
             status={name: s.status.value for name, s in scores.items()},
             latency_s=latency_s,
+            clamped={name: s.clamped for name, s in scores.items() if s.clamped},
         )

@@ -21,7 +21,11 @@ format                 the model's box is in                to original pixels
 InternVL2.5 answers on the 0-1000 grid too (``relative_1000``). A reward
 clamps relative coordinates to their grid (0-1000 or 0-1) before converting
 (:meth:`BoxFormat.clamped`): Qwen3-VL writes 0-999 and at times past 1000
-(QwenLM/Qwen3-VL#1741), and a box past the image's edge is the edge.
+(QwenLM/Qwen3-VL#1741), and a box past the image's edge is the edge. The
+row's :class:`~skyrl_rewards.rewards.geometry.converter.BoxConverter` counts
+the boxes it clamped, and the reward notes that count on its score
+(``ComponentScore.clamped``), so that a pool's ``clamped_boxes`` and
+``RewardResult.clamped`` show how often a policy writes past its grid.
 
 For a resized-pixel format the size the model saw comes from the row:
 
@@ -48,7 +52,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +61,7 @@ from PIL import Image
 from skyrl_rewards.rewards.contract.component_base import Component, work_digest
 from skyrl_rewards.rewards.contract.text import answer_span, completion_text
 from skyrl_rewards.rewards.geometry.boxes import Box, grid_thw, image_path, image_size
+from skyrl_rewards.rewards.geometry.converter import BoxConverter
 from skyrl_rewards.suggest import did_you_mean
 
 RESIZED_PIXELS = "resized_pixels"
@@ -385,7 +390,7 @@ def row_image_size(columns: Mapping[str, Any]) -> tuple[tuple[int, int], str] | 
     return image_size(image_path(value, column)), column
 
 
-def row_converter(columns: Mapping[str, Any], fmt: BoxFormat) -> Callable[[Box], Box] | None:
+def row_converter(columns: Mapping[str, Any], fmt: BoxFormat) -> BoxConverter | None:
     """The map from ``fmt``'s boxes to the row's original pixels; ``None`` to compare as written.
 
     ``None`` for ``original``, and for a resized-pixel row with neither an
@@ -418,9 +423,8 @@ def row_converter(columns: Mapping[str, Any], fmt: BoxFormat) -> Callable[[Box],
     if fmt.qwen_processor:
         check_aspect(size, column)
     if fmt.coords != RESIZED_PIXELS:
-        return lambda box: fmt.to_original(fmt.clamped(box), size)
-    resized = model_input_size(grid, size, fmt, column)
-    return lambda box: fmt.to_original(box, size, resized)
+        return BoxConverter(fmt, size)
+    return BoxConverter(fmt, size, model_input_size(grid, size, fmt, column))
 
 
 def aspect_refused(size: tuple[int, int]) -> bool:
@@ -550,7 +554,7 @@ class BoxComponent(Component):
             max_pixels=max_pixels,
         )
 
-    def converter(self, sample: Mapping[str, Any]) -> Callable[[Box], Box] | None:
+    def converter(self, sample: Mapping[str, Any]) -> BoxConverter | None:
         """The row's map from its format to original pixels (``None``: as written; see ``row_converter``)."""
         return row_converter(sample, self.box_format.for_row(sample))
 

@@ -34,6 +34,7 @@ from skyrl_rewards.rewards.contract.result import ComponentScore, Status
 from skyrl_rewards.rewards.contract.text import answer_span, cap
 from skyrl_rewards.rewards.geometry.box_formats import BoxComponent
 from skyrl_rewards.rewards.geometry.boxes import Box, as_box
+from skyrl_rewards.rewards.geometry.converter import note_clamped
 from skyrl_rewards.rewards.gui.gui_actions import (
     DIRECTION_ACTIONS,
     POINT_ACTIONS,
@@ -209,11 +210,16 @@ def _converted_point(action: Action | None, convert: Convert | None) -> tuple[fl
     if convert is None:
         return action.point
     if action.box is not None:
-        x1, y1, x2, y2 = convert(action.box)
-        point = ((x1 + x2) / 2, (y1 + y2) / 2)
-    else:
-        x, y, _, _ = convert((*action.point, *action.point))
-        point = (x, y)
+        return _centre(convert(action.box))
+    x, y, _, _ = convert((*action.point, *action.point))
+    return _finite((x, y))
+
+
+def _centre(box: Box) -> tuple[float, float] | None:
+    return _finite(((box[0] + box[2]) / 2, (box[1] + box[3]) / 2))
+
+
+def _finite(point: tuple[float, float]) -> tuple[float, float] | None:
     return point if all(math.isfinite(c) for c in point) else None
 
 
@@ -345,7 +351,8 @@ def gui_point_score(
     plane = gaussian_plane(pred_box, box, params.sigma_scale) if pred_box is not None else 0.0
     if params.form == "plane":
         return ComponentScore(plane)
-    point = _converted_point(location, convert)
+    # a box is converted once (its clamp counted once); the point is its centre
+    point = _centre(pred_box) if pred_box is not None else _converted_point(location, convert)
     value = gaussian_point(point, box, params.sigma_scale) if point is not None else 0.0
     return ComponentScore(value + plane if params.form == "both" else value)
 
@@ -382,7 +389,9 @@ class GuiAction(BoxComponent):
         else:
             self.check_image_seen(sample)
             convert = None
-        return gui_action_score(content, target, self.params, convert=convert)
+        return note_clamped(
+            gui_action_score(content, target, self.params, convert=convert), convert
+        )
 
 
 class GuiPoint(BoxComponent):
@@ -405,4 +414,5 @@ class GuiPoint(BoxComponent):
 
     def compute(self, content: str, sample: Mapping[str, Any]) -> ComponentScore:
         box = target_box(sample_solution(sample))
-        return gui_point_score(content, box, self.params, convert=self.converter(sample))
+        convert = self.converter(sample)
+        return note_clamped(gui_point_score(content, box, self.params, convert=convert), convert)
