@@ -1,13 +1,13 @@
 """Reward-model runners on a device: items/s, fraction of peak, the floor, the bare loop, budgets, spread.
 
-Run on a GPU (in ``.venv-skyrl``: the vision-language model's processor needs torchvision):
-.venv-skyrl/bin/python scripts/benchmarks/bench_reward_model_device.py [--models qwen2-1.5b,qwen2-7b,qwen2.5-vl-3b]
-On CPU, small shapes: ... bench_reward_model_device.py --device cpu --small
+Run on a GPU, from the checkout's root (any Python with torch, torchvision and transformers):
+PYTHONPATH=. python3 scripts/benchmarks/bench_reward_model_device.py [--models qwen2-1.5b,qwen2-7b,qwen2.5-vl-3b]
+On CPU, small shapes: .venv-skyrl/bin/python scripts/benchmarks/bench_reward_model_device.py --device cpu --small
 
 The models are issue 46's: sequence classifiers of Qwen2-1.5B and Qwen2-7B
 shapes (1.31B and 6.53B parameters without the embedding) and a Qwen2.5-VL-3B
-shaped ``Qwen2_5_VLForSequenceClassification`` (3.44B), random weights built
-on the device (no download, nothing saved: the runner is given the model
+shaped ``Qwen2_5_VLForSequenceClassification`` (3.44B), random weights (seed
+0) built on the device (no download, nothing saved: the runner is given the model
 built in memory), with a word-level tokenizer (one token a word); the VL
 model's processor is that tokenizer with Qwen's vision tokens and a chat
 template of its kind, beside the Qwen2.5-VL image processor with its default
@@ -341,6 +341,7 @@ def text_classifier(
         num_labels=1,
         pad_token_id=tokenizer.pad_token_id,
     )
+    torch.manual_seed(0)
     with torch.device(device):
         model = Qwen2ForSequenceClassification._from_config(config, dtype=dtype).eval()
     value_scale(model.score, shape["hidden_size"])
@@ -432,6 +433,7 @@ def vl_classifier(
         num_labels=1,
         **tokens,
     )
+    torch.manual_seed(0)
     with torch.device(device):
         model = Qwen2_5_VLForSequenceClassification._from_config(config, dtype=dtype).eval()
     value_scale(model.score, text["hidden_size"])
@@ -540,9 +542,17 @@ def main() -> None:
     parser.add_argument("--budgets", default="4096,16384,65536,262144")
     parser.add_argument("--vl-budgets", default="16384,65536")
     parser.add_argument("--peak-tflops", type=float, default=None)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (CPU: 1; CUDA: torch's)"
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="also write the report here after each model (kept on a timeout)",
+    )
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    if args.threads or not args.device.startswith("cuda"):
+        torch.set_num_threads(args.threads or 1)
     args.dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     models = "qwen2-1.5b,qwen2.5-vl-3b" if args.small else "qwen2-1.5b,qwen2-7b,qwen2.5-vl-3b"
     args.models = args.models or models  # small shapes are the same for both text models
@@ -587,7 +597,9 @@ def main() -> None:
             report[name] = text_model(name, args)
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
-    report["load_1min_end"] = benchlib.load()
+        report["load_1min_end"] = benchlib.load()
+        if args.out:
+            Path(args.out).write_text(json.dumps(report) + "\n")
     print(json.dumps(report))
 
 

@@ -75,9 +75,10 @@ def test_the_models_have_the_issue_tables_shapes(bench: object) -> None:
     assert language + vision == pytest.approx(3.44e9, rel=0.005)
 
 
-def test_cpu_mode_writes_one_json_line_with_every_figure() -> None:
+def test_cpu_mode_writes_one_json_line_with_every_figure(tmp_path: Path) -> None:
     args = ["--device", "cpu", "--small", "--dtype", "bfloat16", "--rounds", "1"]
     args += ["--items", "24", "--vl-items", "6", "--spread-items", "6"]
+    args += ["--out", str(tmp_path / "report.json")]
     done = subprocess.run(
         [sys.executable, "-c", RUN, *args],
         capture_output=True,
@@ -91,6 +92,7 @@ def test_cpu_mode_writes_one_json_line_with_every_figure() -> None:
     *_, line, imports = done.stdout.strip().splitlines()
     assert json.loads(imports) == {"foreign": [], "synchronize": True}
     report = json.loads(line)
+    assert json.loads((tmp_path / "report.json").read_text()) == report  # written per model
     assert report["device"] == "cpu" and report["dtype"] == "bfloat16"
     assert report["peak_source"] == "matmul_tflops (measured here)"
     assert report["peak_tflops"] == report["matmul_tflops"] > 0
