@@ -36,7 +36,8 @@ Per model, each timed ``--rounds`` times after a warm-up, medians:
 - ``bare``: a hand-written loop, batches of ``--bare-batch`` in input order,
   the tokenizer's (processor's) own padding;
 - ``batch_invariant``: the runner with ``batch_invariant: true`` (one input a
-  pass) on the first ``--spread-items`` items;
+  pass) on the first ``--spread-items`` items, and its cost: its time over the
+  default runner's on the same items (``batch_invariant_slowdown``);
 - ``budgets``: the runner at each of ``--budgets`` (text models);
 - ``spread``: the largest ``|value - single|`` over the first
   ``--spread-items`` items, ``single`` an unpadded forward of the item alone,
@@ -284,6 +285,7 @@ def measure(
     bare_s = timed_rounds(bare, args.rounds, sync)
     subset = requests[: args.spread_items]
     invariant_s = timed_rounds(lambda: invariant.score(subset), 1, sync)
+    subset_s = timed_rounds(lambda: runner.score(subset), 1, sync)
     singles = [single(request) for request in subset]
     fast = [o.value for o in runner.score(requests)[: len(subset)]]
     alone = [o.value for o in invariant.score(subset)]
@@ -304,6 +306,7 @@ def measure(
         "bare_s": bare_s,
         "bare_over_runner": round(bare_s / runner_s, 3),
         "batch_invariant_items_per_s": round(len(subset) / invariant_s, 1),
+        "batch_invariant_slowdown": round(invariant_s / subset_s, 2),
         "spread_items": len(subset),
         "spread_runner": spread(fast, singles),
         "spread_batch_invariant": spread(alone, singles),

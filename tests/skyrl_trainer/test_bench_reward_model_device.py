@@ -107,6 +107,7 @@ def test_cpu_mode_writes_one_json_line_with_every_figure(tmp_path: Path) -> None
             "runner_over_floor",
             "bare_over_runner",
             "batch_invariant_items_per_s",
+            "batch_invariant_slowdown",
         ):
             assert model[key] > 0, key
         assert model["preprocess_share"] + model["forward_share"] == pytest.approx(1, abs=0.002)
