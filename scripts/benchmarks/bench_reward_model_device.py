@@ -284,8 +284,8 @@ def measure(
     floor_s = timed_rounds(floor(runner, requests), args.rounds, sync)
     bare_s = timed_rounds(bare, args.rounds, sync)
     subset = requests[: args.spread_items]
-    invariant_s = timed_rounds(lambda: invariant.score(subset), 1, sync)
-    subset_s = timed_rounds(lambda: runner.score(subset), 1, sync)
+    invariant_s = timed_rounds(lambda: invariant.score(subset), args.rounds, sync)
+    subset_s = timed_rounds(lambda: runner.score(subset), args.rounds, sync)
     singles = [single(request) for request in subset]
     fast = [o.value for o in runner.score(requests)[: len(subset)]]
     alone = [o.value for o in invariant.score(subset)]
