@@ -9,7 +9,11 @@ a real ``Qwen2_5_VLProcessor`` (:mod:`tiny_vl_reward_model`). Checked:
   of transformers' own Qwen2.5-VL base model through the checkpoint's
   processor, to 1e-5, in this process, one row a pass (``batch_invariant``)
   and in a pool's reward-model workers; a row whose image cannot be read is
-  masked with its cause while the others score;
+  masked with its cause while the others score; the batch's images go through
+  the fast (torchvision) image processor in one call;
+- in bfloat16 a row's value moves with its batch by more than 1e-3 on the fast
+  path, and equals its single forward with ``batch_invariant`` (the test
+  fails without the setting);
 - through the ``skyrl_rewards`` SkyRL env a step pays the model's value, and a
   step whose image cannot be read is a masked trajectory (``should_mask``, as
   for the judge's failures);
@@ -100,6 +104,11 @@ def test_one_padded_batch_equals_unpadded_forwards_and_a_broken_image_is_masked(
     batch = rows(images)
     runner = build_runner(component.config)
     assert isinstance(runner, VisionRewardModelRunner) and not runner.load_error
+    # the fast image processor (torchvision; transformers 4: the ...Fast class)
+    image_processor = runner._tokenizer.image_processor
+    assert getattr(image_processor, "backend", None) == "torchvision" or type(
+        image_processor
+    ).__name__.endswith("Fast")
     requests = [component.lane_request(row) for row in batch]
     outcomes = runner.score(requests)
 
