@@ -4,13 +4,12 @@ The model is tiny and random, built and saved by the test (no download), with
 a real ``Qwen2_5_VLProcessor`` (:mod:`tiny_vl_reward_model`). Checked:
 
 - rows with different images (sizes, counts, none) scored in one padded batch
-  (their images through the fast image processor in one call, the vision
+  (their images through the fast, torchvision image processor in one call, the vision
   tower's windows packed into a few attention calls) equal an unpadded forward
   of transformers' own Qwen2.5-VL base model through the checkpoint's
   processor, to 1e-5, in this process, one row a pass (``batch_invariant``)
   and in a pool's reward-model workers; a row whose image cannot be read is
-  masked with its cause while the others score; the batch's images go through
-  the fast (torchvision) image processor in one call;
+  masked with its cause while the others score;
 - in bfloat16 a row's value moves with its batch by more than 1e-3 on the fast
   path, and equals its single forward with ``batch_invariant`` (the test
   fails without the setting);
