@@ -1,17 +1,22 @@
 """Reward-model runners on a device: items/s, fraction of peak, the floor, the bare loop, budgets, spread.
 
-Run on a GPU (in ``.venv-skyrl``: the vision-language model's processor needs torchvision):
-.venv-skyrl/bin/python scripts/benchmarks/bench_reward_model_device.py [--models qwen2-1.5b,qwen2-7b,qwen2.5-vl-3b]
-On CPU, small shapes: ... bench_reward_model_device.py --device cpu --small
+Run on a GPU, from the checkout's root (any Python with torch, torchvision and transformers):
+PYTHONPATH=. python3 scripts/benchmarks/bench_reward_model_device.py [--models qwen2-1.5b,qwen2-7b,qwen2.5-vl-3b]
+On CPU, small shapes: .venv-skyrl/bin/python scripts/benchmarks/bench_reward_model_device.py --device cpu --small
 
 The models are issue 46's: sequence classifiers of Qwen2-1.5B and Qwen2-7B
 shapes (1.31B and 6.53B parameters without the embedding) and a Qwen2.5-VL-3B
-shaped ``Qwen2_5_VLForSequenceClassification`` (3.44B), random weights built
-on the device (no download, nothing saved: the runner is given the model
-built in memory), with a word-level tokenizer (one token a word) or, for the
-VL model, the tests' vision tokenizer and the Qwen2.5-VL image processor with
-its default pixel bounds. ``--small`` swaps in tiny shapes, fewer items and
-smaller images. The score head is drawn with std ``hidden**-0.5``, so values
+shaped ``Qwen2_5_VLForSequenceClassification`` (3.44B), random weights (seed
+0) built on the device (no download, nothing saved: the runner is given the model
+built in memory), with a word-level tokenizer (one token a word); the VL
+model's processor is that tokenizer with Qwen's vision tokens and a chat
+template of its kind, beside the Qwen2.5-VL image processor with its default
+pixel bounds, saved to a temporary folder and loaded back as the runner loads
+a checkpoint's (``vl_reward_model.fast_processor``: the torchvision image
+processor). Nothing beyond torch, torchvision and transformers is imported
+(not TRL, not the tests' helpers), so it runs in a GPU machine's stock
+PyTorch image. ``--small`` swaps in tiny shapes, fewer items and smaller
+images. The score head is drawn with std ``hidden**-0.5``, so values
 are of order 1, as a trained reward model's. The work: text, ``--items`` chats of lognormal lengths (mean
 about 370 tokens, at most 1,500); VL, ``--vl-items`` rows, each with one image
 of four sizes (448x448, 1024x768, 1280x720, 640x1280) and an answer of up to
@@ -22,14 +27,17 @@ Per model, each timed ``--rounds`` times after a warm-up, medians:
 - ``runner``: the project's runner at its default budget (``RewardModelRunner``
   or ``VisionRewardModelRunner``), template, tokenizer and image processing
   included; its ``preprocess_share`` is the runner's own ``preprocess_s`` over
-  ``preprocess_s + forward_s`` (on CUDA the image processing is synchronised);
+  ``preprocess_s + forward_s`` (on CUDA the image processing is synchronised),
+  ``forward_share`` the rest; for the VL model ``images_per_image_call`` (the
+  images of a batch go through the image processor in one call);
 - ``floor``: the model's forward passes alone on the runner's own batches,
   inputs built beforehand (the runner's ``_prepare``): runner / floor is the
   runner's whole overhead;
 - ``bare``: a hand-written loop, batches of ``--bare-batch`` in input order,
   the tokenizer's (processor's) own padding;
 - ``batch_invariant``: the runner with ``batch_invariant: true`` (one input a
-  pass) on the first ``--spread-items`` items;
+  pass) on the first ``--spread-items`` items, and its cost: its time over the
+  default runner's on the same items (``batch_invariant_slowdown``);
 - ``budgets``: the runner at each of ``--budgets`` (text models);
 - ``spread``: the largest ``|value - single|`` over the first
   ``--spread-items`` items, ``single`` an unpadded forward of the item alone,
@@ -38,12 +46,15 @@ Per model, each timed ``--rounds`` times after a warm-up, medians:
 
 Fraction of peak: ``2 x parameters (without the embedding) x tokens``
 (vision parameters x image patches for the VL tower) a second over
-``--peak-tflops`` (989 on an H100/H200: bf16 dense; absent elsewhere unless
-given). The output is one JSON line.
+``--peak-tflops``: the datasheet's bf16 dense figure on an H100/H200 (989),
+else this device's own rate on a square matrix product in the run's dtype
+(``matmul_tflops``, measured here: a CPU's "peak"); ``peak_source`` says
+which. The output is one JSON line.
 
 Device time: each side runs ``--rounds`` + 1 times, the budget sweep too;
-with little time on a GPU, run one model a call (``--models qwen2-7b``) with
-``--rounds 1``.
+with little time on a GPU, use ``--rounds 1`` and fewer ``--items`` or
+``--budgets`` for the 7B (docs/reward_models.md gives the check that fits in
+eight minutes).
 """
 
 from __future__ import annotations
@@ -55,18 +66,19 @@ import json
 import math
 import random
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import benchlib
 import torch
+import transformers
 
 from skyrl_rewards.rewards.contract.lanes import REWARD_MODEL_LANE, ModelRequest
 from skyrl_rewards.rewards.models.reward_model import RewardModelRunner, RunnerMetrics
-
-sys.path.insert(0, str(benchlib.REPO / "tests" / "skyrl_trainer"))
 
 WORDS = (
     "where is the cat ? the cat sits on a mat in the park while the sun shines "
@@ -118,6 +130,21 @@ SMALL_IMAGE_SIZES = [(112, 112), (256, 192), (320, 180), (160, 320)]
 SMALL_PIXELS = {"min_pixels": 56 * 56, "max_pixels": 256 * 28 * 28}
 PEAKS = {"H100": 989.0, "H200": 989.0}
 """bf16 dense TFLOP/s by device name."""
+VL_SPECIALS = [
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+VL_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }} "
+    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for part in m['content'] %}"
+    "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %} <|im_end|>{% endfor %}"
+)
+"""A Qwen-style chat template: an image part is Qwen2.5-VL's vision-start, pad, vision-end."""
 
 
 def word_tokenizer() -> Any:
@@ -136,6 +163,36 @@ def word_tokenizer() -> Any:
         "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|end|>{% endfor %}"
     )
     return tokenizer
+
+
+def vl_processor(folder: Path, small: bool) -> Any:
+    """A Qwen2.5-VL processor over :func:`word_tokenizer` (Qwen's vision tokens added), as the runner loads it.
+
+    Saved to ``folder`` and read back with ``vl_reward_model.fast_processor``:
+    the image processor is the torchvision one, as in the runner.
+    """
+    from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
+
+    from skyrl_rewards.rewards.models.vl_reward_model import fast_processor
+
+    tokenizer = word_tokenizer()
+    tokenizer.add_tokens(VL_SPECIALS, special_tokens=True)
+    tokenizer.chat_template = VL_TEMPLATE
+    Qwen2_5_VLProcessor(
+        image_processor=Qwen2VLImageProcessor(**(SMALL_PIXELS if small else {})),
+        tokenizer=tokenizer,
+        video_processor=Qwen2VLVideoProcessor(),
+        chat_template=VL_TEMPLATE,
+    ).save_pretrained(folder)
+    return fast_processor(str(folder))
+
+
+def matmul_tflops(device: str, dtype: torch.dtype) -> float:
+    """This device's TFLOP/s on a square matrix product in ``dtype`` (the median of five)."""
+    size = 8192 if device.startswith("cuda") else 1024
+    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
+    seconds = timed_rounds(lambda: a @ b, 5, synchronized(device))
+    return round(2.0 * size**3 / max(seconds, 1e-9) / 1e12, 4)
 
 
 def lengths(count: int, rng: random.Random, small: bool) -> list[int]:
@@ -227,7 +284,8 @@ def measure(
     floor_s = timed_rounds(floor(runner, requests), args.rounds, sync)
     bare_s = timed_rounds(bare, args.rounds, sync)
     subset = requests[: args.spread_items]
-    invariant_s = timed_rounds(lambda: invariant.score(subset), 1, sync)
+    invariant_s = timed_rounds(lambda: invariant.score(subset), args.rounds, sync)
+    subset_s = timed_rounds(lambda: runner.score(subset), args.rounds, sync)
     singles = [single(request) for request in subset]
     fast = [o.value for o in runner.score(requests)[: len(subset)]]
     alone = [o.value for o in invariant.score(subset)]
@@ -242,16 +300,20 @@ def measure(
         "preprocess_share": round(
             metrics.preprocess_s / (metrics.preprocess_s + metrics.forward_s), 3
         ),
+        "forward_share": round(metrics.forward_s / (metrics.preprocess_s + metrics.forward_s), 3),
         "floor_s": floor_s,
         "runner_over_floor": round(runner_s / floor_s, 3),
         "bare_s": bare_s,
         "bare_over_runner": round(bare_s / runner_s, 3),
         "batch_invariant_items_per_s": round(len(subset) / invariant_s, 1),
+        "batch_invariant_slowdown": round(invariant_s / subset_s, 2),
         "spread_items": len(subset),
         "spread_runner": spread(fast, singles),
         "spread_batch_invariant": spread(alone, singles),
         "max_abs_value": round(max(abs(v) for v in singles), 4),
     }
+    if metrics.image_calls:
+        report["images_per_image_call"] = round(metrics.images / metrics.image_calls, 1)
     if args.peak_tflops:
         for side in ("runner", "floor"):
             report[f"{side}_fraction_of_peak"] = round(
@@ -267,24 +329,35 @@ def measure(
     return report
 
 
-def text_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
+def text_classifier(
+    name: str, tokenizer: Any, small: bool, device: str, dtype: torch.dtype
+) -> tuple[Any, int]:
+    """The Qwen2-shaped sequence classifier ``name`` (random, on ``device``) and its parameters
+    without the embedding."""
     from transformers import Qwen2Config, Qwen2ForSequenceClassification
 
-    tokenizer = word_tokenizer()
-    shape = SMALL_TEXT if args.small else TEXT_SHAPES[name]
+    shape = SMALL_TEXT if small else TEXT_SHAPES[name]
     config = Qwen2Config(
         **shape,
-        vocab_size=len(tokenizer) if args.small else 151936,
+        vocab_size=len(tokenizer) if small else 151936,
         max_position_embeddings=4096,
         num_labels=1,
         pad_token_id=tokenizer.pad_token_id,
     )
-    dtype = getattr(torch, args.dtype)
-    with torch.device(args.device):
+    torch.manual_seed(0)
+    with torch.device(device):
         model = Qwen2ForSequenceClassification._from_config(config, dtype=dtype).eval()
     value_scale(model.score, shape["hidden_size"])
     parameters = (
         sum(p.numel() for p in model.parameters()) - model.model.embed_tokens.weight.numel()
+    )
+    return model, parameters
+
+
+def text_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    tokenizer = word_tokenizer()
+    model, parameters = text_classifier(
+        name, tokenizer, args.small, args.device, getattr(torch, args.dtype)
     )
     rng = random.Random(0)
     chats = [chat(rng, n) for n in lengths(args.items, rng, args.small)]
@@ -322,48 +395,65 @@ def text_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def vl_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    from cpu_training_step import qwen2_5_vl_parts
-    from PIL import Image
-    from transformers import Qwen2_5_VLConfig, Qwen2VLImageProcessor
+    with tempfile.TemporaryDirectory(prefix="bench_vl_processor_") as folder:
+        processor = vl_processor(Path(folder), args.small)
+    return vl_measure(name, processor, args)
+
+
+def vl_classifier(
+    processor: Any, small: bool, device: str, dtype: torch.dtype
+) -> tuple[Any, int, int]:
+    """The Qwen2.5-VL-3B-shaped ``Qwen2_5_VLForSequenceClassification`` over ``processor``'s
+    tokens (random, on ``device``), its language parameters without the embedding and its
+    vision tower's."""
+    from transformers import Qwen2_5_VLConfig
 
     from skyrl_rewards.rewards.models.vl_reward_model import Qwen2_5_VLForSequenceClassification
-    from skyrl_rewards.rewards.models.vl_runner import VisionRewardModelRunner
 
-    tiny, processor = qwen2_5_vl_parts([" ".join(WORDS)] * 20, vocab_size=400)
-    processor.image_processor = Qwen2VLImageProcessor(**(SMALL_PIXELS if args.small else {}))
-    text = dict(SMALL_VL_TEXT if args.small else VL_TEXT)
+    tokenizer = processor.tokenizer
+    text = dict(SMALL_VL_TEXT if small else VL_TEXT)
     rope = {"rope_type": "default", "mrope_section": text.pop("mrope_section"), "rope_theta": 1e6}
-    vision = SMALL_VL_VISION if args.small else VL_VISION
+    vision = SMALL_VL_VISION if small else VL_VISION
     tokens = {
-        key: getattr(tiny, key)
-        for key in (
-            "image_token_id",
-            "video_token_id",
-            "vision_start_token_id",
-            "vision_end_token_id",
-        )
+        f"{token}_token_id": tokenizer.convert_tokens_to_ids(f"<|{token}|>")
+        for token in ("vision_start", "vision_end")
+    }
+    tokens |= {
+        "image_token_id": processor.image_token_id,
+        "video_token_id": processor.video_token_id,
     }
     config = Qwen2_5_VLConfig(
         text_config={
             **text,
-            "vocab_size": tiny.text_config.vocab_size if args.small else 151936,
+            "vocab_size": len(tokenizer) if small else 151936,
             "max_position_embeddings": 32768,
             "rope_parameters": rope,
             "bos_token_id": None,
-            "eos_token_id": tiny.text_config.eos_token_id,
-            "pad_token_id": tiny.text_config.pad_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
         },
         vision_config={**vision, "out_hidden_size": text["hidden_size"]},
         num_labels=1,
         **tokens,
     )
-    dtype = getattr(torch, args.dtype)
-    with torch.device(args.device):
+    torch.manual_seed(0)
+    with torch.device(device):
         model = Qwen2_5_VLForSequenceClassification._from_config(config, dtype=dtype).eval()
     value_scale(model.score, text["hidden_size"])
     visual = sum(p.numel() for p in model.model.visual.parameters())
     embedding = model.model.language_model.embed_tokens.weight.numel()
     language = sum(p.numel() for p in model.parameters()) - visual - embedding
+    return model, language, visual
+
+
+def vl_measure(name: str, processor: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from PIL import Image
+
+    from skyrl_rewards.rewards.models.vl_runner import VisionRewardModelRunner
+
+    model, language, visual = vl_classifier(
+        processor, args.small, args.device, getattr(torch, args.dtype)
+    )
     sizes = SMALL_IMAGE_SIZES if args.small else IMAGE_SIZES
     images = [
         Image.effect_mandelbrot(size, (-2.0, -1.5, 1.0, 1.5), 60 + 10 * i).convert("RGB")
@@ -455,9 +545,17 @@ def main() -> None:
     parser.add_argument("--budgets", default="4096,16384,65536,262144")
     parser.add_argument("--vl-budgets", default="16384,65536")
     parser.add_argument("--peak-tflops", type=float, default=None)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (CPU: 1; CUDA: torch's)"
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="also write the report here after each model (kept on a timeout)",
+    )
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    if args.threads or not args.device.startswith("cuda"):
+        torch.set_num_threads(args.threads or 1)
     args.dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     models = "qwen2-1.5b,qwen2.5-vl-3b" if args.small else "qwen2-1.5b,qwen2-7b,qwen2.5-vl-3b"
     args.models = args.models or models  # small shapes are the same for both text models
@@ -472,15 +570,24 @@ def main() -> None:
     device_name = (
         torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
     )
+    matmul = matmul_tflops(args.device, getattr(torch, args.dtype))
+    peak_source = "given"
     if args.peak_tflops is None:
         args.peak_tflops = next((p for key, p in PEAKS.items() if key in device_name), None)
+        peak_source = "datasheet, bf16 dense"
+    if args.peak_tflops is None:
+        args.peak_tflops, peak_source = matmul, "matmul_tflops (measured here)"
     report: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
         "device": device_name,
         "dtype": args.dtype,
         "small": args.small,
         "torch": torch.__version__,
+        "transformers": transformers.__version__,
         "peak_tflops": args.peak_tflops,
+        "peak_source": peak_source,
+        "matmul_tflops": matmul,
+        "threads": torch.get_num_threads(),
         "load_1min_start": benchlib.load(),
     }
     for name in args.models.split(","):
@@ -493,7 +600,9 @@ def main() -> None:
             report[name] = text_model(name, args)
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
-    report["load_1min_end"] = benchlib.load()
+        report["load_1min_end"] = benchlib.load()
+        if args.out:
+            Path(args.out).write_text(json.dumps(report) + "\n")
     print(json.dumps(report))
 
 

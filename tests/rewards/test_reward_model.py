@@ -178,7 +178,7 @@ def test_in_bfloat16_a_value_moves_with_its_batch_unless_batch_invariant(
         )
         for n in [rng.randint(1, 60) for _ in range(24)]
     ]
-    moved = {}
+    moved, batches = {}, {}
     for invariant in (False, True):
         runner = RewardModelRunner(
             {"model": str(model_dir), "dtype": "bfloat16", "batch_invariant": invariant}
@@ -186,9 +186,10 @@ def test_in_bfloat16_a_value_moves_with_its_batch_unless_batch_invariant(
         single = [runner.score([request])[0].value for request in requests]
         batched = [o.value for o in runner.score(requests)]
         moved[invariant] = max(abs(a - b) for a, b in zip(single, batched, strict=True))
-        assert runner.metrics.batches == (2 * len(requests) if invariant else len(requests) + 1)
+        batches[invariant] = runner.metrics.batches
     assert moved[False] > 1e-3  # the fast path's bf16 value depends on its batch
     assert moved[True] <= 1e-3  # within 1e-3 of the single unpadded forward (here: equal)
+    assert batches == {False: len(requests) + 1, True: 2 * len(requests)}
 
 
 def test_out_of_memory_halves_the_batch_and_retries(model_dir: Path) -> None:

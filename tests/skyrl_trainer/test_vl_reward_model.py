@@ -4,12 +4,15 @@ The model is tiny and random, built and saved by the test (no download), with
 a real ``Qwen2_5_VLProcessor`` (:mod:`tiny_vl_reward_model`). Checked:
 
 - rows with different images (sizes, counts, none) scored in one padded batch
-  (their images through the fast image processor in one call, the vision
+  (their images through the fast, torchvision image processor in one call, the vision
   tower's windows packed into a few attention calls) equal an unpadded forward
   of transformers' own Qwen2.5-VL base model through the checkpoint's
   processor, to 1e-5, in this process, one row a pass (``batch_invariant``)
   and in a pool's reward-model workers; a row whose image cannot be read is
   masked with its cause while the others score;
+- in bfloat16 a row's value moves with its batch by more than 1e-3 on the fast
+  path, and equals its single forward with ``batch_invariant`` (the test
+  fails without the setting);
 - through the ``skyrl_rewards`` SkyRL env a step pays the model's value, and a
   step whose image cannot be read is a masked trajectory (``should_mask``, as
   for the judge's failures);
@@ -100,10 +103,17 @@ def test_one_padded_batch_equals_unpadded_forwards_and_a_broken_image_is_masked(
     batch = rows(images)
     runner = build_runner(component.config)
     assert isinstance(runner, VisionRewardModelRunner) and not runner.load_error
+    # the fast image processor (torchvision; transformers 4: the ...Fast class)
+    image_processor = runner._tokenizer.image_processor
+    assert getattr(image_processor, "backend", None) == "torchvision" or type(
+        image_processor
+    ).__name__.endswith("Fast")
     requests = [component.lane_request(row) for row in batch]
     outcomes = runner.score(requests)
 
     assert runner.metrics.batches == 1  # the six readable rows went through one forward
+    # and their six images through one image-processor call
+    assert (runner.metrics.images, runner.metrics.image_calls) == (6, 1)
     want = [expected(model_dir, row) for row in batch[:-1]]
     assert [o.value for o in outcomes[:-1]] == pytest.approx(want, abs=1e-5)
     # the rows differ, so equal values mean something
@@ -118,6 +128,36 @@ def test_one_padded_batch_equals_unpadded_forwards_and_a_broken_image_is_masked(
     alone = build_runner(RewardModelConfig(model=str(model_dir), batch_invariant=True))
     assert [o.value for o in alone.score(requests)[:-1]] == pytest.approx(want, abs=1e-5)
     assert alone.metrics.batches == len(want)
+    assert (alone.metrics.images, alone.metrics.image_calls) == (6, 5)  # a call a row with images
+
+
+def test_in_bfloat16_a_value_moves_with_its_batch_unless_batch_invariant(
+    model_dir: Path, images: list[str]
+) -> None:
+    # The VL runner's bf16 value depends on what it is batched with (larger passes, other
+    # roundings, in the language model and the vision tower); batch_invariant scores each row
+    # alone (its images processed alone), so its value is its single forward's.
+    component = RewardModel(str(model_dir))
+    readable = rows(images)[:-1]
+    variants = [
+        {**row, "completion": f"{row['completion']} {'and the sun ' * n}"}
+        for n in range(3)
+        for row in readable
+    ]
+    requests = [component.lane_request(row) for row in variants]
+    moved, batches = {}, {}
+    for invariant in (False, True):
+        runner = build_runner(
+            RewardModelConfig(model=str(model_dir), dtype="bfloat16", batch_invariant=invariant)
+        )
+        single = [runner.score([request])[0].value for request in requests]
+        runner.metrics.batches = 0
+        batched = [o.value for o in runner.score(requests)]
+        moved[invariant] = max(abs(a - b) for a, b in zip(single, batched, strict=True))
+        batches[invariant] = runner.metrics.batches
+    assert moved[False] > 1e-3  # the fast path's bf16 value depends on its batch
+    assert moved[True] <= 1e-3  # within 1e-3 of the single unpadded forward (here: equal)
+    assert batches == {False: 1, True: len(requests)}
 
 
 def test_a_truncation_the_model_cannot_honour_fails_the_load_with_the_fix(model_dir: Path) -> None:

@@ -144,6 +144,10 @@ class RunnerMetrics:
     """Seconds preparing inputs: chat template, tokenizer, a batch's tensors and images."""
     forward_s: float = 0.0
     """Seconds in the model's forward passes."""
+    images: int = 0
+    """Images through the image processor (a vision-language model)."""
+    image_calls: int = 0
+    """Image-processor calls: one per batch holding images (its images together)."""
 
 
 class RewardModelRunner:

@@ -54,7 +54,9 @@ class VisionRewardModelRunner(RewardModelRunner):
     expanded ids, OOM halving), padded on the right; a batch's images are
     processed together by the checkpoint's image processor with its
     torchvision backend on the model's device (``metrics.preprocess_s``
-    counts it; on CUDA it is synchronised, so the time is its own).
+    counts it; on CUDA it is synchronised, so the time is its own;
+    ``metrics.images`` and ``metrics.image_calls`` count the images and the
+    calls).
 
     An input past ``max_length`` is a failure: inputs are never cut (a cut
     could split an image's tokens), so a ``truncation`` other than ``"error"``
@@ -209,6 +211,8 @@ class VisionRewardModelRunner(RewardModelRunner):
         inputs["image_grid_thw"] = grid.to(self._device)
         if self._device.startswith("cuda"):
             torch.cuda.synchronize(self._device)
+        self.metrics.images += len(images)
+        self.metrics.image_calls += 1
         return inputs
 
     def _forward(self, inputs: dict[str, Any]) -> list[float]:
