@@ -755,7 +755,8 @@ def test_ctrl_c_inside_ray_start_ends_the_command_and_its_ray(tmp_path: Path) ->
     # held in Ray's start: ended there; else (Ray had started) stopped the usual way
     assert (
         "skyrl-rewards score: Ctrl-C: stopping; Ray's start cannot be stopped half way, so the "
-        "processes it started are ended" in said
+        "processes it started are ended"
+        in said
         or any(line.startswith("skyrl-rewards score: Ctrl-C: stopping, waiting") for line in said)
     ), stderr
 

@@ -205,7 +205,11 @@ def test_null_columns_are_left_out() -> None:
         ({"pool": ""}, {"reward_spec": {"ground_truth": "1"}}, "env_config.pool"),  # empty name
         ({"pools": "x"}, {"reward_spec": {"ground_truth": "1"}}, "env_config"),  # typo'd key
         ({"in_process": "no"}, {"reward_spec": {"ground_truth": "1"}}, "env_config.in_process"),
-        ({"wait_timeout_s": 0}, {"reward_spec": {"ground_truth": "1"}}, "env_config.wait_timeout_s"),
+        (
+            {"wait_timeout_s": 0},
+            {"reward_spec": {"ground_truth": "1"}},
+            "env_config.wait_timeout_s",
+        ),
         (
             {"wait_timeout_s": "1h"},
             {"reward_spec": {"ground_truth": "1"}},

@@ -178,7 +178,9 @@ def test_tokens_and_settings_are_checked(tmp_path, monkeypatch) -> None:
         read_token(tmp_path / "absent")
     monkeypatch.setenv("SKYRL_REWARDS_SERVE_TOKEN", "from-env")
     assert read_token(None) == "from-env"
-    monkeypatch.setenv("SKYRL_REWARDS_SERVE_TOKEN", "from-env\n")  # as `export X=$(cat f)` may leave
+    monkeypatch.setenv(
+        "SKYRL_REWARDS_SERVE_TOKEN", "from-env\n"
+    )  # as `export X=$(cat f)` may leave
     assert read_token(None) == "from-env"
     monkeypatch.setenv("SKYRL_REWARDS_SERVE_TOKEN", " ")
     assert read_token(None) is None

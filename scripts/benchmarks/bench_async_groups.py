@@ -191,7 +191,9 @@ def math_groups(
             Group(
                 uid=f"m{g}",
                 prompt=[{"role": "user", "content": f"What is {a}/{b}? Answer in LaTeX."}],
-                extras={"reward_spec": {"method": "rule", "ground_truth": f"<answer>{truth}</answer>"}},
+                extras={
+                    "reward_spec": {"method": "rule", "ground_truth": f"<answer>{truth}</answer>"}
+                },
                 trajectories=trajectories,
                 hang=g < 2 * hangs and g % 2 == 0,
             )
@@ -268,7 +270,9 @@ def make_config(workload: str, mode: str, rewards: Mapping[str, Any], env_worker
         ]
     cfg = TrainConfig.from_cli_overrides(overrides)
     if workload == "tau":  # SkyRL hands an env the section named after its env class
-        setattr(cfg.environment.skyrl_gym, TAU_NO_REWARD_ENV, cfg.environment.skyrl_gym.tau_bench_env)
+        setattr(
+            cfg.environment.skyrl_gym, TAU_NO_REWARD_ENV, cfg.environment.skyrl_gym.tau_bench_env
+        )
     if workload == "math":
         cfg.environment.skyrl_gym.skyrl_rewards = RewardEnvConfig(
             pool=POOL_NAME, in_process=mode == "skyrl", rewards=rewards if mode == "skyrl" else {}
@@ -297,8 +301,15 @@ async def run_groups(
         while not queue.empty():
             group = queue.get_nowait()
             cls = classes[group.uid]
-            row = {"prompt": group.prompt, "env_class": cls, "env_extras": group.extras, "uid": group.uid}
-            batch, _ = prepare_generator_input([row], group_size, None, cls, TRAINING_PHASE_TRAIN, 1)
+            row = {
+                "prompt": group.prompt,
+                "env_class": cls,
+                "env_extras": group.extras,
+                "uid": group.uid,
+            }
+            batch, _ = prepare_generator_input(
+                [row], group_size, None, cls, TRAINING_PHASE_TRAIN, 1
+            )
             start = time.monotonic()
             await generator.generate(batch, disable_tqdm=True)
             times[group.uid] = time.monotonic() - start
@@ -347,7 +358,9 @@ def measure(args: argparse.Namespace, groups_count: int, rng: random.Random) -> 
             generator = make_generator(cfg, engine, tokenizer)
             classes = {g.uid: group_env_class(args.workload, mode, i) for i, g in enumerate(groups)}
             start = time.monotonic()
-            times = asyncio.run(run_groups(generator, groups, classes, groups_count, args.group_size))
+            times = asyncio.run(
+                run_groups(generator, groups, classes, groups_count, args.group_size)
+            )
             wall_s = time.monotonic() - start
             generator.env_executor.shutdown(wait=True)
             close_shared_pools()
@@ -359,7 +372,9 @@ def measure(args: argparse.Namespace, groups_count: int, rng: random.Random) -> 
             if any(hang.values()):
                 row["hang_groups"] = summary(times, floors, [u for u in hang if hang[u]])
             runs[mode].append(row)
-            benchlib.progress(f"{groups_count} groups, {mode}, repeat {repeat + 1}: {json.dumps(row)}")
+            benchlib.progress(
+                f"{groups_count} groups, {mode}, repeat {repeat + 1}: {json.dumps(row)}"
+            )
     return runs
 
 
@@ -375,7 +390,10 @@ def group_env_class(workload: str, mode: str, index: int) -> str:
 def load_rewards() -> dict[str, Any]:
     from skyrl_rewards.pool.config import load_pool_config
 
-    return {k: dict(v) for k, v in load_pool_config(benchlib.REPO / "configs" / "pool.yaml").rewards.items()}
+    return {
+        k: dict(v)
+        for k, v in load_pool_config(benchlib.REPO / "configs" / "pool.yaml").rewards.items()
+    }
 
 
 def register_tau_no_reward_env() -> None:
@@ -383,6 +401,7 @@ def register_tau_no_reward_env() -> None:
     episode plays out the same without tau-bench's check at the end (data hash, ground-truth
     replay, outputs)."""
     from skyrl_gym.envs.registration import register, registry
+
     from tau_bench_env.episode.env import TauBenchEnv
     from tau_bench_env.episode.reward import RewardResult
 
@@ -429,21 +448,34 @@ def _spread(summary: Mapping[str, float]) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", choices=("math", "tau"), default="math")
-    parser.add_argument("--groups", type=int, nargs="+", default=[256, 768],
-                        help="concurrent groups (num_parallel_generation_workers)")
+    parser.add_argument(
+        "--groups",
+        type=int,
+        nargs="+",
+        default=[256, 768],
+        help="concurrent groups (num_parallel_generation_workers)",
+    )
     parser.add_argument("--rounds", type=int, default=2, help="groups per worker, back to back")
     parser.add_argument("--group-size", type=int, default=8, help="n_samples_per_prompt")
-    parser.add_argument("--modes", nargs="+", choices=MODES,
-                        help="math: pool skyrl (default; each paired with unrewarded groups in "
-                        "the same run); tau: skyrl (default), also paired")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=MODES,
+        help="math: pool skyrl (default; each paired with unrewarded groups in "
+        "the same run); tau: skyrl (default), also paired",
+    )
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--hangs", type=int, default=0, help="math groups with one hanging answer")
     parser.add_argument("--ttft-s", type=float, default=0.3, help="engine seconds per turn")
     parser.add_argument("--per-token-s", type=float, default=0.01, help="engine seconds per token")
     parser.add_argument("--min-tokens", type=int, default=200)
     parser.add_argument("--max-tokens", type=int, default=1000)
-    parser.add_argument("--env-workers", type=int, default=32,
-                        help="environment.skyrl_gym.max_env_workers (SkyRL's default: 32)")
+    parser.add_argument(
+        "--env-workers",
+        type=int,
+        default=32,
+        help="environment.skyrl_gym.max_env_workers (SkyRL's default: 32)",
+    )
     parser.add_argument("--pool", nargs="*", default=[], help="pool overrides key=value")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
@@ -464,7 +496,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.workload == "math" and "pool" in args.modes:
         # as the entry point starts it for a fully-async run (the latency view, unless --pool
         # sets first_pass_s)
-        config = load_pool_config(benchlib.REPO / "configs" / "pool.yaml", [f"name={POOL_NAME}", *args.pool])
+        config = load_pool_config(
+            benchlib.REPO / "configs" / "pool.yaml", [f"name={POOL_NAME}", *args.pool]
+        )
         pool = RewardPool(for_streaming(config, args.pool))
     results: dict[int, dict[str, list[dict]]] = {}
     try:
@@ -477,7 +511,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(table(results))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"args": vars(args), "results": results}, default=str, indent=1))
+        args.json.write_text(
+            json.dumps({"args": vars(args), "results": results}, default=str, indent=1)
+        )
 
 
 if __name__ == "__main__":

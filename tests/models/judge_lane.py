@@ -15,8 +15,8 @@ from typing import Any
 import judge_texts
 import ray
 from judge_server import JudgeServer
-from ray_clusters import two_node_cluster  # noqa: F401  (the tests of this folder take it from here)
 from ray import cloudpickle
+from ray_clusters import two_node_cluster  # noqa: F401  (the tests of this folder take it from here)
 
 from skyrl_rewards.pool.reward_pool import RewardPool
 from skyrl_rewards.rewards.contract.result import RewardResult

@@ -52,7 +52,9 @@ def test_threads_share_one_pool_of_kept_alive_connections() -> None:
 
 
 def test_a_429_holds_every_request_to_the_endpoint_for_its_retry_after() -> None:
-    plan = (lambda n, body: Response(429, {"Retry-After": "1"}) if n == 1 else None)
+    def plan(n: int, body: dict) -> Response | None:
+        return Response(429, {"Retry-After": "1"}) if n == 1 else None
+
     with JudgeServer(plan=plan) as server:
         client = SyncChatClient(endpoint(server.url))
         replies: list = []
@@ -68,7 +70,9 @@ def test_a_429_holds_every_request_to_the_endpoint_for_its_retry_after() -> None
 
 
 def test_a_retry_after_past_its_bound_ends_the_request_at_once() -> None:
-    plan = (lambda n, body: Response(429, {"Retry-After": "30"}))
+    def plan(n: int, body: dict) -> Response | None:
+        return Response(429, {"Retry-After": "30"})
+
     with JudgeServer(plan=plan) as server:
         reply = SyncChatClient(endpoint(server.url, max_retry_after_s=5.0)).post(BODY)
     assert server.calls == 1 and server.throttled == 1
@@ -104,7 +108,9 @@ def test_an_unreachable_endpoint_is_a_connect_failure_naming_the_url() -> None:
 
 def test_a_kept_alive_connection_the_server_dropped_is_replaced() -> None:
     # the 2nd call arrives on the connection the 1st left open, and the server drops it
-    plan = (lambda n, body: Response(drop=True) if n == 2 else None)
+    def plan(n: int, body: dict) -> Response | None:
+        return Response(drop=True) if n == 2 else None
+
     with JudgeServer(plan=plan) as server:
         client = SyncChatClient(endpoint(server.url, max_retries=0))
         assert client.post(BODY).ok
@@ -130,7 +136,9 @@ def test_other_4xx_are_not_retried(status: int) -> None:
 
 def test_the_pause_holds_the_async_client_of_the_same_server_too() -> None:
     # the sync transport's 429 pauses the server for post_chat's client as well (one hold per server)
-    plan = (lambda n, body: Response(429, {"Retry-After": "1"}) if n == 1 else None)
+    def plan(n: int, body: dict) -> Response | None:
+        return Response(429, {"Retry-After": "1"}) if n == 1 else None
+
     with JudgeServer(plan=plan) as server:
         replies: list = []
         first = threading.Thread(
