@@ -152,16 +152,11 @@ def sync_brackets(events: list[list[Any]]) -> list[list[str]]:
     return brackets
 
 
-@pytest.mark.timeout(1500)
-def test_fully_async_training_on_tau_retail_and_math(tmp_path: Path) -> None:
-    summary, wall, peak = run_step("text", tmp_path, script="cpu_fully_async_step.py")
-    assert summary["user_endpoint"]["calls"] > 0  # the user simulator was the endpoint
-    report(compact(summary), wall, peak)
-    groups = {g["uid"]: g for g in summary["groups"]}
-    assert sorted(groups) == [str(i) for i in range(6)]  # every group generated once
-    by_id = {
+def by_trajectory(groups: list[dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
+    """Trajectory id -> (reward, masked, loss tokens, stop reason), from the summary's groups."""
+    return {
         t: (r, m, n, s)
-        for g in summary["groups"]
+        for g in groups
         for t, r, m, n, s in zip(
             g["trajectories"],
             g["rewards"],
@@ -171,6 +166,16 @@ def test_fully_async_training_on_tau_retail_and_math(tmp_path: Path) -> None:
             strict=True,
         )
     }
+
+
+@pytest.mark.timeout(1500)
+def test_fully_async_training_on_tau_retail_and_math(tmp_path: Path) -> None:
+    summary, wall, peak = run_step("text", tmp_path, script="cpu_fully_async_step.py")
+    assert summary["user_endpoint"]["calls"] > 0  # the user simulator was the endpoint
+    report(compact(summary), wall, peak)
+    groups = {g["uid"]: g for g in summary["groups"]}
+    assert sorted(groups) == [str(i) for i in range(6)]  # every group generated once
+    by_id = by_trajectory(summary["groups"])
     # several groups in flight at once; SkyRL's four workers, one group each
     assert 2 <= overlapping(summary["groups"]) <= 4
     # each concurrent generate() call timed its own env steps (the refused task had none)
@@ -250,18 +255,7 @@ def test_fully_async_training_on_rec_with_a_qwen3_vl_policy(tmp_path: Path) -> N
     assert sorted(g["uid"] for g in summary["groups"]) == ["0", "1", "2"]
     assert overlapping(summary["groups"]) == 2  # SkyRL's two workers, one group each
     groups = {g["uid"]: g for g in summary["groups"]}
-    by_id = {
-        t: (r, m, n, s)
-        for g in summary["groups"]
-        for t, r, m, n, s in zip(
-            g["trajectories"],
-            g["rewards"],
-            g["masked"],
-            g["loss_tokens"],
-            g["stop_reasons"],
-            strict=True,
-        )
-    }
+    by_id = by_trajectory(summary["groups"])
     for trajectory, gold in summary["gold"].items():  # the pool's iou + format_rec
         assert by_id[trajectory][0] == pytest.approx(1.0 + gold["iou"], abs=1e-4)
     assert by_id["0_1"][0] == by_id["1_1"][0] == 1.0  # a wrong box in the right format
