@@ -251,7 +251,7 @@ class BankingSpec(_DomainSpec):
             domain_name=NAME, policy="", tools=kits.tools, user_tools=kits.user_tools
         )
         if initial is not None:
-            apply_initial_state(environment, initial)
+            apply_initial_state(environment, initial, merge_agent_data=True)
         return LiveState.of(environment.tools.db, None, self.hash_memo)
 
     def kits(self, data: LiveData) -> _EpisodeKits:

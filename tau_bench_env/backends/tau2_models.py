@@ -12,6 +12,7 @@ and :mod:`~tau_bench_env.backends.tau2_banking`.
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import ItemsView, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
@@ -213,8 +214,57 @@ class LiveData(EpisodeData):
         """``{"db": ..., "user_db": ...}``: the databases' JSON dumps."""
         return _dump(*self.databases())
 
+    def json_key(self) -> bytes | None:
+        """pydantic's JSON of the databases (the agent's, then NUL and the user's): it
+        determines :meth:`materialize`'s dump, which pydantic's serializer gives in JSON
+        mode from the same values (NaN and infinities as null in both, floats written
+        to round-trip, never like an int; JSON holds no NUL). None when pydantic cannot
+        write the JSON (a lone surrogate in a string): hash the dump instead."""
+        agent, user = self.databases()
+        try:
+            key = agent.__pydantic_serializer__.to_json(agent, warnings=False)
+            if user is not None:
+                key += b"\0" + user.__pydantic_serializer__.to_json(user, warnings=False)
+        except ValueError:  # pydantic's PydanticSerializationError
+            return None
+        return key
+
     def own_records(self) -> int:
         """Number of databases this episode holds privately (0, 1 or 2)."""
         if self.own is None:
             return 0
         return 1 + (self.own[1] is not None)
+
+
+def update_model(model: Any, update: Mapping[str, Any]) -> Any:
+    """tau2's ``update_pydantic_model_with_dict(model, update)`` without its ``addict`` round trip.
+
+    tau2 converts the whole dump to ``addict`` dicts, merges ``update`` into it
+    (a dict value into a dict value key by key, at every depth; any other value
+    replaces), converts back and validates a new model. The same merge on the
+    plain dump gives the same dict, in the same key order, to the same
+    validator; about 10x faster on banking_knowledge's database (8.6 ms to 0.8 ms a task).
+    ``update`` is not changed, and the new model shares none of its containers.
+    """
+    data = model.model_dump()
+    _merge(data, update)
+    return type(model).model_validate(data)
+
+
+def _merge(target: dict[str, Any], update: Mapping[str, Any]) -> None:
+    """``addict.Dict.update`` on plain dicts: merge dicts into dicts, replace the rest."""
+    for key, value in update.items():
+        current = target.get(key)
+        if key in target and isinstance(current, dict) and isinstance(value, dict):
+            _merge(current, value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def live_digest(data: LiveData, memo: HashMemo) -> str:
+    """tau-bench's hash of :meth:`LiveData.materialize` through ``memo``, keyed by
+    :meth:`LiveData.json_key` (the dump is taken only when the key is new)."""
+    key = data.json_key()
+    if key is None:
+        return memo.digest(data.materialize())
+    return memo.keyed_digest(key, data.materialize)

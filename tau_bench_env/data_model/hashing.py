@@ -17,7 +17,7 @@ from __future__ import annotations
 import pickle
 from array import array
 from bisect import bisect_left
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from hashlib import sha256
 from typing import Any
 
@@ -90,25 +90,41 @@ class HashMemo:
     True
     """
 
-    __slots__ = ("_depth", "_limit", "_digests", "_texts")
+    __slots__ = ("_depth", "_limit", "_digests", "_keyed", "_texts")
 
     def __init__(self, depth: int = 3, limit: int = 65536) -> None:
         self._depth = depth
         self._limit = limit
         self._digests: dict[bytes, str] = {}
+        self._keyed: dict[bytes, str] = {}
         self._texts: dict[bytes, str] = {}
 
     def digest(self, data: dict[str, Any]) -> str:
         """:func:`data_hash` of ``data``; raises :class:`UnhashableDataError` as it does."""
         try:
             key = _pickled(data)
-            found = None if key is None else self._digests.get(key)
+        except RecursionError as error:
+            raise UnhashableDataError("the data is nested too deeply to hash") from error
+        return self._digest(key, self._digests, lambda: data)
+
+    def keyed_digest(self, key: bytes, data: Callable[[], dict[str, Any]]) -> str:
+        """:func:`data_hash` of ``data()``, memoized under ``key``: a serialization of the
+        data that determines its text (equal keys only for data of equal text, such as
+        pydantic's JSON of the models a JSON dump is taken from). ``data`` is called only
+        when ``key`` is not in the memo (these keys have their own table)."""
+        return self._digest(key, self._keyed, data)
+
+    def _digest(
+        self, key: bytes | None, table: dict[bytes, str], data: Callable[[], dict[str, Any]]
+    ) -> str:
+        try:
+            found = None if key is None else table.get(key)
             if found is None:
-                found = sha256(self._text(data, 0).encode("utf-8")).hexdigest()
+                found = sha256(self._text(data(), 0).encode("utf-8")).hexdigest()
                 if key is not None:
-                    if len(self._digests) >= self._limit:
-                        self._digests.clear()
-                    self._digests[key] = found
+                    if len(table) >= self._limit:
+                        table.clear()
+                    table[key] = found
         except RecursionError as error:
             raise UnhashableDataError("the data is nested too deeply to hash") from error
         return found
