@@ -244,14 +244,17 @@ class BankingSpec(_DomainSpec):
         return self.retrieval.build_policy(self.variant, self.knowledge_base, task)
 
     def _initial_state(self, initial: Mapping[str, Any] | None) -> LiveState:
-        """tau2's ``set_state`` on a copy of the loaded database (both sides share it)."""
+        """tau2's ``set_state`` on a copy of the loaded database (both sides share it); a
+        task without an initial state starts from the loaded database itself (never written:
+        an episode copies it on its first write)."""
+        if initial is None:
+            return self._pristine
         agent, _ = self._pristine.copies()
         kits = _EpisodeKits(self.kit_template, self.user_toolkit, frozenset()).over(agent)
         environment = type(self.template)(
             domain_name=NAME, policy="", tools=kits.tools, user_tools=kits.user_tools
         )
-        if initial is not None:
-            apply_initial_state(environment, initial, merge_agent_data=True)
+        apply_initial_state(environment, initial, merge_agent_data=True)
         return LiveState.of(environment.tools.db, None, self.hash_memo)
 
     def kits(self, data: LiveData) -> _EpisodeKits:

@@ -16,6 +16,7 @@ import copy
 import functools
 from collections.abc import ItemsView, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from tau_bench_env.data_model.episode_data import CowTable, EpisodeData
@@ -263,8 +264,94 @@ def _merge(target: dict[str, Any], update: Mapping[str, Any]) -> None:
 
 def live_digest(data: LiveData, memo: HashMemo) -> str:
     """tau-bench's hash of :meth:`LiveData.materialize` through ``memo``, keyed by
-    :meth:`LiveData.json_key` (the dump is taken only when the key is new)."""
+    pydantic's JSON of the databases, so that a state seen before costs its JSON only.
+
+    Databases whose dump is their tables' own dumps (:func:`_tables_of`) are keyed
+    table by table, and a new state's text is composed of each table's text,
+    memoized under the table's JSON (a write changes a few tables: the others are
+    neither dumped nor stringified again). Others are keyed by
+    :meth:`LiveData.json_key` and dumped whole on a new state; without JSON
+    (a lone surrogate), by the dump's pickle (:meth:`HashMemo.digest`).
+    """
+    agent, user = data.databases()
+    sides = [("db", agent)] if user is None else [("db", agent), ("user_db", user)]
+    tables = [_table_jsons(db) for _, db in sides]
+    if all(found is not None for found in tables):
+        key = b"\1".join([b"tables", *(b"\0".join(j for _, j, _ in t) for t in tables)])
+        return memo.keyed_digest(key, lambda: _text_by_tables(memo, sides, tables))
     key = data.json_key()
     if key is None:
         return memo.digest(data.materialize())
-    return memo.keyed_digest(key, data.materialize)
+    return memo.keyed_digest(b"json\1" + key, lambda: memo.text(data.materialize()))
+
+
+def _table_jsons(db: Any) -> list[tuple[str, bytes, Any]] | None:
+    """(name, JSON, model) of each table of ``db`` when :func:`_tables_of` its class; None
+    when not, when a table is not of its declared class, or without JSON."""
+    names = _tables_of(type(db))
+    if names is None:
+        return None
+    found = []
+    try:
+        for name, annotation in names:
+            table = getattr(db, name)
+            if type(table) is not annotation:
+                return None
+            found.append(
+                (name, annotation.__pydantic_serializer__.to_json(table, warnings=False), table)
+            )
+    except ValueError:  # pydantic's PydanticSerializationError
+        return None
+    return found
+
+
+@functools.lru_cache(maxsize=64)
+def _tables_of(database: type) -> tuple[tuple[str, type], ...] | None:
+    """(name, class) of each field of pydantic model class ``database`` when its JSON dump
+    is each field's own dump, field by field: every field a pydantic model class, no
+    serializer, computed field, extra field, alias in dumps, exclusion or field metadata
+    anywhere on the class. None otherwise (the whole database is dumped then)."""
+    decorators = getattr(database, "__pydantic_decorators__", None)
+    if (
+        decorators is None
+        or decorators.model_serializers
+        or decorators.field_serializers
+        or database.model_computed_fields  # type: ignore[attr-defined]
+        or database.model_config.get("serialize_by_alias")  # type: ignore[attr-defined]
+        or database.model_config.get("extra") == "allow"  # type: ignore[attr-defined]
+    ):
+        return None
+    names = []
+    for name, info in database.model_fields.items():  # type: ignore[attr-defined]
+        annotation = info.annotation
+        if (
+            info.exclude
+            or info.metadata
+            or not isinstance(annotation, type)
+            or not hasattr(annotation, "__pydantic_serializer__")
+        ):
+            return None
+        names.append((name, annotation))
+    return tuple(names)
+
+
+def _text_by_tables(
+    memo: HashMemo, sides: list[tuple[str, Any]], tables: list[list[tuple[str, bytes, Any]]]
+) -> str:
+    """``str(to_hashable({"db": dump, "user_db": dump}))`` composed of each table's text
+    (memoized under the table's JSON; a new table dumped alone)."""
+    parts = []
+    for (label, _), found in zip(sides, tables, strict=True):
+        inner = [
+            f"({name!r}, {memo.keyed_text(json, partial(table.model_dump, mode='json'))})"
+            for name, json, table in sorted(found, key=lambda item: item[0])
+        ]
+        parts.append(f"({label!r}, {_tuple_text(inner)})")
+    return _tuple_text(parts)
+
+
+def _tuple_text(parts: list[str]) -> str:
+    """The text of a tuple of elements whose texts are ``parts``."""
+    if len(parts) == 1:
+        return f"({parts[0]},)"
+    return "(" + ", ".join(parts) + ")"

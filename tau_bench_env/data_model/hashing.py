@@ -90,7 +90,7 @@ class HashMemo:
     True
     """
 
-    __slots__ = ("_depth", "_limit", "_digests", "_keyed", "_texts")
+    __slots__ = ("_depth", "_limit", "_digests", "_keyed", "_texts", "_keyed_texts")
 
     def __init__(self, depth: int = 3, limit: int = 65536) -> None:
         self._depth = depth
@@ -98,6 +98,7 @@ class HashMemo:
         self._digests: dict[bytes, str] = {}
         self._keyed: dict[bytes, str] = {}
         self._texts: dict[bytes, str] = {}
+        self._keyed_texts: dict[bytes, str] = {}
 
     def digest(self, data: dict[str, Any]) -> str:
         """:func:`data_hash` of ``data``; raises :class:`UnhashableDataError` as it does."""
@@ -107,12 +108,39 @@ class HashMemo:
             raise UnhashableDataError("the data is nested too deeply to hash") from error
         return self._digest(key, self._digests, lambda: data)
 
-    def keyed_digest(self, key: bytes, data: Callable[[], dict[str, Any]]) -> str:
-        """:func:`data_hash` of ``data()``, memoized under ``key``: a serialization of the
-        data that determines its text (equal keys only for data of equal text, such as
-        pydantic's JSON of the models a JSON dump is taken from). ``data`` is called only
-        when ``key`` is not in the memo (these keys have their own table)."""
-        return self._digest(key, self._keyed, data)
+    def keyed_digest(self, key: bytes, text: Callable[[], str]) -> str:
+        """sha256 hex of ``text()``, memoized under ``key``: a serialization that determines
+        the text (equal keys only for data of equal text, such as pydantic's JSON of the
+        models a JSON dump is taken from). ``text`` (``str(to_hashable(data))``, e.g.
+        :meth:`text`) is called only when ``key`` is not in the memo (these keys have
+        their own table). Raises :class:`UnhashableDataError` as :meth:`digest` does."""
+        found = self._keyed.get(key)
+        if found is None:
+            try:
+                found = sha256(text().encode("utf-8")).hexdigest()
+            except RecursionError as error:
+                raise UnhashableDataError("the data is nested too deeply to hash") from error
+            if len(self._keyed) >= self._limit:
+                self._keyed.clear()
+            self._keyed[key] = found
+        return found
+
+    def text(self, data: Any) -> str:
+        """``str(to_hashable(data))``, the text :func:`data_hash` hashes (memoized as in
+        :meth:`digest`)."""
+        return self._text(data, 0)
+
+    def keyed_text(self, key: bytes, value: Callable[[], Any]) -> str:
+        """``repr(to_hashable(value()))`` (its text inside a tuple), memoized under ``key``,
+        a serialization that determines the value's text (own table, as in
+        :meth:`keyed_digest`); ``value`` is called only on a miss."""
+        found = self._keyed_texts.get(key)
+        if found is None:
+            found = repr(to_hashable(value()))
+            if len(self._keyed_texts) >= self._limit:
+                self._keyed_texts.clear()
+            self._keyed_texts[key] = found
+        return found
 
     def _digest(
         self, key: bytes | None, table: dict[bytes, str], data: Callable[[], dict[str, Any]]

@@ -37,7 +37,7 @@ from tau_helpers import (  # noqa: E402
 from tau_bench_env.backends import load_domain  # noqa: E402
 from tau_bench_env.backends.tau2_banking import SERVED_VARIANTS, read_log_allowlist  # noqa: E402
 from tau_bench_env.backends.tau2_embeddings import BATCH  # noqa: E402
-from tau_bench_env.backends.tau2_models import live_digest, update_model  # noqa: E402
+from tau_bench_env.backends.tau2_models import _tables_of, live_digest, update_model  # noqa: E402
 from tau_bench_env.data_model.hashing import HashMemo, data_hash  # noqa: E402
 from tau_bench_env.data_model.tasks import Action, Task  # noqa: E402
 from tau_bench_env.episode.env import TauBenchEnv  # noqa: E402
@@ -533,7 +533,7 @@ def test_update_model_is_tau2s_merge() -> None:
 def test_initial_states_are_tau2s_set_state() -> None:
     """Every task's initial database (its initialization data merged by :func:`update_model`,
     then tau2's ``set_state``) equals the one tau2's own ``set_state`` makes, and its hash is
-    tau-bench's hash of its dump; so is an episode's after a write, from the memo too."""
+    tau-bench's hash of its dump; so is every gold run's, new and from the memo."""
     from tau2.domains.banking_knowledge.environment import get_environment, get_tasks
 
     domain = _domain()
@@ -556,15 +556,16 @@ def test_initial_states_are_tau2s_set_state() -> None:
         merged += state.initialization_data is not None
     assert merged >= 30
 
-    task = _task("task_001")
-    gold = _gold(task)
-    hashes = []
-    for _ in range(2):
-        episode = _play(task, gold, domain)
-        assert episode.data.own is not None
-        hashes.append(episode.data_hash())
-        assert hashes[-1] == data_hash(episode.data.materialize())
-    assert hashes[0] == hashes[1] != Episode(domain, task).data_hash()
+    # hashed table by table under their JSON: every gold run's state, new and seen again
+    assert _tables_of(type(domain.spec.pristine)) is not None
+    for task in domain.tasks("base"):
+        gold = _gold(task)
+        hashes = []
+        for _ in range(2):
+            episode = _play(task, gold, domain)
+            hashes.append(episode.data_hash())
+            assert hashes[-1] == data_hash(episode.data.materialize()), task.task_id
+        assert hashes[0] == hashes[1]
 
 
 def test_live_digest_without_json_hashes_the_dump() -> None:
