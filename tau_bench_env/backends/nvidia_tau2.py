@@ -72,7 +72,6 @@ from tau_bench_env.backends.tau2_models import (
     ModelTable,
     episode_models,
     live_digest,
-    update_model,
 )
 from tau_bench_env.config import DEFAULT_TOOL_TIMEOUT_S
 from tau_bench_env.data_model.episode_data import EpisodeData
@@ -161,16 +160,8 @@ class OfficialTool:
         return self._spec.render(result)
 
 
-def apply_initial_state(
-    environment: Any, initial: Mapping[str, Any], *, merge_agent_data: bool = False
-) -> None:
+def apply_initial_state(environment: Any, initial: Mapping[str, Any]) -> None:
     """tau2's own ``set_state`` of a task file's ``initial_state`` on ``environment``.
-
-    ``merge_agent_data``: initialization data with ``agent_data`` only is applied
-    first as tau2's ``set_state`` applies it (the agent's tool kit's ``update_db``,
-    then the user's kit pointed at the same database), its merge done by
-    :func:`~tau_bench_env.backends.tau2_models.update_model`; tau2's
-    ``set_state`` then runs the rest (actions, message history, sync).
 
     Raises ``ValueError`` when tau2 cannot apply it (its ``InitialState`` model
     rejects it or its actions fail), naming tau2's error.
@@ -178,21 +169,8 @@ def apply_initial_state(
     model = importlib.import_module("tau2.data_model.tasks").InitialState
     try:
         state = model.model_validate(initial)
-        data = state.initialization_data
-        tools, user_tools = environment.tools, environment.user_tools
-        if (
-            merge_agent_data
-            and data is not None
-            and data.agent_data is not None
-            and data.user_data is None
-            and tools.db is not None
-        ):
-            tools.db = update_model(tools.db, data.agent_data)
-            if user_tools is not None and user_tools.db is not None:
-                user_tools.db = tools.db
-            data = None
         environment.set_state(
-            initialization_data=data,
+            initialization_data=state.initialization_data,
             initialization_actions=state.initialization_actions,
             message_history=state.message_history or [],
         )

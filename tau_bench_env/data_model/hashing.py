@@ -78,8 +78,10 @@ class HashMemo:
     structure with the same types and float bits, so they have the same text (``1`` and
     ``1.0``, ``True`` and ``1`` stay apart); a different pickle of equal data is only a
     miss. The text above ``depth`` is composed exactly as ``str(to_hashable(...))``
-    writes it. Each table holds at most ``limit`` entries (emptied when full); safe to
-    share between threads (a race only computes a text twice).
+    writes it. A caller with a cheaper key that determines the text (pydantic's JSON of
+    the models a dump is taken from) uses :meth:`keyed_digest` and :meth:`keyed_text`,
+    which keep their own tables. Each table holds at most ``limit`` entries (emptied
+    when full); safe to share between threads (a race only computes a text twice).
 
     >>> memo = HashMemo()
     >>> data = {"db": {"t": [{"a": 1}, {"b": [1.0, True]}]}, "u": {}}
@@ -104,9 +106,16 @@ class HashMemo:
         """:func:`data_hash` of ``data``; raises :class:`UnhashableDataError` as it does."""
         try:
             key = _pickled(data)
+            found = None if key is None else self._digests.get(key)
+            if found is None:
+                found = sha256(self._text(data, 0).encode("utf-8")).hexdigest()
+                if key is not None:
+                    if len(self._digests) >= self._limit:
+                        self._digests.clear()
+                    self._digests[key] = found
         except RecursionError as error:
             raise UnhashableDataError("the data is nested too deeply to hash") from error
-        return self._digest(key, self._digests, lambda: data)
+        return found
 
     def keyed_digest(self, key: bytes, text: Callable[[], str]) -> str:
         """sha256 hex of ``text()``, memoized under ``key``: a serialization that determines
@@ -140,21 +149,6 @@ class HashMemo:
             if len(self._keyed_texts) >= self._limit:
                 self._keyed_texts.clear()
             self._keyed_texts[key] = found
-        return found
-
-    def _digest(
-        self, key: bytes | None, table: dict[bytes, str], data: Callable[[], dict[str, Any]]
-    ) -> str:
-        try:
-            found = None if key is None else table.get(key)
-            if found is None:
-                found = sha256(self._text(data(), 0).encode("utf-8")).hexdigest()
-                if key is not None:
-                    if len(table) >= self._limit:
-                        table.clear()
-                    table[key] = found
-        except RecursionError as error:
-            raise UnhashableDataError("the data is nested too deeply to hash") from error
         return found
 
     def _text(self, value: Any, depth: int) -> str:
