@@ -358,8 +358,8 @@ class _Budget:
 class _Monitor:
     """The CPU bound through ``sys.monitoring`` (Python 3.12), for every thread at once.
 
-    What the trace function watches, at a fraction of its cost (a tool call of
-    tau2's banking_knowledge: about 10x less): every start and resumption of
+    What the trace function watches, at a fraction of its cost (on tau2's
+    banking_knowledge tool calls about a quarter): every start and resumption of
     Python code (``PY_START``, ``PY_RESUME``: the trace function's call
     events, generators' included), every backward jump (``JUMP`` to an earlier
     offset: on 3.12 each loop iteration takes one, the only other backward
