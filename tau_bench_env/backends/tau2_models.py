@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import typing
 from collections.abc import ItemsView, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -174,9 +175,66 @@ class LiveState:
         than validating a fresh dump, 8x than ``model_copy(deep=True)``.
         """
         agent_dump, user_dump = self.dumps
-        agent = type(self.agent).model_validate(agent_dump)
-        user = None if self.user is None else type(self.user).model_validate(user_dump)
+        agent = _copy(type(self.agent), agent_dump)
+        user = None if self.user is None else _copy(type(self.user), user_dump)
         return agent, user
+
+
+def _copy(database: Any, dump: dict[str, Any]) -> Any:
+    """``database.model_validate(dump)``; for a database of record tables
+    (:func:`_record_tables`) the same object built without validating: each table's
+    records copied as pydantic's validator copies a ``dict[str, dict[str, Any]]`` (new
+    dicts, the values inside a record shared with the dump, as the validator shares
+    them), about twice as fast on banking_knowledge's database."""
+    tables = _record_tables(database)
+    if tables is None:
+        return database.model_validate(dump)
+    return database.model_construct(
+        **{
+            name: table.model_construct(
+                data={key: dict(record) for key, record in dump[name]["data"].items()},
+                notes=dump[name]["notes"],
+            )
+            for name, table in tables
+        }
+    )
+
+
+_RECORDS = (dict[str, dict[str, Any]], typing.Dict[str, typing.Dict[str, Any]])  # noqa: UP006
+"""A record table's ``data`` annotation, either spelling (tau2 banking_knowledge's
+``DatabaseTable`` writes ``Dict[str, Dict[str, Any]]``)."""
+
+
+@functools.lru_cache(maxsize=64)
+def _record_tables(database: type) -> tuple[tuple[str, type], ...] | None:
+    """(name, class) of each table when ``database`` is made of record tables only: it
+    passes :func:`_tables_of`, and neither it nor a table class has a validator, a
+    private attribute or a ``model_post_init``, and every table class has exactly the
+    fields ``data: dict[str, dict[str, Any]]`` and ``notes: str``. None otherwise."""
+    tables = _tables_of(database)
+    if tables is None:
+        return None
+    for model in (database, *(table for _, table in tables)):
+        decorators = model.__pydantic_decorators__  # type: ignore[attr-defined]
+        if (
+            decorators.validators
+            or decorators.field_validators
+            or decorators.root_validators
+            or decorators.model_validators
+            or model.__private_attributes__  # type: ignore[attr-defined]
+            or model.__pydantic_post_init__  # type: ignore[attr-defined]
+        ):
+            return None
+    for _, table in tables:
+        fields = table.model_fields  # type: ignore[attr-defined]
+        if set(fields) != {"data", "notes"}:
+            return None
+        data, notes = fields["data"], fields["notes"]
+        if data.annotation not in _RECORDS or notes.annotation is not str or data.metadata:
+            return None
+        if notes.metadata:
+            return None
+    return tables
 
 
 def _dump(agent: Any, user: Any | None) -> dict[str, Any]:

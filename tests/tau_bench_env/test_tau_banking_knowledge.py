@@ -37,7 +37,12 @@ from tau_helpers import (  # noqa: E402
 from tau_bench_env.backends import load_domain  # noqa: E402
 from tau_bench_env.backends.tau2_banking import SERVED_VARIANTS, read_log_allowlist  # noqa: E402
 from tau_bench_env.backends.tau2_embeddings import BATCH  # noqa: E402
-from tau_bench_env.backends.tau2_models import _tables_of, live_digest, update_model  # noqa: E402
+from tau_bench_env.backends.tau2_models import (  # noqa: E402
+    _record_tables,
+    _tables_of,
+    live_digest,
+    update_model,
+)
 from tau_bench_env.data_model.hashing import HashMemo, data_hash  # noqa: E402
 from tau_bench_env.data_model.tasks import Action, Task  # noqa: E402
 from tau_bench_env.episode.env import TauBenchEnv  # noqa: E402
@@ -581,3 +586,28 @@ def test_live_digest_without_json_hashes_the_dump() -> None:
     assert episode.data.json_key() is None
     expected = data_hash(episode.data.materialize())
     assert live_digest(episode.data, HashMemo()) == expected == episode.data_hash()
+
+
+def test_copies_are_what_pydantic_validation_builds() -> None:
+    """A live state's copy (built without validating) is what validating its dump builds:
+    the same JSON, fields set, record dicts new and the values inside them the dump's."""
+    domain = _domain()
+    spec = domain.spec
+    database = type(spec.pristine)
+    assert _record_tables(database) is not None
+    states = [spec.live_state(t) for t in domain.tasks("base")[:40]]
+    for state in {id(s): s for s in states}.values():
+        dump = state.dumps[0]
+        ours, _ = state.copies()
+        theirs = database.model_validate(dump)
+        assert ours.model_dump_json() == theirs.model_dump_json()
+        assert ours.model_fields_set == theirs.model_fields_set
+        for name in type(ours).model_fields:
+            mine, valid = getattr(ours, name), getattr(theirs, name)
+            assert mine.model_fields_set == valid.model_fields_set
+            for key, record in mine.data.items():
+                assert record is not dump[name]["data"][key]
+                assert all(value is valid.data[key][field] for field, value in record.items()), (
+                    name,
+                    key,
+                )
