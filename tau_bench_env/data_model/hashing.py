@@ -80,8 +80,10 @@ class HashMemo:
     miss. The text above ``depth`` is composed exactly as ``str(to_hashable(...))``
     writes it. A caller with a cheaper key that determines the text (pydantic's JSON of
     the models a dump is taken from) uses :meth:`keyed_digest` and :meth:`keyed_text`,
-    which keep their own tables. Each table holds at most ``limit`` entries (emptied
-    when full); safe to share between threads (a race only computes a text twice).
+    which keep their own tables. Each table holds at most ``limit`` entries and
+    ``max_bytes`` bytes of keys and texts (emptied when either is reached: a key can be a
+    whole database's serialization, and a training process hashes a new state every
+    episode); safe to share between threads (a race only computes a text twice).
 
     >>> memo = HashMemo()
     >>> data = {"db": {"t": [{"a": 1}, {"b": [1.0, True]}]}, "u": {}}
@@ -92,15 +94,18 @@ class HashMemo:
     True
     """
 
-    __slots__ = ("_depth", "_limit", "_digests", "_keyed", "_texts", "_keyed_texts")
+    __slots__ = ("_depth", "_digests", "_keyed", "_texts", "_keyed_texts")
 
-    def __init__(self, depth: int = 3, limit: int = 65536) -> None:
+    def __init__(self, depth: int = 3, limit: int = 65536, max_bytes: int = 64 << 20) -> None:
         self._depth = depth
-        self._limit = limit
-        self._digests: dict[bytes, str] = {}
-        self._keyed: dict[bytes, str] = {}
-        self._texts: dict[bytes, str] = {}
-        self._keyed_texts: dict[bytes, str] = {}
+        self._digests = _BoundedTable(limit, max_bytes)
+        self._keyed = _BoundedTable(limit, max_bytes)
+        self._texts = _BoundedTable(limit, max_bytes)
+        self._keyed_texts = _BoundedTable(limit, max_bytes)
+
+    def stored_bytes(self) -> int:
+        """Bytes of keys and texts the memo holds now (bounded by 4 x ``max_bytes``)."""
+        return sum(t.stored for t in (self._digests, self._keyed, self._texts, self._keyed_texts))
 
     def digest(self, data: dict[str, Any]) -> str:
         """:func:`data_hash` of ``data``; raises :class:`UnhashableDataError` as it does."""
@@ -110,9 +115,7 @@ class HashMemo:
             if found is None:
                 found = sha256(self._text(data, 0).encode("utf-8")).hexdigest()
                 if key is not None:
-                    if len(self._digests) >= self._limit:
-                        self._digests.clear()
-                    self._digests[key] = found
+                    self._digests.put(key, found)
         except RecursionError as error:
             raise UnhashableDataError("the data is nested too deeply to hash") from error
         return found
@@ -129,9 +132,7 @@ class HashMemo:
                 found = sha256(text().encode("utf-8")).hexdigest()
             except RecursionError as error:
                 raise UnhashableDataError("the data is nested too deeply to hash") from error
-            if len(self._keyed) >= self._limit:
-                self._keyed.clear()
-            self._keyed[key] = found
+            self._keyed.put(key, found)
         return found
 
     def text(self, data: Any) -> str:
@@ -146,9 +147,7 @@ class HashMemo:
         found = self._keyed_texts.get(key)
         if found is None:
             found = repr(to_hashable(value()))
-            if len(self._keyed_texts) >= self._limit:
-                self._keyed_texts.clear()
-            self._keyed_texts[key] = found
+            self._keyed_texts.put(key, found)
         return found
 
     def _text(self, value: Any, depth: int) -> str:
@@ -159,9 +158,7 @@ class HashMemo:
             if found is None:
                 found = repr(to_hashable(value))
                 if key is not None:
-                    if len(self._texts) >= self._limit:
-                        self._texts.clear()
-                    self._texts[key] = found
+                    self._texts.put(key, found)
             return found
         if isinstance(value, dict):
             parts = [
@@ -174,6 +171,30 @@ class HashMemo:
         if len(parts) == 1:
             return f"({parts[0]},)"
         return "(" + ", ".join(parts) + ")"
+
+
+class _BoundedTable(dict[bytes, str]):
+    """A memo table of at most ``limit`` entries and ``max_bytes`` bytes of keys and texts,
+    emptied when a new entry would pass either bound."""
+
+    __slots__ = ("limit", "max_bytes", "stored")
+
+    def __init__(self, limit: int, max_bytes: int) -> None:
+        super().__init__()
+        self.limit = limit
+        self.max_bytes = max_bytes
+        self.stored = 0
+
+    def put(self, key: bytes, text: str) -> None:
+        size = len(key) + len(text)
+        if size > self.max_bytes:
+            return
+        if len(self) >= self.limit or self.stored + size > self.max_bytes:
+            self.clear()
+            self.stored = 0
+        if key not in self:
+            self.stored += size
+        self[key] = text
 
 
 def _pickled(value: Any) -> bytes | None:

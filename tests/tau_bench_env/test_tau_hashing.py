@@ -68,6 +68,23 @@ def test_hash_memo_equals_data_hash(depth: int) -> None:
         assert memo.digest(first) == data_hash(first) != memo.digest(second) == data_hash(second)
 
 
+def test_hash_memo_holds_a_bounded_number_of_bytes() -> None:
+    """A new state every episode (a training run) never grows the memo past its byte bound,
+    with keys as large as a database's pickle; digests stay data_hash's throughout."""
+    memo = HashMemo(max_bytes=200_000)
+    big = {f"r{i}": {"name": "x" * 200, "n": i} for i in range(200)}  # a pickle of ~50 kB
+    peak = 0
+    for episode in range(40):
+        data = {"db": {"t": [big, {"episode": episode}]}, "u": {}}
+        assert memo.digest(data) == data_hash(data)
+        assert memo.keyed_digest(str(data).encode(), lambda d=data: str(to_hashable(d))) == (
+            data_hash(data)
+        )
+        peak = max(peak, memo.stored_bytes())
+    assert 100_000 < peak <= 4 * 200_000
+    assert HashMemo(max_bytes=10).digest(big) == data_hash(big)  # an entry past the bound: none
+
+
 def test_hash_memo_too_deep_is_unhashable() -> None:
     deep: Any = []
     for _ in range(100_000):
