@@ -349,10 +349,11 @@ class _Budget:
         self.left = _CHECK_EVERY
 
     def check(self, now: float) -> None:
-        """Raise :class:`_OverBudget` past the deadline; else count down again."""
+        """Count down again; raise :class:`_OverBudget` past the deadline (the count is
+        reset first, so code the tool runs after a stop, in a ``finally``, is stopped too)."""
+        self.left = _CHECK_EVERY
         if now > self.deadline:
             raise _OverBudget
-        self.left = _CHECK_EVERY
 
 
 class _Monitor:

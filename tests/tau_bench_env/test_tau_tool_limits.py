@@ -245,3 +245,23 @@ def test_cpu_budget_is_per_thread() -> None:
     assert isinstance(results["spin"], ToolLimitError)
     assert [results[f"short{i}"] for i in range(3)] == [sum(range(300_000))] * 3
     assert results["plain"] == sum(range(300_000))
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 12), reason="sys.monitoring is used on 3.12")
+def test_cpu_budget_stops_a_loop_in_a_finally_after_the_stop() -> None:
+    """Code the tool runs while the stop unwinds it (a ``finally`` that loops) is stopped
+    too: the budget keeps counting after its first stop. (A trace function is unset by
+    CPython once it raises, so before 3.12 such a ``finally`` runs unwatched.)"""
+
+    def spin() -> None:
+        while True:
+            pass
+
+    def spin_then_spin_again() -> None:
+        try:
+            spin()
+        finally:
+            spin()
+
+    with pytest.raises(ToolLimitError, match="'spin' used more than 0.05 s"):
+        run_with_cpu_limit(spin_then_spin_again, cpu_limit_s=0.05, tool="spin")
