@@ -340,13 +340,16 @@ def _traced(function: Callable[[], T], deadline: float) -> T:
 
 
 class _Budget:
-    """One tool call's CPU deadline; its clock is read every :data:`_CHECK_EVERY` events."""
+    """One tool call's CPU deadline; its clock is read every :data:`_CHECK_EVERY` events.
+    ``watched``: the code run by ``eval`` whose instructions :class:`_Monitor` watches for
+    this call (by id), switched back off when the call ends."""
 
-    __slots__ = ("deadline", "left")
+    __slots__ = ("deadline", "left", "watched")
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
         self.left = _CHECK_EVERY
+        self.watched: dict[int, CodeType] = {}
 
     def check(self, now: float) -> None:
         """Count down again; raise :class:`_OverBudget` past the deadline (the count is
@@ -365,10 +368,13 @@ class _Monitor:
     events, generators' included), every backward jump (``JUMP`` to an earlier
     offset: on 3.12 each loop iteration takes one, the only other backward
     jump being ``yield from``'s and ``await``'s, which resume code), and every
-    instruction of code run by ``eval`` (``<string>``). A forward jump's event
-    is switched off where it happens (it cannot loop). Events are on while at
-    least one thread is inside a call; each thread's calls are counted against
-    its own :class:`_Budget` (a thread outside a call is not counted).
+    instruction of code run by ``eval`` (``<string>``) in a call, switched off
+    again when the call ends (dataclasses' and namedtuples' generated methods
+    are ``<string>`` code too, and a code object's events outlast
+    ``set_events``). A forward jump's event is switched off where it happens
+    (it cannot loop). Events are on while at least one thread is inside a call;
+    each thread's calls are counted against its own :class:`_Budget` (a thread
+    outside a call is not counted).
     """
 
     def __init__(self, tool_id: int) -> None:
@@ -391,9 +397,14 @@ class _Monitor:
                     budget.check(clock())
 
         def on_start(code: CodeType, offset: int) -> None:
-            if code.co_filename == "<string>":
-                monitoring.set_local_events(tool_id, code, instruction)
-            on_event(code, offset)
+            budget = getattr(local, "budget", None)
+            if budget is not None:
+                if code.co_filename == "<string>":
+                    budget.watched[id(code)] = code
+                    monitoring.set_local_events(tool_id, code, instruction)
+                budget.left -= 1
+                if not budget.left:
+                    budget.check(clock())
 
         def on_jump(code: CodeType, offset: int, destination: int) -> Any:
             if destination > offset:
@@ -415,7 +426,9 @@ class _Monitor:
         passes ``deadline``."""
         local = self._local
         outer = getattr(local, "budget", None)
-        local.budget = _Budget(deadline if outer is None else min(deadline, outer.deadline))
+        local.budget = budget = _Budget(
+            deadline if outer is None else min(deadline, outer.deadline)
+        )
         with self._lock:
             self._running += 1
             if self._running == 1:
@@ -424,6 +437,8 @@ class _Monitor:
             return function()
         finally:
             local.budget = outer
+            for code in budget.watched.values():
+                self._monitoring.set_local_events(self._tool_id, code, 0)
             with self._lock:
                 self._running -= 1
                 if self._running == 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import sys
@@ -265,3 +266,25 @@ def test_cpu_budget_stops_a_loop_in_a_finally_after_the_stop() -> None:
 
     with pytest.raises(ToolLimitError, match="'spin' used more than 0.05 s"):
         run_with_cpu_limit(spin_then_spin_again, cpu_limit_s=0.05, tool="spin")
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 12), reason="sys.monitoring is used on 3.12")
+def test_cpu_budget_leaves_no_events_on_code_run_by_eval() -> None:
+    """Code run by ``eval`` is watched instruction by instruction during a call only:
+    dataclasses' generated ``__init__`` (also ``<string>`` code) is not left watched for the
+    rest of the process, in this thread or any other."""
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    def tool() -> Any:
+        return Point(1), eval("[n for n in range(3)]")
+
+    assert run_with_cpu_limit(tool, cpu_limit_s=1.0, tool="t") == (Point(1), [0, 1, 2])
+    monitor = tool_limits._monitor()
+    assert monitor is not None
+    init = Point.__init__.__code__
+    assert init.co_filename == "<string>"
+    assert sys.monitoring.get_local_events(monitor._tool_id, init) == 0
+    assert sys.monitoring.get_events(monitor._tool_id) == 0
