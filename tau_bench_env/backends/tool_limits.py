@@ -426,23 +426,23 @@ class _Monitor:
         passes ``deadline``."""
         local = self._local
         outer = getattr(local, "budget", None)
-        local.budget = budget = _Budget(
-            deadline if outer is None else min(deadline, outer.deadline)
-        )
+        budget = _Budget(deadline if outer is None else min(deadline, outer.deadline))
+        # counted once the events are on: a failure to switch them on changes nothing
         with self._lock:
-            self._running += 1
-            if self._running == 1:
+            if self._running == 0:
                 self._monitoring.set_events(self._tool_id, self._events)
+            self._running += 1
+        local.budget = budget
         try:
             return function()
         finally:
             local.budget = outer
-            for code in budget.watched.values():
-                self._monitoring.set_local_events(self._tool_id, code, 0)
             with self._lock:
                 self._running -= 1
                 if self._running == 0:
                     self._monitoring.set_events(self._tool_id, 0)
+            for code in budget.watched.values():
+                self._monitoring.set_local_events(self._tool_id, code, 0)
 
 
 _MONITOR: list[_Monitor | None] = []

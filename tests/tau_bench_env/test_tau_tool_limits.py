@@ -288,3 +288,25 @@ def test_cpu_budget_leaves_no_events_on_code_run_by_eval() -> None:
     assert init.co_filename == "<string>"
     assert sys.monitoring.get_local_events(monitor._tool_id, init) == 0
     assert sys.monitoring.get_events(monitor._tool_id) == 0
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 12), reason="sys.monitoring is used on 3.12")
+def test_cpu_budget_after_its_events_failed_to_switch_on() -> None:
+    """A call whose events cannot be switched on (another tool freed the id) raises and
+    leaves nothing behind: once the id is back, the next call is watched again (a stale
+    count of running calls kept the events off for good, every later call unbounded)."""
+    monitor = tool_limits._monitor()
+    assert monitor is not None
+    sys.monitoring.free_tool_id(monitor._tool_id)
+    try:
+        with pytest.raises(ValueError, match="not in use"):
+            run_with_cpu_limit(lambda: 1, cpu_limit_s=1.0, tool="t")
+    finally:
+        sys.monitoring.use_tool_id(monitor._tool_id, "tau_bench_env")
+
+    def spin() -> None:
+        while True:
+            pass
+
+    with pytest.raises(ToolLimitError, match="'spin' used more than 0.05 s"):
+        run_with_cpu_limit(spin, cpu_limit_s=0.05, tool="spin")
