@@ -287,7 +287,9 @@ def run_with_cpu_limit(function: Callable[[], T], *, cpu_limit_s: float, tool: s
     ``sys.monitoring`` (:class:`_Monitor`) when one of its tool ids is free; a
     trace function set by a debugger or coverage tool keeps running then.
     Otherwise it runs under a trace function (:func:`_traced`), and a trace
-    function already set is put back afterwards (it sees none of the call).
+    function already set is put back afterwards (it sees none of the call);
+    code the stopped tool runs while it unwinds (a ``finally``) is then not
+    watched, as CPython unsets a trace function that raises.
 
     >>> run_with_cpu_limit(lambda: sum(range(10)), cpu_limit_s=1.0, tool="sum")
     45
