@@ -287,7 +287,9 @@ def run_with_cpu_limit(function: Callable[[], T], *, cpu_limit_s: float, tool: s
     ``sys.monitoring`` (:class:`_Monitor`) when one of its tool ids is free; a
     trace function set by a debugger or coverage tool keeps running then.
     Otherwise it runs under a trace function (:func:`_traced`), and a trace
-    function already set is put back afterwards (it sees none of the call).
+    function already set is put back afterwards (it sees none of the call);
+    code the stopped tool runs while it unwinds (a ``finally``) is then not
+    watched, as CPython unsets a trace function that raises.
 
     >>> run_with_cpu_limit(lambda: sum(range(10)), cpu_limit_s=1.0, tool="sum")
     45
@@ -340,19 +342,23 @@ def _traced(function: Callable[[], T], deadline: float) -> T:
 
 
 class _Budget:
-    """One tool call's CPU deadline; its clock is read every :data:`_CHECK_EVERY` events."""
+    """One tool call's CPU deadline; its clock is read every :data:`_CHECK_EVERY` events.
+    ``watched``: the code run by ``eval`` whose instructions :class:`_Monitor` watches for
+    this call (by id), switched back off when the call ends."""
 
-    __slots__ = ("deadline", "left")
+    __slots__ = ("deadline", "left", "watched")
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
         self.left = _CHECK_EVERY
+        self.watched: dict[int, CodeType] = {}
 
     def check(self, now: float) -> None:
-        """Raise :class:`_OverBudget` past the deadline; else count down again."""
+        """Count down again; raise :class:`_OverBudget` past the deadline (the count is
+        reset first, so code the tool runs after a stop, in a ``finally``, is stopped too)."""
+        self.left = _CHECK_EVERY
         if now > self.deadline:
             raise _OverBudget
-        self.left = _CHECK_EVERY
 
 
 class _Monitor:
@@ -364,10 +370,13 @@ class _Monitor:
     events, generators' included), every backward jump (``JUMP`` to an earlier
     offset: on 3.12 each loop iteration takes one, the only other backward
     jump being ``yield from``'s and ``await``'s, which resume code), and every
-    instruction of code run by ``eval`` (``<string>``). A forward jump's event
-    is switched off where it happens (it cannot loop). Events are on while at
-    least one thread is inside a call; each thread's calls are counted against
-    its own :class:`_Budget` (a thread outside a call is not counted).
+    instruction of code run by ``eval`` (``<string>``) in a call, switched off
+    again when the call ends (dataclasses' and namedtuples' generated methods
+    are ``<string>`` code too, and a code object's events outlast
+    ``set_events``). A forward jump's event is switched off where it happens
+    (it cannot loop). Events are on while at least one thread is inside a call;
+    each thread's calls are counted against its own :class:`_Budget` (a thread
+    outside a call is not counted).
     """
 
     def __init__(self, tool_id: int) -> None:
@@ -390,9 +399,14 @@ class _Monitor:
                     budget.check(clock())
 
         def on_start(code: CodeType, offset: int) -> None:
-            if code.co_filename == "<string>":
-                monitoring.set_local_events(tool_id, code, instruction)
-            on_event(code, offset)
+            budget = getattr(local, "budget", None)
+            if budget is not None:
+                if code.co_filename == "<string>":
+                    budget.watched[id(code)] = code
+                    monitoring.set_local_events(tool_id, code, instruction)
+                budget.left -= 1
+                if not budget.left:
+                    budget.check(clock())
 
         def on_jump(code: CodeType, offset: int, destination: int) -> Any:
             if destination > offset:
@@ -414,11 +428,13 @@ class _Monitor:
         passes ``deadline``."""
         local = self._local
         outer = getattr(local, "budget", None)
-        local.budget = _Budget(deadline if outer is None else min(deadline, outer.deadline))
+        budget = _Budget(deadline if outer is None else min(deadline, outer.deadline))
+        # counted once the events are on: a failure to switch them on changes nothing
         with self._lock:
-            self._running += 1
-            if self._running == 1:
+            if self._running == 0:
                 self._monitoring.set_events(self._tool_id, self._events)
+            self._running += 1
+        local.budget = budget
         try:
             return function()
         finally:
@@ -427,6 +443,8 @@ class _Monitor:
                 self._running -= 1
                 if self._running == 0:
                     self._monitoring.set_events(self._tool_id, 0)
+            for code in budget.watched.values():
+                self._monitoring.set_local_events(self._tool_id, code, 0)
 
 
 _MONITOR: list[_Monitor | None] = []

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import random
+import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -224,6 +227,28 @@ def test_broken_exif_is_no_orientation(late: bool, tmp_path: Path) -> None:
     with pytest.raises(SyntaxError):
         load_image(str(path))  # transformers does not suppress the failure
     assert image_size(str(path)) == (400, 300)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS as Linux applies it")
+def test_an_exif_chunk_claiming_gigabytes_is_not_read(tmp_path: Path) -> None:
+    """A 100-byte PNG whose late ``eXIf`` chunk claims 4 GiB: the length is the file's word,
+    so it is not read (a read of that length allocated it first: ``MemoryError`` under a
+    2 GiB address-space limit); no orientation, as for other broken EXIF."""
+    path = tmp_path / "claims.png"
+    save_png_with_late_exif(path, BROKEN_EXIF, size=(40, 20))
+    data = path.read_bytes()
+    start = data.rindex(b"eXIf") - 4
+    path.write_bytes(data[:start] + struct.pack(">I", 0xFFFF_FFF0) + data[start + 4 :])
+    script = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+        "from skyrl_rewards.rewards.geometry.boxes import image_size; "
+        "print(image_size(sys.argv[1]))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "(40, 20)"
 
 
 def test_a_box_on_the_turned_photo_scores_one(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import sys
@@ -245,3 +246,67 @@ def test_cpu_budget_is_per_thread() -> None:
     assert isinstance(results["spin"], ToolLimitError)
     assert [results[f"short{i}"] for i in range(3)] == [sum(range(300_000))] * 3
     assert results["plain"] == sum(range(300_000))
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 12), reason="sys.monitoring is used on 3.12")
+def test_cpu_budget_stops_a_loop_in_a_finally_after_the_stop() -> None:
+    """Code the tool runs while the stop unwinds it (a ``finally`` that loops) is stopped
+    too: the budget keeps counting after its first stop. (A trace function is unset by
+    CPython once it raises, so before 3.12 such a ``finally`` runs unwatched.)"""
+
+    def spin() -> None:
+        while True:
+            pass
+
+    def spin_then_spin_again() -> None:
+        try:
+            spin()
+        finally:
+            spin()
+
+    with pytest.raises(ToolLimitError, match="'spin' used more than 0.05 s"):
+        run_with_cpu_limit(spin_then_spin_again, cpu_limit_s=0.05, tool="spin")
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 12), reason="sys.monitoring is used on 3.12")
+def test_cpu_budget_leaves_no_events_on_code_run_by_eval() -> None:
+    """Code run by ``eval`` is watched instruction by instruction during a call only:
+    dataclasses' generated ``__init__`` (also ``<string>`` code) is not left watched for the
+    rest of the process, in this thread or any other."""
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    def tool() -> Any:
+        return Point(1), eval("[n for n in range(3)]")
+
+    assert run_with_cpu_limit(tool, cpu_limit_s=1.0, tool="t") == (Point(1), [0, 1, 2])
+    monitor = tool_limits._monitor()
+    assert monitor is not None
+    init = Point.__init__.__code__
+    assert init.co_filename == "<string>"
+    assert sys.monitoring.get_local_events(monitor._tool_id, init) == 0
+    assert sys.monitoring.get_events(monitor._tool_id) == 0
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 12), reason="sys.monitoring is used on 3.12")
+def test_cpu_budget_after_its_events_failed_to_switch_on() -> None:
+    """A call whose events cannot be switched on (another tool freed the id) raises and
+    leaves nothing behind: once the id is back, the next call is watched again (a stale
+    count of running calls kept the events off for good, every later call unbounded)."""
+    monitor = tool_limits._monitor()
+    assert monitor is not None
+    sys.monitoring.free_tool_id(monitor._tool_id)
+    try:
+        with pytest.raises(ValueError, match="not in use"):
+            run_with_cpu_limit(lambda: 1, cpu_limit_s=1.0, tool="t")
+    finally:
+        sys.monitoring.use_tool_id(monitor._tool_id, "tau_bench_env")
+
+    def spin() -> None:
+        while True:
+            pass
+
+    with pytest.raises(ToolLimitError, match="'spin' used more than 0.05 s"):
+        run_with_cpu_limit(spin, cpu_limit_s=0.05, tool="spin")

@@ -34,6 +34,9 @@ EXIF_TRANSPOSED = frozenset({5, 6, 7, 8})
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 """The eight bytes before a PNG file's first chunk."""
+MAX_EXIF_BYTES = 1 << 20
+"""A longer ``eXIf`` chunk is broken EXIF (no orientation) and is not read: its length is
+the file's word, and a JPEG's EXIF segment cannot pass 64 KiB."""
 
 
 def is_finite_number(value: Any) -> bool:
@@ -200,7 +203,8 @@ def _orientation(image: Image.Image, file: BinaryIO) -> int | None:
 
 
 def _late_png_exif(file: BinaryIO) -> bytes:
-    """The payload of a PNG file's ``eXIf`` chunk found by walking its chunk headers, or ``b""``."""
+    """The payload of a PNG file's ``eXIf`` chunk found by walking its chunk headers, or ``b""``
+    (also for one longer than :data:`MAX_EXIF_BYTES`)."""
     file.seek(len(PNG_SIGNATURE))
     while True:
         header = file.read(8)
@@ -208,7 +212,7 @@ def _late_png_exif(file: BinaryIO) -> bytes:
             return b""
         length, kind = struct.unpack(">I4s", header)
         if kind == b"eXIf":
-            return file.read(length)
+            return file.read(length) if length <= MAX_EXIF_BYTES else b""
         if kind == b"IEND":
             return b""
         file.seek(length + 4, os.SEEK_CUR)  # the data and its CRC
