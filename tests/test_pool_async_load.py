@@ -104,12 +104,6 @@ def wait_until(condition, timeout_s: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def busy_worker(pool_name: str) -> dict | None:
-    """A worker with tasks in flight, as this process's env client sees it (None: none yet)."""
-    workers = shared_pool(pool_name).metrics()["workers"]
-    return next((w for w in workers if w["in_flight"] > 0), None)
-
-
 def pid_gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -177,19 +171,37 @@ def test_a_math_hang_delays_only_its_own_group(pool: RewardPool) -> None:
     )
 
 
+def held_worker(pool_name: str, hold_s: float = 0.5) -> dict | None:
+    """A worker with a task in flight now and ``hold_s`` ago, in the same process, as this
+    process's env client sees it (the one scoring the hang: its math check runs for
+    seconds); None when there is none."""
+    before = {w["pid"] for w in shared_pool(pool_name).metrics()["workers"] if w["in_flight"]}
+    time.sleep(hold_s)
+    workers = shared_pool(pool_name).metrics()["workers"]
+    return next((w for w in workers if w["in_flight"] and w["pid"] in before), None)
+
+
 def test_a_worker_killed_mid_flight_loses_nothing_and_blocks_nothing(pool: RewardPool) -> None:
+    # a hang in group 0 keeps its worker busy for seconds after the others are done: killed
+    # then, that worker certainly dies with a task in flight
     groups = groups_of(256, 8, spread_s=2.0, distinct=8, seed=2)
+    hang = Trajectory(0.0, f"<think>t</think><answer>{HANG_ANSWER}</answer>", "<answer>1</answer>")
+    groups[0] = [hang, *groups[0][1:]]
     out: list = []
     runner = threading.Thread(target=lambda: out.append(play(pool.config.name, groups)))
     runner.start()
-    wait_until(lambda: busy_worker(pool.config.name) is not None, 60, "a busy worker")
-    victim = busy_worker(pool.config.name)
+    time.sleep(2.0)  # the ordinary trajectories end within 2 s; the hang runs on
+    deadline = time.monotonic() + 60
+    while (victim := held_worker(pool.config.name)) is None:
+        assert time.monotonic() < deadline, "no worker held a task for 0.5 s within 60 s"
     os.kill(victim["pid"], signal.SIGKILL)
     runner.join(timeout=180)
     assert not runner.is_alive(), "the groups did not finish after a worker was killed"
     wait_until(lambda: pid_gone(victim["pid"]), 30, "the killed worker's process to end")
     outcomes, _ = out[0]
-    assert_each_scored_once_and_its_own(groups, outcomes)
+    assert outcomes[0][0].metadata["should_mask"]  # the hang: still its math limit, masked
+    assert_each_scored_once_and_its_own(groups[1:], outcomes[1:])
+    assert all(o.metadata["status"]["accuracy"] == "ok" for o in outcomes[0][1:])
     metrics = shared_pool(pool.config.name).metrics()
     assert metrics["items"] == 256 * 8 and metrics["worker_restarts"] == 1
     assert metrics["retries"] > 0  # it died with tasks in flight: they were scored again

@@ -310,7 +310,6 @@ class WorkerCalls:
             )
             return
         suspects, rest = self._suspects(tasks, done, fenced)
-        self._metrics.count("worker_restarts")
         replaced = asyncio.create_task(
             self._replace(slot, graceful=False, generation=generation, deliberate=True)
         )
@@ -353,7 +352,6 @@ class WorkerCalls:
         slow: bool,
     ) -> None:
         logger.warning("worker %d (pid %d) was lost: %s", slot.index, slot.pid, type(exc).__name__)
-        self._metrics.count("worker_restarts")
         replaced = asyncio.create_task(
             self._replace(slot, graceful=False, generation=generation, deliberate=False)
         )
@@ -391,12 +389,16 @@ class WorkerCalls:
         """Replace the slot's worker if it still is ``generation``, and wait until the new one runs.
 
         The two lanes of a slot may both ask; the second waits for the first's
-        replacement. ``deliberate``: this scheduler kills a working worker (a
-        hang, recycling), so the other lane's tasks are not charged for it.
+        replacement, and only the first counts a restart (``worker_restarts``; a
+        ``graceful`` replacement is recycling, counted by its caller). ``deliberate``:
+        this scheduler kills a working worker (a hang, recycling), so the other lane's
+        tasks are not charged for it.
         """
         async with slot.replacing:
             if slot.generation != generation or slot.gone:
                 return
+            if not graceful:
+                self._metrics.count("worker_restarts")
             if deliberate:
                 slot.killed = generation
             logger.debug(
