@@ -127,4 +127,8 @@ def test_a_storm_pauses_the_endpoint_for_every_client_process(ray_local: None) -
     assert there == pytest.approx(expected(60, start=2000), abs=1e-9)
     assert server.throttled >= 1  # the storm happened
     assert server.requests <= 1.3 * 120, server.requests  # requests per item, at the server
-    assert storm.early_calls(server.served) == 0  # none while a Retry-After ran
+    # none while a Retry-After ran; two client processes and a Ray lane on a loaded machine:
+    # a call that passed the pause check before the first 429 came back may reach the server
+    # up to a few tenths of a second later (the clean-clone run saw one 90 ms after it), still
+    # far inside a 2 s Retry-After that a call ignoring it would land in
+    assert storm.early_calls(server.served, grace_s=0.3) == 0
